@@ -1,0 +1,45 @@
+//! The typed errors of the domain, with the stable codes of `spec/api.md`.
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("device changed since version {expected}: now at {actual}")]
+    Conflict { expected: i64, actual: i64 },
+    #[error("{0}")]
+    InvalidState(String),
+    #[error("observed_at {observed_at} is more than 5 minutes ahead of the hub clock")]
+    FutureObservation { observed_at: String },
+    #[error("source {source_name} does not own condition type {condition_type}")]
+    ForbiddenSource { source_name: String, condition_type: String },
+    #[error("unknown condition type {0:?}")]
+    UnknownConditionType(String),
+}
+
+impl DomainError {
+    /// The stable code of `spec/api.md` (and of hub replies and DLQ reasons).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::Conflict { .. } => "CONFLICT",
+            Self::InvalidState(_) => "INVALID_STATE",
+            Self::FutureObservation { .. } => "FUTURE_OBSERVATION",
+            Self::ForbiddenSource { .. } => "FORBIDDEN_SOURCE",
+            // An unknown type is bad input to the API.
+            Self::UnknownConditionType(_) => "INVALID_ARGUMENT",
+        }
+    }
+
+    /// The DLQ reason token (`fleet.dlq.<stream>.<reason>`): lower case.
+    pub fn dlq_reason(&self) -> &'static str {
+        match self {
+            Self::UnknownConditionType(_) => "unknown_condition_type",
+            Self::ForbiddenSource { .. } => "forbidden_source",
+            Self::FutureObservation { .. } => "future_observation",
+            _ => "invalid",
+        }
+    }
+}

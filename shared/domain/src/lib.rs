@@ -1,0 +1,18 @@
+//! The fleet domain: vocabularies, the condition catalogue, derivation,
+//! predicates, the provision table, SLURM and Ironic vocabularies, and the
+//! pure operations the hub applies to a device. No IO at all.
+
+pub mod catalogue;
+pub mod commands;
+pub mod derivation;
+pub mod error;
+pub mod ironic;
+pub mod predicates;
+pub mod provision;
+pub mod slurm;
+pub mod state;
+pub mod vocab;
+
+pub use catalogue::ConditionType;
+pub use error::DomainError;
+pub use vocab::*;
