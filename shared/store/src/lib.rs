@@ -1,1 +1,90 @@
+#![recursion_limit = "256"]
+//! The store: migrations, the schema check every service runs at start, and
+//! the queries the hub uses to lock, read and write device state.
 
+pub mod devices;
+pub mod outbox;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use sqlx;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot reach PostgreSQL at {url}: {source}. Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("database schema is at migration {current}, this build needs {needed}: run `fleet migrate`")]
+    SchemaBehind { current: i64, needed: i64 },
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored row is not valid: {0}")]
+    Corrupt(String),
+}
+
+/// A pool that fails fast when PostgreSQL is away (readiness turns false,
+/// requests answer 503) and reconnects on its own when it is back.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect { url: redact(url), source })?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await
+        .map_err(|source| StoreError::Connect { url: redact(url), source })
+}
+
+/// The URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// Refuses to run on a schema older than this build's migrations.
+pub async fn check_schema(pool: &PgPool) -> Result<(), StoreError> {
+    let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(pool).await?;
+    let current: i64 = if exists {
+        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?
+    } else {
+        0
+    };
+    if current < needed {
+        return Err(StoreError::SchemaBehind { current, needed });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(super::redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(super::redact("postgres://postgres@127.0.0.1/db"), "postgres://postgres@127.0.0.1/db");
+    }
+}

@@ -1,0 +1,99 @@
+//! Every subject name. The root (`fleet`, `radar`) is configuration so
+//! parallel tests and several installations can share one NATS server.
+
+use fleet_proto::v1::DeviceKey;
+
+#[derive(Debug, Clone)]
+pub struct Subjects {
+    pub root: String,
+    pub radar_root: String,
+}
+
+impl Subjects {
+    pub fn new(root: &str, radar_root: &str) -> Self {
+        Subjects { root: root.to_string(), radar_root: radar_root.to_string() }
+    }
+
+    /// `<root>.obs.<source>.<partition>.<device-key>`
+    pub fn obs(&self, source: &str, partition: u32, key: &DeviceKey) -> String {
+        format!("{}.obs.{}.{}.{}", self.root, token(source), partition, device_token(key))
+    }
+    pub fn obs_all(&self) -> String {
+        format!("{}.obs.>", self.root)
+    }
+    pub fn obs_source(&self, source: &str) -> String {
+        format!("{}.obs.{}.>", self.root, token(source))
+    }
+    /// One partition across sources: the filter of one hub consumer.
+    pub fn obs_partition(&self, partition: u32) -> String {
+        format!("{}.obs.*.{}.>", self.root, partition)
+    }
+    /// `<root>.status.<axis>.<site>.<device>`
+    pub fn status(&self, axis: &str, site: &str, device: &str) -> String {
+        format!("{}.status.{}.{}.{}", self.root, token(axis), token(site), token(device))
+    }
+    pub fn status_all(&self) -> String {
+        format!("{}.status.>", self.root)
+    }
+    pub fn status_axis(&self, axis: &str) -> String {
+        format!("{}.status.{}.>", self.root, token(axis))
+    }
+    /// `<root>.hub.cmd.<verb>` (core request/reply).
+    pub fn hub_cmd(&self, verb: &str) -> String {
+        format!("{}.hub.cmd.{}", self.root, token(verb))
+    }
+    pub fn hub_cmd_all(&self) -> String {
+        format!("{}.hub.cmd.*", self.root)
+    }
+    /// `<root>.dlq.<stream>.<reason>`
+    pub fn dlq(&self, stream: &str, reason: &str) -> String {
+        format!("{}.dlq.{}.{}", self.root, token(stream), token(reason))
+    }
+    pub fn dlq_all(&self) -> String {
+        format!("{}.dlq.>", self.root)
+    }
+    /// `<root>.job.<workflow>.<job>`
+    pub fn job(&self, workflow: &str, job: &str) -> String {
+        format!("{}.job.{}.{}", self.root, token(workflow), token(job))
+    }
+    pub fn job_all(&self) -> String {
+        format!("{}.job.>", self.root)
+    }
+    /// `<radar root>.projection.v1.<site>.<device>`
+    pub fn radar(&self, site: &str, device: &str) -> String {
+        format!("{}.projection.v1.{}.{}", self.radar_root, token(site), token(device))
+    }
+    pub fn radar_all(&self) -> String {
+        format!("{}.projection.v1.>", self.radar_root)
+    }
+}
+
+/// A subject token: anything but `[A-Za-z0-9_-]` becomes `_`, so a host
+/// name with dots or an IP address cannot add tokens.
+pub fn token(s: &str) -> String {
+    if s.is_empty() {
+        return "_".into();
+    }
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+/// The device part of an observation subject: `<kind>-<key>`; routing only,
+/// the payload carries the exact key.
+pub fn device_token(key: &DeviceKey) -> String {
+    token(&format!("{}-{}", key.kind, key.key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_have_fixed_token_counts() {
+        let s = Subjects::new("t1.fleet", "t1.radar");
+        let key = DeviceKey { site: "s".into(), kind: "bmc_address".into(), key: "10.0.0.7".into() };
+        assert_eq!(s.obs("slurm", 3, &key), "t1.fleet.obs.slurm.3.bmc_address-10_0_0_7");
+        assert_eq!(s.status("operational", "lon1", "dev_01"), "t1.fleet.status.operational.lon1.dev_01");
+        assert_eq!(s.obs_partition(3), "t1.fleet.obs.*.3.>");
+        assert_eq!(token("a.b *>"), "a_b___");
+    }
+}

@@ -1,0 +1,174 @@
+//! Configuration with the `config` crate: built-in defaults, then an
+//! optional file (`--config fleet.toml`), then the environment
+//! (`FLEET__HUB__BATCH_SIZE`, `FLEET__DATABASE__URL`, `FLEET__NATS__URL`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetConfig {
+    pub database: DatabaseConfig,
+    pub nats: NatsConfig,
+    pub hub: HubConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NatsConfig {
+    pub url: String,
+    /// Root of every fleet subject (`fleet.obs...`, `fleet.status...`).
+    pub subject_root: String,
+    /// Root of the Radar projection subjects.
+    pub radar_root: String,
+    /// Prefix of every stream name (`<prefix>OBSERVATIONS`).
+    pub stream_prefix: String,
+    /// P in `hash(device key) mod P`.
+    pub partitions: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HubConfig {
+    /// Address of `/healthz`, `/readyz`, `/metrics`.
+    pub listen: String,
+    /// The partitions this replica consumes; empty means all of them.
+    #[serde(default)]
+    pub partitions: Vec<u32>,
+    /// Messages fetched and applied in one transaction.
+    pub batch_size: usize,
+    pub fetch_wait_ms: u64,
+    pub ack_wait_secs: u64,
+    /// Deliveries after which a message that fails to apply is dead-lettered.
+    pub max_deliver: u64,
+    /// Freshness TTL when a source has none of its own.
+    pub default_ttl_secs: u64,
+    /// Per-source TTL (`FLEET__HUB__TTL_SECS__SLURM=90`).
+    #[serde(default)]
+    pub ttl_secs: BTreeMap<String, u64>,
+    pub sweep_interval_ms: u64,
+    pub unreachable_after_secs: u64,
+    pub lost_after_secs: u64,
+    pub outbox_batch: i64,
+    /// Seconds a command handler waits for its transaction.
+    pub command_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    pub filter: String,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            database: DatabaseConfig { url: "postgres://postgres@127.0.0.1:5432/fleet".into(), max_connections: 16 },
+            nats: NatsConfig {
+                url: "nats://127.0.0.1:4222".into(),
+                subject_root: "fleet".into(),
+                radar_root: "radar".into(),
+                stream_prefix: String::new(),
+                partitions: 16,
+            },
+            hub: HubConfig {
+                listen: "127.0.0.1:9401".into(),
+                partitions: vec![],
+                batch_size: 256,
+                fetch_wait_ms: 50,
+                ack_wait_secs: 30,
+                max_deliver: 5,
+                default_ttl_secs: 180,
+                ttl_secs: BTreeMap::new(),
+                sweep_interval_ms: 5000,
+                unreachable_after_secs: 60,
+                lost_after_secs: 600,
+                outbox_batch: 1000,
+                command_timeout_secs: 5,
+            },
+            log: LogConfig { format: "text".into(), filter: "info".into() },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("configuration key {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl FleetConfig {
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut b = config::Config::builder().add_source(config::Config::try_from(&FleetConfig::default())?);
+        if let Some(f) = file {
+            b = b.add_source(config::File::from(f).required(true));
+        }
+        b = b.add_source(
+            config::Environment::with_prefix("FLEET")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("hub.partitions"),
+        );
+        let c: FleetConfig = b.build()?.try_deserialize()?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let req = |key: &'static str, v: &str| {
+            if v.trim().is_empty() {
+                Err(ConfigError::Invalid { key, message: "is required".into() })
+            } else {
+                Ok(())
+            }
+        };
+        req("database.url", &self.database.url)?;
+        req("nats.url", &self.nats.url)?;
+        req("nats.subject_root", &self.nats.subject_root)?;
+        if self.nats.partitions == 0 {
+            return Err(ConfigError::Invalid { key: "nats.partitions", message: "must be at least 1".into() });
+        }
+        if let Some(p) = self.hub.partitions.iter().find(|p| **p >= self.nats.partitions) {
+            return Err(ConfigError::Invalid {
+                key: "hub.partitions",
+                message: format!("partition {p} is not below nats.partitions = {}", self.nats.partitions),
+            });
+        }
+        if self.hub.batch_size == 0 {
+            return Err(ConfigError::Invalid { key: "hub.batch_size", message: "must be at least 1".into() });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_then_environment() {
+        // One test touches the environment, so it cannot race another.
+        std::env::set_var("FLEET__HUB__BATCH_SIZE", "64");
+        std::env::set_var("FLEET__HUB__PARTITIONS", "1,3");
+        let c = FleetConfig::load(None).unwrap();
+        assert_eq!(c.hub.batch_size, 64);
+        assert_eq!(c.hub.partitions, vec![1, 3]);
+        assert_eq!(c.nats.url, "nats://127.0.0.1:4222");
+        std::env::set_var("FLEET__HUB__PARTITIONS", "99");
+        let err = FleetConfig::load(None).unwrap_err().to_string();
+        assert!(err.contains("hub.partitions"), "{err}");
+        std::env::remove_var("FLEET__HUB__BATCH_SIZE");
+        std::env::remove_var("FLEET__HUB__PARTITIONS");
+    }
+}

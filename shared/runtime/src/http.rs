@@ -1,0 +1,59 @@
+//! `/healthz`, `/readyz` and `/metrics`, open without a token.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::registry::Registry;
+
+use crate::Shutdown;
+
+pub type ReadyCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct Ops {
+    pub registry: Arc<Mutex<Registry>>,
+    pub ready: ReadyCheck,
+}
+
+pub fn router(ops: Ops) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(ops)
+}
+
+async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
+    match (ops.ready)().await {
+        Ok(()) => (StatusCode::OK, "ready".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
+    }
+}
+
+async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
+    let mut body = String::new();
+    let encoded = {
+        let registry = ops.registry.lock().unwrap_or_else(|p| p.into_inner());
+        prometheus_client::encoding::text::encode(&mut body, &registry)
+    };
+    match encoded {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], String::new()),
+    }
+}
+
+/// Binds `listen` and serves until shutdown; returns the bound address.
+pub async fn serve(listen: &str, router: Router, mut shutdown: Shutdown) -> std::io::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.wait().await }).await;
+    });
+    Ok(addr)
+}

@@ -1,0 +1,537 @@
+//! Locking, reading and writing device state for the hub. Writes are diffs:
+//! a freshness-only resync writes its one freshness row and nothing else.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use fleet_domain::state::{ConditionRow, DeviceRecord, DeviceState, Freshness, Mirrors, Session};
+use fleet_domain::*;
+use serde_json::{json, Value};
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row, Transaction};
+
+use crate::StoreError;
+
+type Tx<'a> = Transaction<'a, Postgres>;
+
+const DEVICE_COLUMNS: &str = "d.id, d.site_id, d.name, d.version, d.inventory_only, d.role, d.trust, d.pool_id, \
+    d.owner_tenant_id, p.owner_tenant_id AS pool_owner_tenant_id, d.infrastructure_ref, d.provision_state, \
+    d.failed_from, d.maintenance, d.maintenance_reason, d.cordoned, d.cordon_reason, d.draining, d.power, \
+    d.connectivity, d.inventory_status, d.operational_status, d.health_status, d.capacity_bucket, d.in_triage, \
+    d.triage_ticket_url, d.parent_ticket_url, d.entered_triage_at, d.custody, d.custody_credential_ref, \
+    d.impairment_hold, d.taints, d.no_schedule_reasons, d.observed_generation, d.identity_generation, \
+    d.enrollment_validated_ref, d.enrollment_proof_source, d.enrollment_proof_at, d.entered_service_at, \
+    d.failure_state, d.failed_at, d.ironic_provision_state, d.ironic_maintenance, d.ironic_maintenance_reason, \
+    d.ironic_instance_uuid, d.ironic_lessee, d.slurm_states, d.netbox_tags, d.chassis_health, d.session_epoch, \
+    d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, d.session_last_seen, \
+    (d.deleted_at IS NOT NULL) AS deleted";
+
+fn parse<T>(row: &PgRow, col: &str, f: impl Fn(&str) -> Result<T, DomainError>) -> Result<T, StoreError> {
+    let s: String = row.try_get(col)?;
+    f(&s).map_err(|e| StoreError::Corrupt(format!("devices.{col}: {e}")))
+}
+
+fn record_from_row(row: &PgRow) -> Result<DeviceRecord, StoreError> {
+    let failed_from: Option<String> = row.try_get("failed_from")?;
+    let chassis: Option<String> = row.try_get("chassis_health")?;
+    Ok(DeviceRecord {
+        id: row.try_get("id")?,
+        site_id: row.try_get("site_id")?,
+        name: row.try_get("name")?,
+        version: row.try_get("version")?,
+        inventory_only: row.try_get("inventory_only")?,
+        role: parse(row, "role", Role::parse)?,
+        trust: parse(row, "trust", Trust::parse)?,
+        pool_id: row.try_get("pool_id")?,
+        owner_tenant_id: row.try_get("owner_tenant_id")?,
+        pool_owner_tenant_id: row.try_get("pool_owner_tenant_id")?,
+        infrastructure_ref: row.try_get("infrastructure_ref")?,
+        provision_state: parse(row, "provision_state", ProvisionState::parse)?,
+        failed_from: failed_from
+            .map(|s| ProvisionState::parse(&s))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        maintenance: row.try_get("maintenance")?,
+        maintenance_reason: row.try_get("maintenance_reason")?,
+        cordoned: row.try_get("cordoned")?,
+        cordon_reason: row.try_get("cordon_reason")?,
+        draining: row.try_get("draining")?,
+        power: parse(row, "power", Power::parse)?,
+        connectivity: parse(row, "connectivity", Connectivity::parse)?,
+        inventory_status: parse(row, "inventory_status", InventoryStatus::parse)?,
+        operational_status: parse(row, "operational_status", OperationalStatus::parse)?,
+        health_status: parse(row, "health_status", HealthStatus::parse)?,
+        capacity_bucket: parse(row, "capacity_bucket", CapacityBucket::parse)?,
+        in_triage: row.try_get("in_triage")?,
+        triage_ticket_url: row.try_get("triage_ticket_url")?,
+        parent_ticket_url: row.try_get("parent_ticket_url")?,
+        entered_triage_at: row.try_get("entered_triage_at")?,
+        custody: row.try_get("custody")?,
+        custody_credential_ref: row.try_get("custody_credential_ref")?,
+        impairment_hold: row.try_get("impairment_hold")?,
+        taints: row.try_get("taints")?,
+        no_schedule_reasons: row.try_get("no_schedule_reasons")?,
+        observed_generation: row.try_get("observed_generation")?,
+        identity_generation: row.try_get("identity_generation")?,
+        enrollment_validated_ref: row.try_get("enrollment_validated_ref")?,
+        enrollment_proof_source: row.try_get("enrollment_proof_source")?,
+        enrollment_proof_at: row.try_get("enrollment_proof_at")?,
+        entered_service_at: row.try_get("entered_service_at")?,
+        failure_state: row.try_get("failure_state")?,
+        failed_at: row.try_get("failed_at")?,
+        mirrors: Mirrors {
+            ironic_provision_state: row.try_get("ironic_provision_state")?,
+            ironic_maintenance: row.try_get("ironic_maintenance")?,
+            ironic_maintenance_reason: row.try_get("ironic_maintenance_reason")?,
+            ironic_instance_uuid: row.try_get("ironic_instance_uuid")?,
+            ironic_lessee: row.try_get("ironic_lessee")?,
+            slurm_states: row.try_get("slurm_states")?,
+            netbox_tags: row.try_get("netbox_tags")?,
+            chassis_health: chassis
+                .map(|s| ChassisHealth::parse(&s))
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        },
+        session: Session {
+            epoch: row.try_get("session_epoch")?,
+            gateway_id: row.try_get("session_gateway_id")?,
+            connected_at: row.try_get("session_connected_at")?,
+            disconnected_at: row.try_get("session_disconnected_at")?,
+            last_seen: row.try_get("session_last_seen")?,
+        },
+        deleted: row.try_get("deleted")?,
+    })
+}
+
+fn condition_from_row(row: &PgRow) -> Result<ConditionRow, StoreError> {
+    let corrupt = |e: DomainError| StoreError::Corrupt(format!("device_conditions: {e}"));
+    let t: String = row.try_get("type")?;
+    Ok(ConditionRow {
+        condition_type: ConditionType::parse(&t).map_err(corrupt)?,
+        status: ConditionStatus::parse(row.try_get::<&str, _>("status")?).map_err(corrupt)?,
+        reason: row.try_get("reason")?,
+        message: row.try_get("message")?,
+        source: Source::parse(row.try_get::<&str, _>("source")?).map_err(corrupt)?,
+        condition_of: ConditionOf::parse(row.try_get::<&str, _>("condition_of")?).map_err(corrupt)?,
+        durable: row.try_get("durable")?,
+        observed_at: row.try_get("observed_at")?,
+        received_at: row.try_get("received_at")?,
+        decisive: row.try_get("decisive")?,
+        last_transition_at: row.try_get("last_transition_at")?,
+    })
+}
+
+/// Locks the devices (in id order, so concurrent batches never deadlock)
+/// and reads their conditions and freshness. Deleted devices are included;
+/// callers decide what a deleted device accepts.
+pub async fn lock_states(tx: &mut Tx<'_>, ids: &[String]) -> Result<BTreeMap<String, DeviceState>, StoreError> {
+    let mut out = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let sql = format!(
+        "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
+         WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d"
+    );
+    for row in sqlx::query(&sql).bind(ids).fetch_all(&mut **tx).await? {
+        let record = record_from_row(&row)?;
+        out.insert(record.id.clone(), DeviceState::new(record));
+    }
+    let rows = sqlx::query(
+        "SELECT device_id, type, status, reason, message, source, condition_of, durable, observed_at, \
+         received_at, decisive, last_transition_at FROM device_conditions WHERE device_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let id: String = row.try_get("device_id")?;
+        let c = condition_from_row(&row)?;
+        if let Some(s) = out.get_mut(&id) {
+            s.conditions.insert(c.condition_type, c);
+        }
+    }
+    let rows = sqlx::query("SELECT device_id, source, observed_at, digest FROM device_source_freshness WHERE device_id = ANY($1)")
+        .bind(ids)
+        .fetch_all(&mut **tx)
+        .await?;
+    for row in rows {
+        let id: String = row.try_get("device_id")?;
+        let source = Source::parse(row.try_get::<&str, _>("source")?).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        if let Some(s) = out.get_mut(&id) {
+            s.freshness.insert(source, Freshness { observed_at: row.try_get("observed_at")?, digest: row.try_get("digest")? });
+        }
+    }
+    Ok(out)
+}
+
+fn record_json(r: &DeviceRecord) -> Value {
+    json!({
+        "id": r.id, "version": r.version, "infrastructure_ref": r.infrastructure_ref,
+        "provision_state": r.provision_state.as_str(), "failed_from": r.failed_from.map(|s| s.as_str()),
+        "maintenance": r.maintenance, "maintenance_reason": r.maintenance_reason,
+        "cordoned": r.cordoned, "cordon_reason": r.cordon_reason, "draining": r.draining,
+        "power": r.power.as_str(), "connectivity": r.connectivity.as_str(),
+        "inventory_status": r.inventory_status.as_str(), "operational_status": r.operational_status.as_str(),
+        "health_status": r.health_status.as_str(), "capacity_bucket": r.capacity_bucket.as_str(),
+        "in_triage": r.in_triage, "triage_ticket_url": r.triage_ticket_url, "parent_ticket_url": r.parent_ticket_url,
+        "entered_triage_at": r.entered_triage_at, "custody": r.custody, "custody_credential_ref": r.custody_credential_ref,
+        "impairment_hold": r.impairment_hold, "taints": r.taints, "no_schedule_reasons": r.no_schedule_reasons,
+        "observed_generation": r.observed_generation, "identity_generation": r.identity_generation,
+        "enrollment_validated_ref": r.enrollment_validated_ref, "enrollment_proof_source": r.enrollment_proof_source,
+        "enrollment_proof_at": r.enrollment_proof_at, "entered_service_at": r.entered_service_at,
+        "failure_state": r.failure_state, "failed_at": r.failed_at,
+        "ironic_provision_state": r.mirrors.ironic_provision_state, "ironic_maintenance": r.mirrors.ironic_maintenance,
+        "ironic_maintenance_reason": r.mirrors.ironic_maintenance_reason,
+        "ironic_instance_uuid": r.mirrors.ironic_instance_uuid, "ironic_lessee": r.mirrors.ironic_lessee,
+        "slurm_states": r.mirrors.slurm_states, "netbox_tags": r.mirrors.netbox_tags,
+        "chassis_health": r.mirrors.chassis_health.map(|c| c.as_str()),
+        "session_epoch": r.session.epoch, "session_gateway_id": r.session.gateway_id,
+        "session_connected_at": r.session.connected_at, "session_disconnected_at": r.session.disconnected_at,
+        "session_last_seen": r.session.last_seen, "deleted": r.deleted,
+    })
+}
+
+const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastructure_ref = x.infrastructure_ref, \
+    provision_state = x.provision_state, failed_from = x.failed_from, maintenance = x.maintenance, \
+    maintenance_reason = x.maintenance_reason, cordoned = x.cordoned, cordon_reason = x.cordon_reason, \
+    draining = x.draining, power = x.power, connectivity = x.connectivity, inventory_status = x.inventory_status, \
+    operational_status = x.operational_status, health_status = x.health_status, capacity_bucket = x.capacity_bucket, \
+    in_triage = x.in_triage, triage_ticket_url = x.triage_ticket_url, parent_ticket_url = x.parent_ticket_url, \
+    entered_triage_at = x.entered_triage_at, custody = x.custody, custody_credential_ref = x.custody_credential_ref, \
+    impairment_hold = x.impairment_hold, taints = x.taints, no_schedule_reasons = x.no_schedule_reasons, \
+    observed_generation = x.observed_generation, identity_generation = x.identity_generation, \
+    enrollment_validated_ref = x.enrollment_validated_ref, enrollment_proof_source = x.enrollment_proof_source, \
+    enrollment_proof_at = x.enrollment_proof_at, entered_service_at = x.entered_service_at, \
+    failure_state = x.failure_state, failed_at = x.failed_at, ironic_provision_state = x.ironic_provision_state, \
+    ironic_maintenance = x.ironic_maintenance, ironic_maintenance_reason = x.ironic_maintenance_reason, \
+    ironic_instance_uuid = x.ironic_instance_uuid, ironic_lessee = x.ironic_lessee, slurm_states = x.slurm_states, \
+    netbox_tags = x.netbox_tags, chassis_health = x.chassis_health, session_epoch = x.session_epoch, \
+    session_gateway_id = x.session_gateway_id, session_connected_at = x.session_connected_at, \
+    session_disconnected_at = x.session_disconnected_at, session_last_seen = x.session_last_seen, \
+    deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
+    updated_at = now(), derived_at = now() \
+    FROM jsonb_to_recordset($1::jsonb) AS x(id text, version bigint, infrastructure_ref text, provision_state text, \
+    failed_from text, maintenance boolean, maintenance_reason text, cordoned boolean, cordon_reason text, \
+    draining boolean, power text, connectivity text, inventory_status text, operational_status text, \
+    health_status text, capacity_bucket text, in_triage boolean, triage_ticket_url text, parent_ticket_url text, \
+    entered_triage_at timestamptz, custody text, custody_credential_ref text, impairment_hold text, taints text[], \
+    no_schedule_reasons text[], observed_generation bigint, identity_generation bigint, \
+    enrollment_validated_ref text, enrollment_proof_source text, enrollment_proof_at timestamptz, \
+    entered_service_at timestamptz, failure_state text, failed_at timestamptz, ironic_provision_state text, \
+    ironic_maintenance boolean, ironic_maintenance_reason text, ironic_instance_uuid text, ironic_lessee text, \
+    slurm_states text[], netbox_tags text[], chassis_health text, session_epoch bigint, session_gateway_id text, \
+    session_connected_at timestamptz, session_disconnected_at timestamptz, session_last_seen timestamptz, \
+    deleted boolean) WHERE d.id = x.id";
+
+/// Counts of rows one write touched, for the benchmark's rows/snapshot.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Written {
+    pub devices: u64,
+    pub conditions: u64,
+    pub freshness: u64,
+}
+
+impl Written {
+    pub fn total(&self) -> u64 {
+        self.devices + self.conditions + self.freshness
+    }
+}
+
+/// Writes what changed between each `(before, after)` pair. The caller has
+/// already bumped `after.record.version` where the record changed.
+pub async fn write_diffs(tx: &mut Tx<'_>, pairs: &[(&DeviceState, &DeviceState)], now: DateTime<Utc>) -> Result<Written, StoreError> {
+    let mut written = Written::default();
+    let records: Vec<Value> =
+        pairs.iter().filter(|(b, a)| b.record != a.record).map(|(_, a)| record_json(&a.record)).collect();
+    if !records.is_empty() {
+        written.devices = records.len() as u64;
+        sqlx::query(UPDATE_DEVICES).bind(Value::Array(records)).execute(&mut **tx).await?;
+    }
+
+    let mut c = ConditionColumns::default();
+    for (before, after) in pairs {
+        for row in after.conditions.values() {
+            if before.conditions.get(&row.condition_type) != Some(row) {
+                c.push(&after.record.id, row);
+            }
+        }
+    }
+    written.conditions = c.device_id.len() as u64;
+    c.upsert(tx).await?;
+
+    let (mut ids, mut sources, mut observed, mut digests) = (vec![], vec![], vec![], vec![]);
+    for (before, after) in pairs {
+        for (source, f) in &after.freshness {
+            if before.freshness.get(source) != Some(f) {
+                ids.push(after.record.id.as_str());
+                sources.push(source.as_str());
+                observed.push(f.observed_at);
+                digests.push(f.digest.as_slice());
+            }
+        }
+    }
+    if !ids.is_empty() {
+        written.freshness = ids.len() as u64;
+        sqlx::query(
+            "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, received_at) \
+             SELECT i, s, o, g, $5 FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::bytea[]) AS u(i, s, o, g) \
+             ON CONFLICT (device_id, source) DO UPDATE SET observed_at = EXCLUDED.observed_at, \
+             digest = EXCLUDED.digest, received_at = EXCLUDED.received_at",
+        )
+        .bind(&ids)
+        .bind(&sources)
+        .bind(&observed)
+        .bind(&digests)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(written)
+}
+
+#[derive(Default)]
+struct ConditionColumns<'a> {
+    device_id: Vec<&'a str>,
+    ctype: Vec<&'static str>,
+    status: Vec<&'static str>,
+    reason: Vec<&'a str>,
+    message: Vec<&'a str>,
+    source: Vec<&'static str>,
+    condition_of: Vec<&'static str>,
+    durable: Vec<bool>,
+    observed_at: Vec<DateTime<Utc>>,
+    received_at: Vec<DateTime<Utc>>,
+    decisive: Vec<bool>,
+    last_transition_at: Vec<DateTime<Utc>>,
+}
+
+impl<'a> ConditionColumns<'a> {
+    fn push(&mut self, id: &'a str, r: &'a ConditionRow) {
+        self.device_id.push(id);
+        self.ctype.push(r.condition_type.as_str());
+        self.status.push(r.status.as_str());
+        self.reason.push(&r.reason);
+        self.message.push(&r.message);
+        self.source.push(r.source.as_str());
+        self.condition_of.push(r.condition_of.as_str());
+        self.durable.push(r.durable);
+        self.observed_at.push(r.observed_at);
+        self.received_at.push(r.received_at);
+        self.decisive.push(r.decisive);
+        self.last_transition_at.push(r.last_transition_at);
+    }
+
+    async fn upsert(self, tx: &mut Tx<'_>) -> Result<(), sqlx::Error> {
+        if self.device_id.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, \
+             observed_at, received_at, decisive, last_transition_at) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+             $8::bool[], $9::timestamptz[], $10::timestamptz[], $11::bool[], $12::timestamptz[]) \
+             ON CONFLICT (device_id, type) DO UPDATE SET status = EXCLUDED.status, reason = EXCLUDED.reason, \
+             message = EXCLUDED.message, source = EXCLUDED.source, observed_at = EXCLUDED.observed_at, \
+             received_at = EXCLUDED.received_at, decisive = EXCLUDED.decisive, \
+             last_transition_at = EXCLUDED.last_transition_at",
+        )
+        .bind(&self.device_id)
+        .bind(&self.ctype)
+        .bind(&self.status)
+        .bind(&self.reason)
+        .bind(&self.message)
+        .bind(&self.source)
+        .bind(&self.condition_of)
+        .bind(&self.durable)
+        .bind(&self.observed_at)
+        .bind(&self.received_at)
+        .bind(&self.decisive)
+        .bind(&self.last_transition_at)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+}
+
+/// One lifecycle row per changed axis.
+#[derive(Debug, Clone)]
+pub struct LifecycleRow {
+    pub device_id: String,
+    pub kind: String,
+    pub value: String,
+    pub cause: String,
+}
+
+pub async fn insert_lifecycle(tx: &mut Tx<'_>, rows: &[LifecycleRow], now: DateTime<Utc>) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.device_id.as_str()).collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+    let values: Vec<&str> = rows.iter().map(|r| r.value.as_str()).collect();
+    let causes: Vec<&str> = rows.iter().map(|r| r.cause.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO device_lifecycle_events (device_id, kind, value, cause, created_at) \
+         SELECT i, k, v, c, $5 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(i, k, v, c)",
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&values)
+    .bind(&causes)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Sets `derived_at` for devices a sweep re-derived without other changes,
+/// so the sweeper does not pick them again.
+pub async fn touch_derived(tx: &mut Tx<'_>, ids: &[String]) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE devices SET derived_at = now() WHERE id = ANY($1)").bind(ids).execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Devices a source-silence deadline or a liveness timeout has passed for
+/// since they were last derived.
+pub async fn due_for_sweep(
+    pool: &sqlx::PgPool,
+    ttls: &[(Source, chrono::Duration)],
+    default_ttl: chrono::Duration,
+    unreachable_after: chrono::Duration,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sources: Vec<&str> = ttls.iter().map(|(s, _)| s.as_str()).collect();
+    let secs: Vec<f64> = ttls.iter().map(|(_, d)| d.num_milliseconds() as f64 / 1000.0).collect();
+    sqlx::query_scalar(
+        "WITH ttl AS (SELECT * FROM UNNEST($1::text[], $2::float8[]) AS t(source, secs)) \
+         SELECT id FROM ( \
+           SELECT f.device_id AS id FROM device_source_freshness f \
+           JOIN devices d ON d.id = f.device_id AND d.deleted_at IS NULL \
+           LEFT JOIN ttl ON ttl.source = f.source \
+           WHERE f.observed_at + make_interval(secs => COALESCE(ttl.secs, $3)) BETWEEN d.derived_at AND now() \
+           UNION \
+           SELECT id FROM devices \
+           WHERE deleted_at IS NULL AND connectivity IN ('connected', 'unreachable') \
+             AND session_last_seen + make_interval(secs => $4) < now() \
+             AND session_last_seen + make_interval(secs => $4) > derived_at - interval '1 day' \
+         ) due ORDER BY id LIMIT $5",
+    )
+    .bind(&sources)
+    .bind(&secs)
+    .bind(default_ttl.num_milliseconds() as f64 / 1000.0)
+    .bind(unreachable_after.num_milliseconds() as f64 / 1000.0)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The device key kinds resolved in one query each.
+pub async fn resolve(
+    tx: &mut Tx<'_>,
+    kind: KeyKind,
+    keys: &[(String, String)],
+) -> Result<Vec<((String, String), String)>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(vec![]);
+    }
+    let sites: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+    let values: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+    let (column, site_scoped) = match kind {
+        KeyKind::DeviceId => ("d.id", false),
+        KeyKind::NetboxId => ("d.netbox_id::text", true),
+        KeyKind::Name => ("d.name", true),
+        KeyKind::Serial => ("d.serial", false),
+        KeyKind::InfrastructureRef => ("d.infrastructure_ref", false),
+        KeyKind::BmcAddress => ("d.bmc_address", false),
+    };
+    let site_clause = if site_scoped { "AND d.site_id = k.site" } else { "" };
+    let sql = format!(
+        "SELECT k.site, k.key, d.id FROM UNNEST($1::text[], $2::text[]) AS k(site, key) \
+         JOIN devices d ON {column} = k.key {site_clause} AND d.deleted_at IS NULL"
+    );
+    let rows: Vec<(String, String, String)> = sqlx::query_as(&sql).bind(&sites).bind(&values).fetch_all(&mut **tx).await?;
+    Ok(rows.into_iter().map(|(s, k, id)| ((s, k), id)).collect())
+}
+
+/// Keeps the latest observation per external key that resolved to nothing.
+pub async fn record_unresolved(
+    tx: &mut Tx<'_>,
+    source: &str,
+    site: &str,
+    key_kind: &str,
+    key: &str,
+    observed_at: DateTime<Utc>,
+    payload: &[u8],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO unresolved_observations (source, site, key_kind, key, observed_at, received_at, payload) \
+         VALUES ($1, $2, $3, $4, $5, now(), $6) \
+         ON CONFLICT (source, site, key_kind, key) DO UPDATE SET seen_count = unresolved_observations.seen_count + 1, \
+         received_at = now(), \
+         observed_at = GREATEST(unresolved_observations.observed_at, EXCLUDED.observed_at), \
+         payload = CASE WHEN EXCLUDED.observed_at >= unresolved_observations.observed_at \
+                   THEN EXCLUDED.payload ELSE unresolved_observations.payload END",
+    )
+    .bind(source)
+    .bind(site)
+    .bind(key_kind)
+    .bind(key)
+    .bind(observed_at)
+    .bind(payload)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// What a create-device command inserts.
+#[derive(Debug, Clone)]
+pub struct NewDevice {
+    pub id: String,
+    pub site_id: String,
+    pub name: String,
+    pub serial: Option<String>,
+    pub netbox_id: Option<i64>,
+    pub bmc_address: Option<String>,
+    pub infrastructure_ref: Option<String>,
+    pub pool_id: Option<String>,
+    pub owner_tenant_id: Option<String>,
+    pub rack: Option<String>,
+    pub device_class: DeviceClass,
+    pub role: Role,
+    pub trust: Trust,
+    pub inventory_status: InventoryStatus,
+    pub provision_state: ProvisionState,
+    pub labels: Value,
+}
+
+/// Inserts the device with `inventory_only` inherited from its site (seed
+/// 002: "forces inventory_only=True when the site carries the flag").
+/// `None` when the site does not exist.
+pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO devices (id, name, site_id, pool_id, owner_tenant_id, rack, serial, netbox_id, bmc_address, \
+         infrastructure_ref, device_class, role, trust, inventory_status, provision_state, labels, inventory_only) \
+         SELECT $1, $2, s.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, s.inventory_only \
+         FROM sites s WHERE s.id = $3",
+    )
+    .bind(&d.id)
+    .bind(&d.name)
+    .bind(&d.site_id)
+    .bind(&d.pool_id)
+    .bind(&d.owner_tenant_id)
+    .bind(&d.rack)
+    .bind(&d.serial)
+    .bind(d.netbox_id)
+    .bind(&d.bmc_address)
+    .bind(&d.infrastructure_ref)
+    .bind(d.device_class.as_str())
+    .bind(d.role.as_str())
+    .bind(d.trust.as_str())
+    .bind(d.inventory_status.as_str())
+    .bind(d.provision_state.as_str())
+    .bind(&d.labels)
+    .execute(&mut **tx)
+    .await?;
+    Ok((done.rows_affected() == 1).then_some(()))
+}
