@@ -1,1 +1,63 @@
-fn main() {}
+//! `fleet`: one binary, a subcommand per service. It parses arguments,
+//! loads configuration, starts logging, builds the shutdown signal and calls
+//! the service's `run`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use fleet::{bench, migrate};
+use fleet_runtime::{FleetConfig, Shutdown};
+
+#[derive(Parser)]
+#[command(
+    name = "fleet",
+    version,
+    about = "Fleet status mesh: the control plane that tells the truth about every machine"
+)]
+struct Cli {
+    /// Configuration file (TOML); environment `FLEET__SECTION__KEY` overrides it.
+    #[arg(long, global = true, env = "FLEET_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the hub: observations in, derived status out.
+    Hub,
+    /// Apply the database migrations (creates the database if missing).
+    Migrate,
+    /// Benchmarks against the local NATS and PostgreSQL.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchCommand,
+    },
+    /// Print the effective configuration (secrets redacted).
+    Config,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config = FleetConfig::load(cli.config.as_deref())?;
+    fleet_runtime::init_tracing(&config.log.format, &config.log.filter);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::Hub => {
+                let (_trigger, shutdown) = Shutdown::from_signals();
+                fleet_hub::run(config, shutdown).await
+            }
+            Command::Migrate => migrate(&config).await,
+            Command::Bench { what } => bench::run(config, what).await,
+            Command::Config => {
+                let mut c = config.clone();
+                c.database.url = fleet_store::redact(&c.database.url);
+                println!("{}", serde_json::to_string_pretty(&c)?);
+                Ok(())
+            }
+        }
+    })
+}

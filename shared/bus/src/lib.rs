@@ -38,7 +38,10 @@ pub enum BusError {
 
 impl BusError {
     pub fn js(what: impl Into<String>, e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        BusError::JetStream { what: what.into(), source: Box::new(e) }
+        BusError::JetStream {
+            what: what.into(),
+            source: Box::new(e),
+        }
     }
 }
 
@@ -50,8 +53,10 @@ pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, BusErr
         .connection_timeout(std::time::Duration::from_secs(3))
         .connect(url)
         .await
-        .map_err(|source| BusError::Connect { url: url.to_string(), source })
-        .and_then(|c| Ok(c))
+        .map_err(|source| BusError::Connect {
+            url: url.to_string(),
+            source,
+        })
 }
 
 /// Connects and fails fast when nothing answers (for start-up checks).
@@ -61,7 +66,10 @@ pub async fn connect_now(url: &str, name: &str) -> Result<async_nats::Client, Bu
         .connection_timeout(std::time::Duration::from_secs(3))
         .connect(url)
         .await
-        .map_err(|source| BusError::Connect { url: url.to_string(), source })
+        .map_err(|source| BusError::Connect {
+            url: url.to_string(),
+            source,
+        })
 }
 
 /// The headers every message carries: `Nats-Msg-Id`, `Fleet-Schema`, and
@@ -84,9 +92,15 @@ pub async fn publish(
     headers: HeaderMap,
     payload: Bytes,
 ) -> Result<PublishAckFuture, BusError> {
-    js.send_publish(subject, PublishMessage::build().payload(payload).headers(headers).message_id(msg_id))
-        .await
-        .map_err(|e| BusError::js("publish", e))
+    js.send_publish(
+        subject,
+        PublishMessage::build()
+            .payload(payload)
+            .headers(headers)
+            .message_id(msg_id),
+    )
+    .await
+    .map_err(|e| BusError::js("publish", e))
 }
 
 /// Publishes and awaits the PubAck.
@@ -97,7 +111,10 @@ pub async fn publish_acked(
     headers: HeaderMap,
     payload: Bytes,
 ) -> Result<(), BusError> {
-    publish(js, subject, msg_id, headers, payload).await?.await.map_err(|e| BusError::js("publish ack", e))?;
+    publish(js, subject, msg_id, headers, payload)
+        .await?
+        .await
+        .map_err(|e| BusError::js("publish ack", e))?;
     Ok(())
 }
 
@@ -109,4 +126,31 @@ pub fn partition(key: &str, partitions: u32) -> u32 {
         h = h.wrapping_mul(0x100000001b3);
     }
     (h % partitions.max(1) as u64) as u32
+}
+
+/// Publishes an observation to `<root>.obs.<source>.<partition>.<device>`
+/// with `Nats-Msg-Id` = source + device key + `observed_at`, and returns
+/// the PubAck future (await it).
+#[allow(clippy::too_many_arguments)]
+pub async fn publish_observation(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    partitions: u32,
+    source: &str,
+    key: &fleet_proto::v1::DeviceKey,
+    observed_at_nanos: i64,
+    schema: &str,
+    traceparent: Option<&str>,
+    payload: Bytes,
+) -> Result<PublishAckFuture, BusError> {
+    let p = partition(
+        &format!("{}/{}/{}", key.site, key.kind, key.key),
+        partitions,
+    );
+    let subject = subjects.obs(source, p, key);
+    let msg_id = format!(
+        "{}:{}:{}:{}:{}",
+        source, key.site, key.kind, key.key, observed_at_nanos
+    );
+    publish(js, subject, &msg_id, headers(schema, traceparent), payload).await
 }

@@ -15,7 +15,9 @@ pub struct StreamNames {
 
 impl StreamNames {
     pub fn new(prefix: &str) -> Self {
-        StreamNames { prefix: prefix.to_string() }
+        StreamNames {
+            prefix: prefix.to_string(),
+        }
     }
     pub fn observations(&self) -> String {
         format!("{}OBSERVATIONS", self.prefix)
@@ -83,10 +85,16 @@ pub fn stream_configs(names: &StreamNames, subjects: &Subjects) -> Vec<stream::C
 }
 
 /// Creates or updates every stream.
-pub async fn ensure_streams(js: &jetstream::Context, names: &StreamNames, subjects: &Subjects) -> Result<(), BusError> {
+pub async fn ensure_streams(
+    js: &jetstream::Context,
+    names: &StreamNames,
+    subjects: &Subjects,
+) -> Result<(), BusError> {
     for config in stream_configs(names, subjects) {
         let name = config.name.clone();
-        js.create_or_update_stream(config).await.map_err(|e| BusError::js(format!("create stream {name}"), e))?;
+        js.create_or_update_stream(config)
+            .await
+            .map_err(|e| BusError::js(format!("create stream {name}"), e))?;
     }
     Ok(())
 }
@@ -99,7 +107,10 @@ pub async fn pull_consumer(
     filter_subject: String,
     ack_wait: Duration,
 ) -> Result<consumer::PullConsumer, BusError> {
-    let s = js.get_stream(stream).await.map_err(|e| BusError::js(format!("get stream {stream}"), e))?;
+    let s = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| BusError::js(format!("get stream {stream}"), e))?;
     let config = consumer::pull::Config {
         durable_name: Some(durable.to_string()),
         filter_subject,
@@ -108,5 +119,7 @@ pub async fn pull_consumer(
         max_ack_pending: 20_000,
         ..Default::default()
     };
-    s.get_or_create_consumer(durable, config).await.map_err(|e| BusError::js(format!("consumer {durable}"), e))
+    s.get_or_create_consumer(durable, config)
+        .await
+        .map_err(|e| BusError::js(format!("consumer {durable}"), e))
 }

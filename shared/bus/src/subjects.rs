@@ -11,12 +11,21 @@ pub struct Subjects {
 
 impl Subjects {
     pub fn new(root: &str, radar_root: &str) -> Self {
-        Subjects { root: root.to_string(), radar_root: radar_root.to_string() }
+        Subjects {
+            root: root.to_string(),
+            radar_root: radar_root.to_string(),
+        }
     }
 
     /// `<root>.obs.<source>.<partition>.<device-key>`
     pub fn obs(&self, source: &str, partition: u32, key: &DeviceKey) -> String {
-        format!("{}.obs.{}.{}.{}", self.root, token(source), partition, device_token(key))
+        format!(
+            "{}.obs.{}.{}.{}",
+            self.root,
+            token(source),
+            partition,
+            device_token(key)
+        )
     }
     pub fn obs_all(&self) -> String {
         format!("{}.obs.>", self.root)
@@ -30,7 +39,13 @@ impl Subjects {
     }
     /// `<root>.status.<axis>.<site>.<device>`
     pub fn status(&self, axis: &str, site: &str, device: &str) -> String {
-        format!("{}.status.{}.{}.{}", self.root, token(axis), token(site), token(device))
+        format!(
+            "{}.status.{}.{}.{}",
+            self.root,
+            token(axis),
+            token(site),
+            token(device)
+        )
     }
     pub fn status_all(&self) -> String {
         format!("{}.status.>", self.root)
@@ -61,7 +76,12 @@ impl Subjects {
     }
     /// `<radar root>.projection.v1.<site>.<device>`
     pub fn radar(&self, site: &str, device: &str) -> String {
-        format!("{}.projection.v1.{}.{}", self.radar_root, token(site), token(device))
+        format!(
+            "{}.projection.v1.{}.{}",
+            self.radar_root,
+            token(site),
+            token(device)
+        )
     }
     pub fn radar_all(&self) -> String {
         format!("{}.projection.v1.>", self.radar_root)
@@ -74,7 +94,15 @@ pub fn token(s: &str) -> String {
     if s.is_empty() {
         return "_".into();
     }
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The device part of an observation subject: `<kind>-<key>`; routing only,
@@ -90,9 +118,19 @@ mod tests {
     #[test]
     fn subjects_have_fixed_token_counts() {
         let s = Subjects::new("t1.fleet", "t1.radar");
-        let key = DeviceKey { site: "s".into(), kind: "bmc_address".into(), key: "10.0.0.7".into() };
-        assert_eq!(s.obs("slurm", 3, &key), "t1.fleet.obs.slurm.3.bmc_address-10_0_0_7");
-        assert_eq!(s.status("operational", "lon1", "dev_01"), "t1.fleet.status.operational.lon1.dev_01");
+        let key = DeviceKey {
+            site: "s".into(),
+            kind: "bmc_address".into(),
+            key: "10.0.0.7".into(),
+        };
+        assert_eq!(
+            s.obs("slurm", 3, &key),
+            "t1.fleet.obs.slurm.3.bmc_address-10_0_0_7"
+        );
+        assert_eq!(
+            s.status("operational", "lon1", "dev_01"),
+            "t1.fleet.status.operational.lon1.dev_01"
+        );
         assert_eq!(s.obs_partition(3), "t1.fleet.obs.*.3.>");
         assert_eq!(token("a.b *>"), "a_b___");
     }

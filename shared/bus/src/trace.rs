@@ -14,11 +14,15 @@ pub struct TraceParent {
 impl TraceParent {
     pub fn parse(s: &str) -> Option<Self> {
         let parts: Vec<&str> = s.trim().split('-').collect();
-        let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()) && p.bytes().any(|b| b != b'0');
+        let hex = |p: &str, n: usize| {
+            p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()) && p.bytes().any(|b| b != b'0')
+        };
         match parts.as_slice() {
-            ["00", t, s, f] if hex(t, 32) && hex(s, 16) && f.len() == 2 => {
-                Some(TraceParent { trace_id: t.to_string(), span_id: s.to_string(), flags: f.to_string() })
-            }
+            ["00", t, s, f] if hex(t, 32) && hex(s, 16) && f.len() == 2 => Some(TraceParent {
+                trace_id: t.to_string(),
+                span_id: s.to_string(),
+                flags: f.to_string(),
+            }),
             _ => None,
         }
     }
@@ -53,11 +57,14 @@ mod tests {
 
     #[test]
     fn parse_and_child() {
-        let tp = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let tp =
+            TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
         let c = tp.child();
         assert_eq!(c.trace_id, tp.trace_id);
         assert_ne!(c.span_id, tp.span_id);
-        assert!(TraceParent::parse("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
+        assert!(
+            TraceParent::parse("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none()
+        );
         assert!(TraceParent::parse("garbage").is_none());
         assert_eq!(TraceParent::parse(&c.header()), Some(c));
     }

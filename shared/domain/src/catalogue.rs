@@ -62,21 +62,64 @@ const OPENSTACK: &[Source] = &[Source::Openstack];
 const SLURM: &[Source] = &[Source::Slurm];
 const HEALTH: &[Source] = &[Source::HealthStatus];
 
-const fn obs(t: ConditionType, owners: &'static [Source], of: ConditionOf, bad: &'static [ConditionStatus]) -> Entry {
-    Entry { condition_type: t, owners, condition_of: of, kind: Kind::Observation, bad_when: bad, no_schedule: false }
+const fn obs(
+    t: ConditionType,
+    owners: &'static [Source],
+    of: ConditionOf,
+    bad: &'static [ConditionStatus],
+) -> Entry {
+    Entry {
+        condition_type: t,
+        owners,
+        condition_of: of,
+        kind: Kind::Observation,
+        bad_when: bad,
+        no_schedule: false,
+    }
 }
 
-const fn durable(t: ConditionType, owners: &'static [Source], bad: &'static [ConditionStatus]) -> Entry {
-    Entry { condition_type: t, owners, condition_of: ConditionOf::None, kind: Kind::Durable, bad_when: bad, no_schedule: false }
+const fn durable(
+    t: ConditionType,
+    owners: &'static [Source],
+    bad: &'static [ConditionStatus],
+) -> Entry {
+    Entry {
+        condition_type: t,
+        owners,
+        condition_of: ConditionOf::None,
+        kind: Kind::Durable,
+        bad_when: bad,
+        no_schedule: false,
+    }
 }
 
 pub const CATALOGUE: &[Entry] = &[
-    obs(C::IronicProvisionHealthy, OPENSTACK, ConditionOf::Operational, &[F]),
-    obs(C::IronicMaintenance, OPENSTACK, ConditionOf::Operational, &[T]),
+    obs(
+        C::IronicProvisionHealthy,
+        OPENSTACK,
+        ConditionOf::Operational,
+        &[F],
+    ),
+    obs(
+        C::IronicMaintenance,
+        OPENSTACK,
+        ConditionOf::Operational,
+        &[T],
+    ),
     obs(C::IronicAvailable, OPENSTACK, ConditionOf::Operational, &[]),
-    obs(C::InstanceAllocated, OPENSTACK, ConditionOf::Operational, &[]),
+    obs(
+        C::InstanceAllocated,
+        OPENSTACK,
+        ConditionOf::Operational,
+        &[],
+    ),
     obs(C::CustomerReady, OPENSTACK, ConditionOf::Operational, &[]),
-    obs(C::InMaintenancePool, OPENSTACK, ConditionOf::Operational, &[]),
+    obs(
+        C::InMaintenancePool,
+        OPENSTACK,
+        ConditionOf::Operational,
+        &[],
+    ),
     obs(C::SlurmRegistered, SLURM, ConditionOf::Operational, &[]),
     obs(C::SlurmNodeHealthy, SLURM, ConditionOf::Operational, &[F]),
     obs(C::ChassisHealth, HEALTH, ConditionOf::Health, &[F]),
@@ -99,12 +142,39 @@ pub const CATALOGUE: &[Entry] = &[
     },
     durable(C::CustodyIntent, &[Source::Borneo], &[]),
     // Borneo may write it only as the hub-ordered custody-entry write.
-    durable(C::FrontendPortsInCustomerVrf, &[Source::FrontendFabric, Source::Borneo], &[T, U]),
-    durable(C::NvLinkGpusInRepairPartition, &[Source::NvlinkFabric], &[T, U]),
-    durable(C::BackendPortsInMaintenanceVrf, &[Source::BackendFabric], &[T, U]),
-    obs(C::FrontendPortsObservedInCustomerVrf, &[Source::FrontendFabric], ConditionOf::None, &[]),
-    obs(C::BackendPortsObservedInMaintenanceVrf, &[Source::BackendFabric], ConditionOf::None, &[]),
-    obs(C::NvLinkGpusObservedInRepairPartition, &[Source::NvlinkFabric], ConditionOf::None, &[]),
+    durable(
+        C::FrontendPortsInCustomerVrf,
+        &[Source::FrontendFabric, Source::Borneo],
+        &[T, U],
+    ),
+    durable(
+        C::NvLinkGpusInRepairPartition,
+        &[Source::NvlinkFabric],
+        &[T, U],
+    ),
+    durable(
+        C::BackendPortsInMaintenanceVrf,
+        &[Source::BackendFabric],
+        &[T, U],
+    ),
+    obs(
+        C::FrontendPortsObservedInCustomerVrf,
+        &[Source::FrontendFabric],
+        ConditionOf::None,
+        &[],
+    ),
+    obs(
+        C::BackendPortsObservedInMaintenanceVrf,
+        &[Source::BackendFabric],
+        ConditionOf::None,
+        &[],
+    ),
+    obs(
+        C::NvLinkGpusObservedInRepairPartition,
+        &[Source::NvlinkFabric],
+        ConditionOf::None,
+        &[],
+    ),
 ];
 
 impl ConditionType {
@@ -186,7 +256,9 @@ mod tests {
             Err(DomainError::ForbiddenSource { .. })
         ));
         // "frontend-fabric, borneo (custody entry only, hub-ordered)"
-        assert!(C::FrontendPortsInCustomerVrf.check_owner(Source::Borneo).is_ok());
+        assert!(C::FrontendPortsInCustomerVrf
+            .check_owner(Source::Borneo)
+            .is_ok());
         assert_eq!(observation_types_of(Source::HealthStatus).count(), 10);
         assert_eq!(observation_types_of(Source::Openstack).count(), 6);
         assert_eq!(observation_types_of(Source::Slurm).count(), 2);
@@ -195,7 +267,12 @@ mod tests {
 
     #[test]
     fn durable_latches_are_never_decisive_kinds() {
-        for t in [C::CustodyIntent, C::FrontendPortsInCustomerVrf, C::NvLinkGpusInRepairPartition, C::BackendPortsInMaintenanceVrf] {
+        for t in [
+            C::CustodyIntent,
+            C::FrontendPortsInCustomerVrf,
+            C::NvLinkGpusInRepairPartition,
+            C::BackendPortsInMaintenanceVrf,
+        ] {
             assert!(t.is_durable());
             assert_eq!(t.condition_of(), ConditionOf::None);
         }

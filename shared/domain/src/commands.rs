@@ -11,7 +11,10 @@ use crate::vocab::{OperationalStatus, ProvisionState};
 /// `CONFLICT` unless the caller read the current version.
 pub fn check_version(record: &DeviceRecord, expected: i64) -> Result<(), DomainError> {
     if record.version != expected {
-        return Err(DomainError::Conflict { expected, actual: record.version });
+        return Err(DomainError::Conflict {
+            expected,
+            actual: record.version,
+        });
     }
     Ok(())
 }
@@ -49,10 +52,17 @@ pub fn drain(r: &mut DeviceRecord, reason: &str) -> Result<(), DomainError> {
 pub fn taint(r: &mut DeviceRecord, key: &str, remove: bool) -> Result<(), DomainError> {
     let ok = !key.is_empty()
         && key.len() <= 63
-        && key.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._/-".contains(c));
+        && key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._/-".contains(c));
     if !ok {
-        return Err(DomainError::InvalidArgument(format!("invalid taint key {key:?}")));
+        return Err(DomainError::InvalidArgument(format!(
+            "invalid taint key {key:?}"
+        )));
     }
     if remove {
         r.taints.retain(|k| k != key);
@@ -91,7 +101,11 @@ pub fn triage(
 }
 
 pub fn set_maintenance(r: &mut DeviceRecord, on: bool, reason: &str) -> Result<(), DomainError> {
-    r.maintenance_reason = if on { Some(non_empty("reason", reason)?) } else { None };
+    r.maintenance_reason = if on {
+        Some(non_empty("reason", reason)?)
+    } else {
+        None
+    };
     r.maintenance = on;
     Ok(())
 }
@@ -104,7 +118,10 @@ pub fn provision_move(r: &mut DeviceRecord, to: ProvisionState) -> Result<(), Do
     r.failed_from = m.failed_from;
     if m.maintenance_on {
         r.maintenance = true;
-        r.maintenance_reason = Some(format!("provision_state failed from {}", r.failed_from.map_or("", |s| s.as_str())));
+        r.maintenance_reason = Some(format!(
+            "provision_state failed from {}",
+            r.failed_from.map_or("", |s| s.as_str())
+        ));
     }
     if to == ProvisionState::Retired {
         clear_enrollment_proof(r);
@@ -115,7 +132,10 @@ pub fn provision_move(r: &mut DeviceRecord, to: ProvisionState) -> Result<(), Do
 /// Acceptance passed: `adopting` -> `adopted`.
 pub fn adopt(r: &mut DeviceRecord) -> Result<(), DomainError> {
     if r.provision_state != ProvisionState::Adopting {
-        return Err(DomainError::InvalidState(format!("adopt needs provision_state adopting, not {}", r.provision_state)));
+        return Err(DomainError::InvalidState(format!(
+            "adopt needs provision_state adopting, not {}",
+            r.provision_state
+        )));
     }
     provision_move(r, ProvisionState::Adopted)
 }
@@ -145,11 +165,17 @@ pub enum ProofOutcome {
     /// A qualifying typed completion.
     Enrolled { result_ref: String, source: String },
     /// A started non-success, guarded by the identity the workflow pinned.
-    Failed { pinned_infrastructure_ref: Option<String> },
+    Failed {
+        pinned_infrastructure_ref: Option<String>,
+    },
 }
 
 /// Seed 002, "Enrollment identity proof". Returns whether anything changed.
-pub fn enrollment_proof(r: &mut DeviceRecord, outcome: ProofOutcome, now: DateTime<Utc>) -> Result<bool, DomainError> {
+pub fn enrollment_proof(
+    r: &mut DeviceRecord,
+    outcome: ProofOutcome,
+    now: DateTime<Utc>,
+) -> Result<bool, DomainError> {
     match outcome {
         ProofOutcome::Enrolled { result_ref, source } => {
             let result_ref = non_empty("result_ref", &result_ref)?;
@@ -160,7 +186,9 @@ pub fn enrollment_proof(r: &mut DeviceRecord, outcome: ProofOutcome, now: DateTi
             r.enrollment_proof_at = Some(now);
             Ok(true)
         }
-        ProofOutcome::Failed { pinned_infrastructure_ref } => {
+        ProofOutcome::Failed {
+            pinned_infrastructure_ref,
+        } => {
             // "failures without a trustworthy pinned identity make no proof write"
             let Some(pinned) = pinned_infrastructure_ref.filter(|p| !p.is_empty()) else {
                 return Ok(false);
@@ -199,7 +227,9 @@ pub fn impairment_hold(r: &mut DeviceRecord, event_id: &str, set: bool) -> Resul
     } else if r.impairment_hold.as_deref() == Some(event_id.as_str()) {
         r.impairment_hold = None;
     } else {
-        return Err(DomainError::InvalidState(format!("device holds no impairment event {event_id}")));
+        return Err(DomainError::InvalidState(format!(
+            "device holds no impairment event {event_id}"
+        )));
     }
     Ok(())
 }
@@ -219,23 +249,66 @@ mod tests {
         let now = Utc::now();
         let mut r = rec();
         // "A device without prior proof remains explicitly at none."
-        assert!(!enrollment_proof(&mut r, ProofOutcome::Failed { pinned_infrastructure_ref: Some("uuid-1".into()) }, now).unwrap());
+        assert!(!enrollment_proof(
+            &mut r,
+            ProofOutcome::Failed {
+                pinned_infrastructure_ref: Some("uuid-1".into())
+            },
+            now
+        )
+        .unwrap());
         assert_eq!(r.enrollment_validated_ref, None);
-        enrollment_proof(&mut r, ProofOutcome::Enrolled { result_ref: "uuid-1".into(), source: "enrollment".into() }, now).unwrap();
+        enrollment_proof(
+            &mut r,
+            ProofOutcome::Enrolled {
+                result_ref: "uuid-1".into(),
+                source: "enrollment".into(),
+            },
+            now,
+        )
+        .unwrap();
         assert!(has_enrollment_proof(&r));
         // "if matching enrolled ... proof already exists, the earlier validation is preserved"
-        assert!(!enrollment_proof(&mut r, ProofOutcome::Failed { pinned_infrastructure_ref: Some("uuid-1".into()) }, now).unwrap());
+        assert!(!enrollment_proof(
+            &mut r,
+            ProofOutcome::Failed {
+                pinned_infrastructure_ref: Some("uuid-1".into())
+            },
+            now
+        )
+        .unwrap());
         assert!(has_enrollment_proof(&r));
         // "if the Device now carries a replacement infrastructure_ref, the write safely no-ops"
-        assert!(!enrollment_proof(&mut r, ProofOutcome::Failed { pinned_infrastructure_ref: Some("uuid-0".into()) }, now).unwrap());
+        assert!(!enrollment_proof(
+            &mut r,
+            ProofOutcome::Failed {
+                pinned_infrastructure_ref: Some("uuid-0".into())
+            },
+            now
+        )
+        .unwrap());
         // A replacement identity makes the proof stale for eligibility ...
         r.infrastructure_ref = Some("uuid-2".into());
         assert!(!has_enrollment_proof(&r));
         // ... and "Stale proof metadata is cleared when the operated identity still matches."
-        assert!(enrollment_proof(&mut r, ProofOutcome::Failed { pinned_infrastructure_ref: Some("uuid-2".into()) }, now).unwrap());
+        assert!(enrollment_proof(
+            &mut r,
+            ProofOutcome::Failed {
+                pinned_infrastructure_ref: Some("uuid-2".into())
+            },
+            now
+        )
+        .unwrap());
         assert_eq!(r.enrollment_validated_ref, None);
         // "failures without a trustworthy pinned identity ... make no proof write"
-        assert!(!enrollment_proof(&mut r, ProofOutcome::Failed { pinned_infrastructure_ref: None }, now).unwrap());
+        assert!(!enrollment_proof(
+            &mut r,
+            ProofOutcome::Failed {
+                pinned_infrastructure_ref: None
+            },
+            now
+        )
+        .unwrap());
     }
 
     #[test]
@@ -252,7 +325,13 @@ mod tests {
     #[test]
     fn version_and_inputs_are_checked() {
         let mut r = rec();
-        assert!(matches!(check_version(&r, 7), Err(DomainError::Conflict { expected: 7, actual: 1 })));
+        assert!(matches!(
+            check_version(&r, 7),
+            Err(DomainError::Conflict {
+                expected: 7,
+                actual: 1
+            })
+        ));
         assert!(cordon(&mut r, "  ").is_err());
         assert!(!r.cordoned, "bad input changes nothing");
         assert!(taint(&mut r, "Bad Key", false).is_err());

@@ -23,14 +23,18 @@ pub struct Effective<'a> {
 }
 
 impl Effective<'_> {
-    pub const ABSENT: Effective<'static> = Effective { status: ConditionStatus::Unknown, reason: "" };
+    pub const ABSENT: Effective<'static> = Effective {
+        status: ConditionStatus::Unknown,
+        reason: "",
+    };
 
     /// Seed 002 / conditions.md: "*Lost from sight* means Unknown because
     /// SLURM could not be read (SchedulerUnreachable) or because the SLURM
     /// source went silent (SourceSilent)".
     fn lost_from_sight(&self) -> bool {
         self.status == ConditionStatus::Unknown
-            && (self.reason == reasons::SCHEDULER_UNREACHABLE || self.reason == reasons::SOURCE_SILENT)
+            && (self.reason == reasons::SCHEDULER_UNREACHABLE
+                || self.reason == reasons::SOURCE_SILENT)
     }
 }
 
@@ -44,11 +48,18 @@ pub struct Derivation {
 }
 
 fn d(status: OperationalStatus, rule: u8, decisive: Vec<C>) -> Derivation {
-    Derivation { status, decisive, rule }
+    Derivation {
+        status,
+        decisive,
+        rule,
+    }
 }
 
 /// The ordered rules; `get` returns the effective value of a type.
-pub fn derive_operational<'a>(inventory_only: bool, get: impl Fn(C) -> Effective<'a>) -> Derivation {
+pub fn derive_operational<'a>(
+    inventory_only: bool,
+    get: impl Fn(C) -> Effective<'a>,
+) -> Derivation {
     use ConditionStatus::{False, True};
     use OperationalStatus as S;
     if inventory_only {
@@ -64,17 +75,25 @@ pub fn derive_operational<'a>(inventory_only: bool, get: impl Fn(C) -> Effective
     if is(C::CustomerReady, True) && is(C::InstanceAllocated, True) {
         return d(S::InUse, 3, vec![C::CustomerReady, C::InstanceAllocated]);
     }
-    if is(C::CustomerReady, True) && is(C::InstanceAllocated, False) && is(C::IronicAvailable, True) {
-        return d(S::Available, 4, vec![C::CustomerReady, C::InstanceAllocated, C::IronicAvailable]);
+    if is(C::CustomerReady, True) && is(C::InstanceAllocated, False) && is(C::IronicAvailable, True)
+    {
+        return d(
+            S::Available,
+            4,
+            vec![C::CustomerReady, C::InstanceAllocated, C::IronicAvailable],
+        );
     }
     if is(C::InMaintenancePool, True) {
         let registered = get(C::SlurmRegistered);
         let healthy = get(C::SlurmNodeHealthy);
-        let false_rows: Vec<C> = [(C::SlurmRegistered, &registered), (C::SlurmNodeHealthy, &healthy)]
-            .into_iter()
-            .filter(|(_, e)| e.status == False)
-            .map(|(t, _)| t)
-            .collect();
+        let false_rows: Vec<C> = [
+            (C::SlurmRegistered, &registered),
+            (C::SlurmNodeHealthy, &healthy),
+        ]
+        .into_iter()
+        .filter(|(_, e)| e.status == False)
+        .map(|(t, _)| t)
+        .collect();
         if !false_rows.is_empty() {
             let mut decisive = vec![C::InMaintenancePool];
             decisive.extend(false_rows);
@@ -82,7 +101,15 @@ pub fn derive_operational<'a>(inventory_only: bool, get: impl Fn(C) -> Effective
         }
         let ok = |e: &Effective| e.status == True || e.lost_from_sight();
         if ok(&registered) && ok(&healthy) {
-            return d(S::Validation, 6, vec![C::InMaintenancePool, C::SlurmRegistered, C::SlurmNodeHealthy]);
+            return d(
+                S::Validation,
+                6,
+                vec![
+                    C::InMaintenancePool,
+                    C::SlurmRegistered,
+                    C::SlurmNodeHealthy,
+                ],
+            );
         }
         return d(S::Quarantine, 7, vec![C::InMaintenancePool]);
     }
@@ -122,8 +149,18 @@ mod tests {
     use OperationalStatus as S;
 
     fn derive(rows: &[(C, ConditionStatus, &'static str)]) -> Derivation {
-        let map: HashMap<C, Effective<'static>> =
-            rows.iter().map(|(t, s, r)| (*t, Effective { status: *s, reason: r })).collect();
+        let map: HashMap<C, Effective<'static>> = rows
+            .iter()
+            .map(|(t, s, r)| {
+                (
+                    *t,
+                    Effective {
+                        status: *s,
+                        reason: r,
+                    },
+                )
+            })
+            .collect();
         derive_operational(false, |t| map.get(&t).cloned().unwrap_or(Effective::ABSENT))
     }
 
@@ -156,25 +193,58 @@ mod tests {
 
     #[test]
     fn decisive_types_are_the_ones_the_rule_names() {
-        let got = derive(&[(C::InMaintenancePool, T, ""), (C::SlurmRegistered, F, ""), (C::SlurmNodeHealthy, F, "Down")]);
-        assert_eq!(got.decisive, vec![C::InMaintenancePool, C::SlurmRegistered, C::SlurmNodeHealthy]);
-        let got = derive(&[(C::CustomerReady, T, ""), (C::InstanceAllocated, F, ""), (C::IronicAvailable, T, "")]);
-        assert_eq!(got.decisive, vec![C::CustomerReady, C::InstanceAllocated, C::IronicAvailable]);
+        let got = derive(&[
+            (C::InMaintenancePool, T, ""),
+            (C::SlurmRegistered, F, ""),
+            (C::SlurmNodeHealthy, F, "Down"),
+        ]);
+        assert_eq!(
+            got.decisive,
+            vec![
+                C::InMaintenancePool,
+                C::SlurmRegistered,
+                C::SlurmNodeHealthy
+            ]
+        );
+        let got = derive(&[
+            (C::CustomerReady, T, ""),
+            (C::InstanceAllocated, F, ""),
+            (C::IronicAvailable, T, ""),
+        ]);
+        assert_eq!(
+            got.decisive,
+            vec![C::CustomerReady, C::InstanceAllocated, C::IronicAvailable]
+        );
     }
 
     #[test]
     fn inventory_only_is_never_derived() {
         // seed 002: "Operational/health stay at their defaults (unknown/unknown) by design"
-        let got = derive_operational(true, |_| Effective { status: F, reason: "" });
+        let got = derive_operational(true, |_| Effective {
+            status: F,
+            reason: "",
+        });
         assert_eq!((got.status, got.rule), (S::Unknown, 0));
-        assert_eq!(derive_health(true, Some(ChassisHealth::Critical)), HealthStatus::Unknown);
+        assert_eq!(
+            derive_health(true, Some(ChassisHealth::Critical)),
+            HealthStatus::Unknown
+        );
     }
 
     #[test]
     fn health_follows_the_chassis_composite() {
-        assert_eq!(derive_health(false, Some(ChassisHealth::Ok)), HealthStatus::Healthy);
-        assert_eq!(derive_health(false, Some(ChassisHealth::Warning)), HealthStatus::Degraded);
-        assert_eq!(derive_health(false, Some(ChassisHealth::Critical)), HealthStatus::Critical);
+        assert_eq!(
+            derive_health(false, Some(ChassisHealth::Ok)),
+            HealthStatus::Healthy
+        );
+        assert_eq!(
+            derive_health(false, Some(ChassisHealth::Warning)),
+            HealthStatus::Degraded
+        );
+        assert_eq!(
+            derive_health(false, Some(ChassisHealth::Critical)),
+            HealthStatus::Critical
+        );
         assert_eq!(derive_health(false, None), HealthStatus::Unknown);
     }
 

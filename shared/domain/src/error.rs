@@ -10,10 +10,15 @@ pub enum DomainError {
     Conflict { expected: i64, actual: i64 },
     #[error("{0}")]
     InvalidState(String),
+    #[error("{0}")]
+    AlreadyExists(String),
     #[error("observed_at {observed_at} is more than 5 minutes ahead of the hub clock")]
     FutureObservation { observed_at: String },
     #[error("source {source_name} does not own condition type {condition_type}")]
-    ForbiddenSource { source_name: String, condition_type: String },
+    ForbiddenSource {
+        source_name: String,
+        condition_type: String,
+    },
     #[error("unknown condition type {0:?}")]
     UnknownConditionType(String),
 }
@@ -26,6 +31,7 @@ impl DomainError {
             Self::NotFound(_) => "NOT_FOUND",
             Self::Conflict { .. } => "CONFLICT",
             Self::InvalidState(_) => "INVALID_STATE",
+            Self::AlreadyExists(_) => "CONFLICT",
             Self::FutureObservation { .. } => "FUTURE_OBSERVATION",
             Self::ForbiddenSource { .. } => "FORBIDDEN_SOURCE",
             // An unknown type is bad input to the API.

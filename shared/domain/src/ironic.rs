@@ -3,17 +3,48 @@
 
 /// Every Ironic provision state value as the API reports it.
 pub const STATES: &[&str] = &[
-    "enroll", "verifying", "manageable", "inspecting", "inspect wait", "inspect failed",
-    "cleaning", "clean wait", "clean failed", "available", "deploying", "wait call-back",
-    "deploy failed", "active", "deleting", "deleted", "error", "rebuild", "rescuing",
-    "rescue wait", "rescue failed", "rescue", "unrescuing", "unrescue failed", "adopting",
-    "adopt failed", "servicing", "service wait", "service failed", "unservicing",
+    "enroll",
+    "verifying",
+    "manageable",
+    "inspecting",
+    "inspect wait",
+    "inspect failed",
+    "cleaning",
+    "clean wait",
+    "clean failed",
+    "available",
+    "deploying",
+    "wait call-back",
+    "deploy failed",
+    "active",
+    "deleting",
+    "deleted",
+    "error",
+    "rebuild",
+    "rescuing",
+    "rescue wait",
+    "rescue failed",
+    "rescue",
+    "unrescuing",
+    "unrescue failed",
+    "adopting",
+    "adopt failed",
+    "servicing",
+    "service wait",
+    "service failed",
+    "unservicing",
 ];
 
 /// "Failure states (map to operational_status=failed)".
 pub const FAILURE_STATES: &[&str] = &[
-    "deploy failed", "clean failed", "inspect failed", "rescue failed", "unrescue failed",
-    "adopt failed", "service failed", "error",
+    "deploy failed",
+    "clean failed",
+    "inspect failed",
+    "rescue failed",
+    "unrescue failed",
+    "adopt failed",
+    "service failed",
+    "error",
 ];
 
 pub fn is_known(state: &str) -> bool {
@@ -32,7 +63,9 @@ pub fn reason(state: &str) -> String {
         .filter(|w| !w.is_empty())
         .map(|w| {
             let mut c = w.chars();
-            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
         })
         .collect()
 }

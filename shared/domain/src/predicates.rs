@@ -3,7 +3,8 @@
 //! the store crate holds each pair equal over generated devices.
 
 use crate::vocab::{
-    CapacityBucket, Connectivity, HealthStatus, InventoryStatus, OperationalStatus, ProvisionState, Role, Trust,
+    CapacityBucket, Connectivity, HealthStatus, InventoryStatus, OperationalStatus, ProvisionState,
+    Role, Trust,
 };
 
 /// What the schedulable predicate reads.
@@ -35,7 +36,10 @@ pub fn schedulable(f: &SchedulingFacts) -> CapacityBucket {
     if f.maintenance || f.cordoned {
         return CapacityBucket::Maintenance;
     }
-    if !matches!(f.provision_state, ProvisionState::Adopted | ProvisionState::Deployed) {
+    if !matches!(
+        f.provision_state,
+        ProvisionState::Adopted | ProvisionState::Deployed
+    ) {
         return CapacityBucket::Provisioning;
     }
     if f.observed_generation < 1 {
@@ -94,7 +98,8 @@ pub fn customer_ready(
 }
 
 /// Customer-ready over `devices d`.
-pub const CUSTOMER_READY_SQL: &str = "(NOT d.inventory_only AND d.inventory_status = 'active' AND (\
+pub const CUSTOMER_READY_SQL: &str =
+    "(NOT d.inventory_only AND d.inventory_status = 'active' AND (\
     (d.operational_status IN ('available', 'in_use') AND d.health_status = 'healthy') \
     OR (d.operational_status = 'delegated' AND d.health_status IN ('healthy', 'unknown'))))";
 
@@ -121,23 +126,84 @@ mod tests {
     fn checks_run_in_order_and_name_the_bucket() {
         assert_eq!(schedulable(&host()), CapacityBucket::Schedulable);
         // "role is host. Otherwise the node is excluded."
-        assert_eq!(schedulable(&SchedulingFacts { role: Role::Dedicated, cordoned: true, ..host() }), CapacityBucket::Excluded);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                role: Role::Dedicated,
+                cordoned: true,
+                ..host()
+            }),
+            CapacityBucket::Excluded
+        );
         // "trust is platform, or tenant-owned in its owner's pool. Otherwise excluded."
-        assert_eq!(schedulable(&SchedulingFacts { trust: Trust::TenantOwned, owner_tenant_id: Some("t1"), pool_owner_tenant_id: Some("t2"), ..host() }), CapacityBucket::Excluded);
-        assert_eq!(schedulable(&SchedulingFacts { trust: Trust::TenantOwned, owner_tenant_id: Some("t1"), pool_owner_tenant_id: Some("t1"), ..host() }), CapacityBucket::Schedulable);
-        assert_eq!(schedulable(&SchedulingFacts { trust: Trust::TenantControlled, ..host() }), CapacityBucket::Excluded);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                trust: Trust::TenantOwned,
+                owner_tenant_id: Some("t1"),
+                pool_owner_tenant_id: Some("t2"),
+                ..host()
+            }),
+            CapacityBucket::Excluded
+        );
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                trust: Trust::TenantOwned,
+                owner_tenant_id: Some("t1"),
+                pool_owner_tenant_id: Some("t1"),
+                ..host()
+            }),
+            CapacityBucket::Schedulable
+        );
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                trust: Trust::TenantControlled,
+                ..host()
+            }),
+            CapacityBucket::Excluded
+        );
         // "Not in maintenance and not cordoned. Otherwise maintenance."
-        assert_eq!(schedulable(&SchedulingFacts { cordoned: true, connectivity: Connectivity::Lost, ..host() }), CapacityBucket::Maintenance);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                cordoned: true,
+                connectivity: Connectivity::Lost,
+                ..host()
+            }),
+            CapacityBucket::Maintenance
+        );
         // "provisionState is adopted or deployed. Otherwise provisioning."
-        assert_eq!(schedulable(&SchedulingFacts { provision_state: ProvisionState::Ready, ..host() }), CapacityBucket::Provisioning);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                provision_state: ProvisionState::Ready,
+                ..host()
+            }),
+            CapacityBucket::Provisioning
+        );
         // "observedGeneration is at least 1"
-        assert_eq!(schedulable(&SchedulingFacts { observed_generation: 0, ..host() }), CapacityBucket::Provisioning);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                observed_generation: 0,
+                ..host()
+            }),
+            CapacityBucket::Provisioning
+        );
         // "connectivity is connected. Otherwise unreachable."
         let reasons = ["unreachable".to_string()];
-        assert_eq!(schedulable(&SchedulingFacts { connectivity: Connectivity::Disconnected, no_schedule_reasons: &reasons, ..host() }), CapacityBucket::Unreachable);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                connectivity: Connectivity::Disconnected,
+                no_schedule_reasons: &reasons,
+                ..host()
+            }),
+            CapacityBucket::Unreachable
+        );
         // "noScheduleReasons is empty. Otherwise unhealthy."
         let reasons = ["taint:gpu-burnin".to_string()];
-        assert_eq!(schedulable(&SchedulingFacts { no_schedule_reasons: &reasons, ..host() }), CapacityBucket::Unhealthy);
+        assert_eq!(
+            schedulable(&SchedulingFacts {
+                no_schedule_reasons: &reasons,
+                ..host()
+            }),
+            CapacityBucket::Unhealthy
+        );
     }
 
     #[test]

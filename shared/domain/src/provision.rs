@@ -39,7 +39,11 @@ pub fn check_move(
 ) -> Result<Move, DomainError> {
     if from == Failed {
         return match failed_from {
-            Some(back) if back == to => Ok(Move { to, failed_from: None, maintenance_on: false }),
+            Some(back) if back == to => Ok(Move {
+                to,
+                failed_from: None,
+                maintenance_on: false,
+            }),
             _ => Err(DomainError::InvalidState(format!(
                 "provision_state failed can only recover to {}, not {to}",
                 failed_from.map_or("its recorded failed_from (none recorded)", |s| s.as_str())
@@ -47,12 +51,22 @@ pub fn check_move(
         };
     }
     if !legal_targets(from).contains(&to) {
-        return Err(DomainError::InvalidState(format!("provision_state cannot move from {from} to {to}")));
+        return Err(DomainError::InvalidState(format!(
+            "provision_state cannot move from {from} to {to}"
+        )));
     }
     if to == Failed {
-        Ok(Move { to, failed_from: Some(from), maintenance_on: true })
+        Ok(Move {
+            to,
+            failed_from: Some(from),
+            maintenance_on: true,
+        })
     } else {
-        Ok(Move { to, failed_from: None, maintenance_on: false })
+        Ok(Move {
+            to,
+            failed_from: None,
+            maintenance_on: false,
+        })
     }
 }
 
@@ -91,7 +105,10 @@ mod tests {
         assert!(m.maintenance_on);
         // "failed can recover" to the recorded failed_from only.
         assert!(check_move(Failed, Some(Deploying), Deploying).is_ok());
-        assert!(matches!(check_move(Failed, Some(Deploying), Ready), Err(DomainError::InvalidState(_))));
+        assert!(matches!(
+            check_move(Failed, Some(Deploying), Ready),
+            Err(DomainError::InvalidState(_))
+        ));
         assert!(check_move(Failed, None, Ready).is_err());
     }
 }

@@ -76,7 +76,10 @@ pub fn normalise<S: AsRef<str>>(reported: &[S]) -> Normalised {
     let mut out = Normalised::default();
     for entry in reported {
         for part in entry.as_ref().split('+') {
-            let word = part.trim().trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']).to_ascii_uppercase();
+            let word = part
+                .trim()
+                .trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-'])
+                .to_ascii_uppercase();
             if word.is_empty() {
                 continue;
             }
@@ -124,7 +127,10 @@ mod tests {
         assert_eq!(normalise(&["DOWN+DRAIN"]).tokens, vec![Down, Drain]);
         assert_eq!(normalise(&["DOWN*"]).tokens, vec![Down]);
         // v0.0.38: lowercase state string plus uppercase flags.
-        assert_eq!(normalise(&["idle", "DRAIN", "NOT_RESPONDING"]).tokens, vec![Idle, Drain, NotResponding]);
+        assert_eq!(
+            normalise(&["idle", "DRAIN", "NOT_RESPONDING"]).tokens,
+            vec![Idle, Drain, NotResponding]
+        );
         // "A node displayed as DRAINED is stored as IDLE+DRAIN, one displayed
         // as DRAINING as ALLOCATED+DRAIN."
         assert_eq!(normalise(&["DRAINED"]).tokens, vec![Idle, Drain]);

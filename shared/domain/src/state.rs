@@ -236,10 +236,16 @@ pub struct Ttls {
 
 impl Ttls {
     pub fn uniform(ttl: Duration) -> Self {
-        Ttls { default: ttl, per_source: BTreeMap::new() }
+        Ttls {
+            default: ttl,
+            per_source: BTreeMap::new(),
+        }
     }
     pub fn of(&self, source: Source) -> Duration {
-        self.per_source.get(&source).copied().unwrap_or(self.default)
+        self.per_source
+            .get(&source)
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 
@@ -280,10 +286,21 @@ pub enum Mirror {
         lessee: Option<String>,
         power: Power,
     },
-    Slurm { states: Vec<String>, mode: SlurmMode },
-    Netbox { status: Option<InventoryStatus>, tags: Vec<String> },
-    Health { chassis: Option<ChassisHealth> },
-    Custody { state: String, credential_ref: Option<String> },
+    Slurm {
+        states: Vec<String>,
+        mode: SlurmMode,
+    },
+    Netbox {
+        status: Option<InventoryStatus>,
+        tags: Vec<String>,
+    },
+    Health {
+        chassis: Option<ChassisHealth>,
+    },
+    Custody {
+        state: String,
+        credential_ref: Option<String>,
+    },
 }
 
 /// A validated `ConditionSnapshot`.
@@ -311,7 +328,10 @@ impl Snapshot {
                 )));
             }
             if seen.contains(&c.condition_type) {
-                return Err(DomainError::InvalidArgument(format!("type {} appears twice", c.condition_type)));
+                return Err(DomainError::InvalidArgument(format!(
+                    "type {} appears twice",
+                    c.condition_type
+                )));
             }
             seen.push(c.condition_type);
         }
@@ -341,7 +361,10 @@ impl Snapshot {
         let mut h = Sha256::new();
         h.update(self.source.as_str());
         for c in conds {
-            h.update(format!("\n{}|{}|{}|{}", c.condition_type, c.status, c.reason, c.message));
+            h.update(format!(
+                "\n{}|{}|{}|{}",
+                c.condition_type, c.status, c.reason, c.message
+            ));
         }
         h.update(format!("\n{:?}", self.mirror));
         h.finalize().to_vec()
@@ -350,7 +373,9 @@ impl Snapshot {
 
 pub fn check_not_future(observed_at: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), DomainError> {
     if observed_at > now + FUTURE_LIMIT {
-        return Err(DomainError::FutureObservation { observed_at: observed_at.to_rfc3339() });
+        return Err(DomainError::FutureObservation {
+            observed_at: observed_at.to_rfc3339(),
+        });
     }
     Ok(())
 }
@@ -376,7 +401,11 @@ pub struct Notes {
 
 impl DeviceState {
     pub fn new(record: DeviceRecord) -> Self {
-        DeviceState { record, conditions: BTreeMap::new(), freshness: BTreeMap::new() }
+        DeviceState {
+            record,
+            conditions: BTreeMap::new(),
+            freshness: BTreeMap::new(),
+        }
     }
 
     /// Applies one source's full snapshot (`conditions.md`, "Snapshot").
@@ -397,9 +426,24 @@ impl DeviceState {
                 // reason NotReported, so nothing is remembered between cycles."
                 None => (ConditionStatus::Unknown, reasons::NOT_REPORTED, ""),
             };
-            self.put_condition(t, status, reason, message, snap.source, snap.observed_at, now, false);
+            self.put_condition(
+                t,
+                status,
+                reason,
+                message,
+                snap.source,
+                snap.observed_at,
+                now,
+                false,
+            );
         }
-        self.freshness.insert(snap.source, Freshness { observed_at: snap.observed_at, digest });
+        self.freshness.insert(
+            snap.source,
+            Freshness {
+                observed_at: snap.observed_at,
+                digest,
+            },
+        );
         let notes = self.apply_mirror(&snap.mirror, now);
         (Outcome::Applied, notes)
     }
@@ -466,7 +510,14 @@ impl DeviceState {
         let r = &mut self.record;
         match mirror {
             Mirror::None => {}
-            Mirror::Ironic { provision_state, maintenance, maintenance_reason, instance_uuid, lessee, power } => {
+            Mirror::Ironic {
+                provision_state,
+                maintenance,
+                maintenance_reason,
+                instance_uuid,
+                lessee,
+                power,
+            } => {
                 r.mirrors.ironic_provision_state = Some(provision_state.clone());
                 r.mirrors.ironic_maintenance = Some(*maintenance);
                 r.mirrors.ironic_maintenance_reason = maintenance_reason.clone();
@@ -486,19 +537,30 @@ impl DeviceState {
                 r.mirrors.netbox_tags = tags.clone();
             }
             Mirror::Health { chassis } => r.mirrors.chassis_health = *chassis,
-            Mirror::Custody { state, credential_ref } => return self.apply_custody(state, credential_ref.as_deref(), now),
+            Mirror::Custody {
+                state,
+                credential_ref,
+            } => return self.apply_custody(state, credential_ref.as_deref(), now),
         }
         Notes::default()
     }
 
     /// Borneo custody (`conditions.md`, "Holds that freeze operational status").
-    fn apply_custody(&mut self, state: &str, credential_ref: Option<&str>, now: DateTime<Utc>) -> Notes {
+    fn apply_custody(
+        &mut self,
+        state: &str,
+        credential_ref: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Notes {
         let mut notes = Notes::default();
         let entering = self.record.operational_status != OperationalStatus::Delegated;
         self.record.custody = Some(state.to_string());
         match CustodyState::parse(state) {
             Ok(CustodyState::GoogleOwned) => {
-                let latch = self.conditions.get(&ConditionType::FrontendPortsInCustomerVrf).map(|r| r.status);
+                let latch = self
+                    .conditions
+                    .get(&ConditionType::FrontendPortsInCustomerVrf)
+                    .map(|r| r.status);
                 // On the transition: write unless verified True. Already
                 // delegated: only a missing row is backfilled.
                 let write = match latch {
@@ -520,7 +582,9 @@ impl DeviceState {
                 }
                 self.record.operational_status = OperationalStatus::Delegated;
             }
-            Ok(CustodyState::Drained) => self.record.operational_status = OperationalStatus::Drained,
+            Ok(CustodyState::Drained) => {
+                self.record.operational_status = OperationalStatus::Drained
+            }
             Ok(CustodyState::PartnerOwned) => {
                 // The post-MVP recovery path: record, change no status.
                 if let Some(c) = credential_ref {
@@ -555,19 +619,31 @@ impl DeviceState {
         let at = if hub_ordered {
             now
         } else {
-            let at = observed_at.ok_or_else(|| DomainError::InvalidArgument("observed_at is required".into()))?;
+            let at = observed_at
+                .ok_or_else(|| DomainError::InvalidArgument("observed_at is required".into()))?;
             check_not_future(at, now)?;
             if let Some(row) = self.conditions.get(&t) {
                 if at < row.observed_at {
                     return Ok((Outcome::Stale, false));
                 }
-                if at == row.observed_at && row.same_value(input.status, &input.reason, &input.message) {
+                if at == row.observed_at
+                    && row.same_value(input.status, &input.reason, &input.message)
+                {
                     return Ok((Outcome::Duplicate, false));
                 }
             }
             at
         };
-        let changed = self.put_condition(t, input.status, &input.reason, &input.message, source, at, now, true);
+        let changed = self.put_condition(
+            t,
+            input.status,
+            &input.reason,
+            &input.message,
+            source,
+            at,
+            now,
+            true,
+        );
         Ok((Outcome::Applied, changed))
     }
 
@@ -609,10 +685,20 @@ impl DeviceState {
 
     /// Liveness: no heartbeat for `unreachable_after` is `unreachable`, for
     /// `lost_after` is `lost`.
-    pub fn apply_liveness(&mut self, now: DateTime<Utc>, unreachable_after: Duration, lost_after: Duration) {
+    pub fn apply_liveness(
+        &mut self,
+        now: DateTime<Utc>,
+        unreachable_after: Duration,
+        lost_after: Duration,
+    ) {
         let r = &mut self.record;
-        let Some(last) = r.session.last_seen else { return };
-        if !matches!(r.connectivity, Connectivity::Connected | Connectivity::Unreachable) {
+        let Some(last) = r.session.last_seen else {
+            return;
+        };
+        if !matches!(
+            r.connectivity,
+            Connectivity::Connected | Connectivity::Unreachable
+        ) {
             return;
         }
         if last + lost_after < now {
@@ -627,10 +713,14 @@ impl DeviceState {
     pub fn effective(&self, t: ConditionType, now: DateTime<Utc>, ttls: &Ttls) -> Effective<'_> {
         match self.conditions.get(&t) {
             None => Effective::ABSENT,
-            Some(row) if self.is_stale(row, now, ttls) => {
-                Effective { status: ConditionStatus::Unknown, reason: reasons::SOURCE_SILENT }
-            }
-            Some(row) => Effective { status: row.status, reason: &row.reason },
+            Some(row) if self.is_stale(row, now, ttls) => Effective {
+                status: ConditionStatus::Unknown,
+                reason: reasons::SOURCE_SILENT,
+            },
+            Some(row) => Effective {
+                status: row.status,
+                reason: &row.reason,
+            },
         }
     }
 
@@ -651,7 +741,8 @@ impl DeviceState {
     /// `entered_service_at` and failure metadata.
     pub fn reconcile(&mut self, now: DateTime<Utc>, ttls: &Ttls) {
         let inventory_only = self.record.inventory_only;
-        let derived = derivation::derive_operational(inventory_only, |t| self.effective(t, now, ttls));
+        let derived =
+            derivation::derive_operational(inventory_only, |t| self.effective(t, now, ttls));
         let decisive: Vec<ConditionType> = derived.decisive.clone();
         for (t, row) in self.conditions.iter_mut() {
             row.decisive = decisive.contains(t);
@@ -665,8 +756,10 @@ impl DeviceState {
                 r.failed_at = Some(now);
             }
         }
-        if matches!(r.operational_status, OperationalStatus::Available | OperationalStatus::InUse)
-            && r.entered_service_at.is_none()
+        if matches!(
+            r.operational_status,
+            OperationalStatus::Available | OperationalStatus::InUse
+        ) && r.entered_service_at.is_none()
         {
             r.entered_service_at = Some(now);
         }
@@ -674,7 +767,11 @@ impl DeviceState {
             .freshness
             .get(&Source::HealthStatus)
             .is_some_and(|f| f.observed_at + ttls.of(Source::HealthStatus) >= now);
-        let composite = if health_fresh { self.record.mirrors.chassis_health } else { None };
+        let composite = if health_fresh {
+            self.record.mirrors.chassis_health
+        } else {
+            None
+        };
         self.record.health_status = derivation::derive_health(inventory_only, composite);
         self.record.no_schedule_reasons = self.no_schedule_reasons(now, ttls);
         let r = &self.record;
@@ -720,13 +817,20 @@ impl DeviceState {
             .iter()
             .filter_map(|axis| {
                 let (from, to) = (before.axis_value(*axis), self.record.axis_value(*axis));
-                (from != to).then_some(AxisChange { axis: *axis, from, to })
+                (from != to).then_some(AxisChange {
+                    axis: *axis,
+                    from,
+                    to,
+                })
             })
             .collect()
     }
 
     /// Condition types whose status differs from `before`.
-    pub fn condition_changes(&self, before: &BTreeMap<ConditionType, ConditionRow>) -> Vec<ConditionChange> {
+    pub fn condition_changes(
+        &self,
+        before: &BTreeMap<ConditionType, ConditionRow>,
+    ) -> Vec<ConditionChange> {
         self.conditions
             .values()
             .filter_map(|row| {
@@ -740,8 +844,15 @@ impl DeviceState {
             .collect()
     }
 
-    /// The types the current derivation found decisive.
+    /// The types the current derivation found decisive, by name.
     pub fn decisive_types(&self) -> Vec<ConditionType> {
-        self.conditions.values().filter(|r| r.decisive).map(|r| r.condition_type).collect()
+        let mut v: Vec<ConditionType> = self
+            .conditions
+            .values()
+            .filter(|r| r.decisive)
+            .map(|r| r.condition_type)
+            .collect();
+        v.sort_by_key(|t| t.as_str());
+        v
     }
 }

@@ -86,7 +86,10 @@ impl OperationalStatus {
     /// Seed 002: "delegated, pending_handover, and drained are frozen while
     /// Google owns the custody projection".
     pub fn is_custody_hold(self) -> bool {
-        matches!(self, Self::Delegated | Self::PendingHandover | Self::Drained)
+        matches!(
+            self,
+            Self::Delegated | Self::PendingHandover | Self::Drained
+        )
     }
 }
 
@@ -173,6 +176,9 @@ mod tests {
         }
         assert_eq!(Trust::TenantOwned.as_str(), "tenant-owned");
         assert_eq!(Source::HealthStatus.as_str(), "health-status");
-        assert!(matches!(ProvisionState::parse("Deployed"), Err(DomainError::InvalidArgument(_))));
+        assert!(matches!(
+            ProvisionState::parse("Deployed"),
+            Err(DomainError::InvalidArgument(_))
+        ));
     }
 }

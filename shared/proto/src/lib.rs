@@ -22,7 +22,14 @@ macro_rules! schema_names {
         impl SchemaName for v1::$t { const NAME: &'static str = concat!("fleet.v1.", stringify!($t)); }
     )*};
 }
-schema_names!(ConditionSnapshot, ConditionWrite, ConnectivityObservation, StatusChanged, HubCommand, HubReply);
+schema_names!(
+    ConditionSnapshot,
+    ConditionWrite,
+    ConnectivityObservation,
+    StatusChanged,
+    HubCommand,
+    HubReply
+);
 
 pub fn timestamp(at: DateTime<Utc>) -> Timestamp {
     Timestamp {
@@ -31,11 +38,14 @@ pub fn timestamp(at: DateTime<Utc>) -> Timestamp {
     }
 }
 
-/// `None` for a missing or out-of-range timestamp.
+/// `None` for a missing or out-of-range timestamp. Truncated to the
+/// microsecond PostgreSQL stores, so a redelivered observation compares
+/// equal to the stored one.
 pub fn datetime(ts: Option<&Timestamp>) -> Option<DateTime<Utc>> {
     let ts = ts?;
     if !(0..1_000_000_000).contains(&ts.nanos) {
         return None;
     }
-    Utc.timestamp_opt(ts.seconds, ts.nanos as u32).single()
+    Utc.timestamp_opt(ts.seconds, (ts.nanos as u32 / 1000) * 1000)
+        .single()
 }

@@ -70,7 +70,10 @@ pub struct LogConfig {
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
-            database: DatabaseConfig { url: "postgres://postgres@127.0.0.1:5432/fleet".into(), max_connections: 16 },
+            database: DatabaseConfig {
+                url: "postgres://postgres@127.0.0.1:5432/fleet".into(),
+                max_connections: 16,
+            },
             nats: NatsConfig {
                 url: "nats://127.0.0.1:4222".into(),
                 subject_root: "fleet".into(),
@@ -93,7 +96,10 @@ impl Default for FleetConfig {
                 outbox_batch: 1000,
                 command_timeout_secs: 5,
             },
-            log: LogConfig { format: "text".into(), filter: "info".into() },
+            log: LogConfig {
+                format: "text".into(),
+                filter: "info".into(),
+            },
         }
     }
 }
@@ -108,7 +114,8 @@ pub enum ConfigError {
 
 impl FleetConfig {
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder().add_source(config::Config::try_from(&FleetConfig::default())?);
+        let mut b = config::Config::builder()
+            .add_source(config::Config::try_from(&FleetConfig::default())?);
         if let Some(f) = file {
             b = b.add_source(config::File::from(f).required(true));
         }
@@ -128,7 +135,10 @@ impl FleetConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         let req = |key: &'static str, v: &str| {
             if v.trim().is_empty() {
-                Err(ConfigError::Invalid { key, message: "is required".into() })
+                Err(ConfigError::Invalid {
+                    key,
+                    message: "is required".into(),
+                })
             } else {
                 Ok(())
             }
@@ -137,16 +147,30 @@ impl FleetConfig {
         req("nats.url", &self.nats.url)?;
         req("nats.subject_root", &self.nats.subject_root)?;
         if self.nats.partitions == 0 {
-            return Err(ConfigError::Invalid { key: "nats.partitions", message: "must be at least 1".into() });
+            return Err(ConfigError::Invalid {
+                key: "nats.partitions",
+                message: "must be at least 1".into(),
+            });
         }
-        if let Some(p) = self.hub.partitions.iter().find(|p| **p >= self.nats.partitions) {
+        if let Some(p) = self
+            .hub
+            .partitions
+            .iter()
+            .find(|p| **p >= self.nats.partitions)
+        {
             return Err(ConfigError::Invalid {
                 key: "hub.partitions",
-                message: format!("partition {p} is not below nats.partitions = {}", self.nats.partitions),
+                message: format!(
+                    "partition {p} is not below nats.partitions = {}",
+                    self.nats.partitions
+                ),
             });
         }
         if self.hub.batch_size == 0 {
-            return Err(ConfigError::Invalid { key: "hub.batch_size", message: "must be at least 1".into() });
+            return Err(ConfigError::Invalid {
+                key: "hub.batch_size",
+                message: "must be at least 1".into(),
+            });
         }
         Ok(())
     }

@@ -13,7 +13,8 @@ use prometheus_client::registry::Registry;
 
 use crate::Shutdown;
 
-pub type ReadyCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+pub type ReadyCheck =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct Ops {
@@ -43,17 +44,34 @@ async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
         prometheus_client::encoding::text::encode(&mut body, &registry)
     };
     match encoded {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], String::new()),
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            String::new(),
+        ),
     }
 }
 
 /// Binds `listen` and serves until shutdown; returns the bound address.
-pub async fn serve(listen: &str, router: Router, mut shutdown: Shutdown) -> std::io::Result<std::net::SocketAddr> {
+pub async fn serve(
+    listen: &str,
+    router: Router,
+    mut shutdown: Shutdown,
+) -> std::io::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.wait().await }).await;
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.wait().await })
+            .await;
     });
     Ok(addr)
 }

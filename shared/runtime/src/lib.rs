@@ -13,6 +13,12 @@ pub use shutdown::Shutdown;
 pub fn init_tracing(format: &str, filter: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if format == "json" { builder.json().try_init() } else { builder.try_init() };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }

@@ -21,7 +21,12 @@ impl ShutdownTrigger {
 impl Shutdown {
     pub fn new() -> (ShutdownTrigger, Shutdown) {
         let (tx, rx) = watch::channel(false);
-        (ShutdownTrigger { tx: std::sync::Arc::new(tx) }, Shutdown { rx })
+        (
+            ShutdownTrigger {
+                tx: std::sync::Arc::new(tx),
+            },
+            Shutdown { rx },
+        )
     }
 
     /// A signal that never fires unless triggered, plus SIGINT/SIGTERM.
@@ -32,8 +37,9 @@ impl Shutdown {
             let ctrl_c = tokio::signal::ctrl_c();
             #[cfg(unix)]
             {
-                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("SIGTERM handler installs");
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .expect("SIGTERM handler installs");
                 tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
             }
             #[cfg(not(unix))]

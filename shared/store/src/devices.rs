@@ -26,7 +26,11 @@ const DEVICE_COLUMNS: &str = "d.id, d.site_id, d.name, d.version, d.inventory_on
     d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, d.session_last_seen, \
     (d.deleted_at IS NOT NULL) AS deleted";
 
-fn parse<T>(row: &PgRow, col: &str, f: impl Fn(&str) -> Result<T, DomainError>) -> Result<T, StoreError> {
+fn parse<T>(
+    row: &PgRow,
+    col: &str,
+    f: impl Fn(&str) -> Result<T, DomainError>,
+) -> Result<T, StoreError> {
     let s: String = row.try_get(col)?;
     f(&s).map_err(|e| StoreError::Corrupt(format!("devices.{col}: {e}")))
 }
@@ -112,7 +116,8 @@ fn condition_from_row(row: &PgRow) -> Result<ConditionRow, StoreError> {
         reason: row.try_get("reason")?,
         message: row.try_get("message")?,
         source: Source::parse(row.try_get::<&str, _>("source")?).map_err(corrupt)?,
-        condition_of: ConditionOf::parse(row.try_get::<&str, _>("condition_of")?).map_err(corrupt)?,
+        condition_of: ConditionOf::parse(row.try_get::<&str, _>("condition_of")?)
+            .map_err(corrupt)?,
         durable: row.try_get("durable")?,
         observed_at: row.try_get("observed_at")?,
         received_at: row.try_get("received_at")?,
@@ -124,7 +129,10 @@ fn condition_from_row(row: &PgRow) -> Result<ConditionRow, StoreError> {
 /// Locks the devices (in id order, so concurrent batches never deadlock)
 /// and reads their conditions and freshness. Deleted devices are included;
 /// callers decide what a deleted device accepts.
-pub async fn lock_states(tx: &mut Tx<'_>, ids: &[String]) -> Result<BTreeMap<String, DeviceState>, StoreError> {
+pub async fn lock_states(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+) -> Result<BTreeMap<String, DeviceState>, StoreError> {
     let mut out = BTreeMap::new();
     if ids.is_empty() {
         return Ok(out);
@@ -157,9 +165,16 @@ pub async fn lock_states(tx: &mut Tx<'_>, ids: &[String]) -> Result<BTreeMap<Str
         .await?;
     for row in rows {
         let id: String = row.try_get("device_id")?;
-        let source = Source::parse(row.try_get::<&str, _>("source")?).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let source = Source::parse(row.try_get::<&str, _>("source")?)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         if let Some(s) = out.get_mut(&id) {
-            s.freshness.insert(source, Freshness { observed_at: row.try_get("observed_at")?, digest: row.try_get("digest")? });
+            s.freshness.insert(
+                source,
+                Freshness {
+                    observed_at: row.try_get("observed_at")?,
+                    digest: row.try_get("digest")?,
+                },
+            );
         }
     }
     Ok(out)
@@ -240,13 +255,23 @@ impl Written {
 
 /// Writes what changed between each `(before, after)` pair. The caller has
 /// already bumped `after.record.version` where the record changed.
-pub async fn write_diffs(tx: &mut Tx<'_>, pairs: &[(&DeviceState, &DeviceState)], now: DateTime<Utc>) -> Result<Written, StoreError> {
+pub async fn write_diffs(
+    tx: &mut Tx<'_>,
+    pairs: &[(&DeviceState, &DeviceState)],
+    now: DateTime<Utc>,
+) -> Result<Written, StoreError> {
     let mut written = Written::default();
-    let records: Vec<Value> =
-        pairs.iter().filter(|(b, a)| b.record != a.record).map(|(_, a)| record_json(&a.record)).collect();
+    let records: Vec<Value> = pairs
+        .iter()
+        .filter(|(b, a)| b.record != a.record)
+        .map(|(_, a)| record_json(&a.record))
+        .collect();
     if !records.is_empty() {
         written.devices = records.len() as u64;
-        sqlx::query(UPDATE_DEVICES).bind(Value::Array(records)).execute(&mut **tx).await?;
+        sqlx::query(UPDATE_DEVICES)
+            .bind(Value::Array(records))
+            .execute(&mut **tx)
+            .await?;
     }
 
     let mut c = ConditionColumns::default();
@@ -363,7 +388,11 @@ pub struct LifecycleRow {
     pub cause: String,
 }
 
-pub async fn insert_lifecycle(tx: &mut Tx<'_>, rows: &[LifecycleRow], now: DateTime<Utc>) -> Result<(), sqlx::Error> {
+pub async fn insert_lifecycle(
+    tx: &mut Tx<'_>,
+    rows: &[LifecycleRow],
+    now: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -388,21 +417,26 @@ pub async fn insert_lifecycle(tx: &mut Tx<'_>, rows: &[LifecycleRow], now: DateT
 /// Sets `derived_at` for devices a sweep re-derived without other changes,
 /// so the sweeper does not pick them again.
 pub async fn touch_derived(tx: &mut Tx<'_>, ids: &[String]) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE devices SET derived_at = now() WHERE id = ANY($1)").bind(ids).execute(&mut **tx).await?;
+    sqlx::query("UPDATE devices SET derived_at = now() WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
-/// Devices a source-silence deadline or a liveness timeout has passed for
-/// since they were last derived.
+/// Devices a source-silence deadline passed for since they were last
+/// derived, and connected devices past a liveness timeout.
 pub async fn due_for_sweep(
     pool: &sqlx::PgPool,
     ttls: &[(Source, chrono::Duration)],
     default_ttl: chrono::Duration,
     unreachable_after: chrono::Duration,
+    lost_after: chrono::Duration,
     limit: i64,
 ) -> Result<Vec<String>, sqlx::Error> {
+    let secs = |d: chrono::Duration| d.num_milliseconds() as f64 / 1000.0;
     let sources: Vec<&str> = ttls.iter().map(|(s, _)| s.as_str()).collect();
-    let secs: Vec<f64> = ttls.iter().map(|(_, d)| d.num_milliseconds() as f64 / 1000.0).collect();
+    let ttl_secs: Vec<f64> = ttls.iter().map(|(_, d)| secs(*d)).collect();
     sqlx::query_scalar(
         "WITH ttl AS (SELECT * FROM UNNEST($1::text[], $2::float8[]) AS t(source, secs)) \
          SELECT id FROM ( \
@@ -411,16 +445,16 @@ pub async fn due_for_sweep(
            LEFT JOIN ttl ON ttl.source = f.source \
            WHERE f.observed_at + make_interval(secs => COALESCE(ttl.secs, $3)) BETWEEN d.derived_at AND now() \
            UNION \
-           SELECT id FROM devices \
-           WHERE deleted_at IS NULL AND connectivity IN ('connected', 'unreachable') \
-             AND session_last_seen + make_interval(secs => $4) < now() \
-             AND session_last_seen + make_interval(secs => $4) > derived_at - interval '1 day' \
-         ) due ORDER BY id LIMIT $5",
+           SELECT id FROM devices WHERE deleted_at IS NULL AND ( \
+             (connectivity = 'connected' AND session_last_seen + make_interval(secs => $4) < now()) \
+             OR (connectivity IN ('connected', 'unreachable') AND session_last_seen + make_interval(secs => $5) < now())) \
+         ) due ORDER BY id LIMIT $6",
     )
     .bind(&sources)
-    .bind(&secs)
-    .bind(default_ttl.num_milliseconds() as f64 / 1000.0)
-    .bind(unreachable_after.num_milliseconds() as f64 / 1000.0)
+    .bind(&ttl_secs)
+    .bind(secs(default_ttl))
+    .bind(secs(unreachable_after))
+    .bind(secs(lost_after))
     .bind(limit)
     .fetch_all(pool)
     .await
@@ -445,12 +479,20 @@ pub async fn resolve(
         KeyKind::InfrastructureRef => ("d.infrastructure_ref", false),
         KeyKind::BmcAddress => ("d.bmc_address", false),
     };
-    let site_clause = if site_scoped { "AND d.site_id = k.site" } else { "" };
+    let site_clause = if site_scoped {
+        "AND d.site_id = k.site"
+    } else {
+        ""
+    };
     let sql = format!(
         "SELECT k.site, k.key, d.id FROM UNNEST($1::text[], $2::text[]) AS k(site, key) \
          JOIN devices d ON {column} = k.key {site_clause} AND d.deleted_at IS NULL"
     );
-    let rows: Vec<(String, String, String)> = sqlx::query_as(&sql).bind(&sites).bind(&values).fetch_all(&mut **tx).await?;
+    let rows: Vec<(String, String, String)> = sqlx::query_as(&sql)
+        .bind(&sites)
+        .bind(&values)
+        .fetch_all(&mut **tx)
+        .await?;
     Ok(rows.into_iter().map(|(s, k, id)| ((s, k), id)).collect())
 }
 

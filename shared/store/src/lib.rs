@@ -22,7 +22,9 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
-    #[error("database schema is at migration {current}, this build needs {needed}: run `fleet migrate`")]
+    #[error(
+        "database schema is at migration {current}, this build needs {needed}: run `fleet migrate`"
+    )]
     SchemaBehind { current: i64, needed: i64 },
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
@@ -35,13 +37,19 @@ pub enum StoreError {
 /// A pool that fails fast when PostgreSQL is away (readiness turns false,
 /// requests answer 503) and reconnects on its own when it is back.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
-    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect { url: redact(url), source })?;
+    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect {
+        url: redact(url),
+        source,
+    })?;
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
-        .map_err(|source| StoreError::Connect { url: redact(url), source })
+        .map_err(|source| StoreError::Connect {
+            url: redact(url),
+            source,
+        })
 }
 
 /// The URL without its password, for messages.
@@ -66,7 +74,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
 /// Refuses to run on a schema older than this build's migrations.
 pub async fn check_schema(pool: &PgPool) -> Result<(), StoreError> {
     let needed = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(pool).await?;
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
     let current: i64 = if exists {
         sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
             .fetch_one(pool)
@@ -84,7 +94,13 @@ pub async fn check_schema(pool: &PgPool) -> Result<(), StoreError> {
 mod tests {
     #[test]
     fn redacts_passwords() {
-        assert_eq!(super::redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(super::redact("postgres://postgres@127.0.0.1/db"), "postgres://postgres@127.0.0.1/db");
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(
+            super::redact("postgres://postgres@127.0.0.1/db"),
+            "postgres://postgres@127.0.0.1/db"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The transactional outbox: rows written in the same transaction as the
 //! change they announce, read and deleted by the relay.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 #[derive(Debug, Clone)]
 pub struct OutboxRow {
@@ -20,7 +20,10 @@ pub struct PendingRow {
     pub traceparent: Option<String>,
 }
 
-pub async fn insert(tx: &mut Transaction<'_, Postgres>, rows: &[OutboxRow]) -> Result<(), sqlx::Error> {
+pub async fn insert(
+    tx: &mut Transaction<'_, Postgres>,
+    rows: &[OutboxRow],
+) -> Result<(), sqlx::Error> {
     if rows.is_empty() {
         return Ok(());
     }
@@ -41,20 +44,34 @@ pub async fn insert(tx: &mut Transaction<'_, Postgres>, rows: &[OutboxRow]) -> R
     Ok(())
 }
 
-/// The oldest pending rows, in commit order of their ids.
-pub async fn pending(pool: &PgPool, limit: i64) -> Result<Vec<PendingRow>, sqlx::Error> {
-    let rows: Vec<(i64, String, String, Vec<u8>, Option<String>)> =
-        sqlx::query_as("SELECT id, subject, schema, payload, traceparent FROM outbox ORDER BY id LIMIT $1")
-            .bind(limit)
-            .fetch_all(pool)
-            .await?;
+/// The oldest pending rows, locked so that two relays (two hub replicas)
+/// never publish the same row at once.
+pub async fn pending(
+    tx: &mut Transaction<'_, Postgres>,
+    limit: i64,
+) -> Result<Vec<PendingRow>, sqlx::Error> {
+    let rows: Vec<(i64, String, String, Vec<u8>, Option<String>)> = sqlx::query_as(
+        "SELECT id, subject, schema, payload, traceparent FROM outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(&mut **tx)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, subject, schema, payload, traceparent)| PendingRow { id, subject, schema, payload, traceparent })
+        .map(|(id, subject, schema, payload, traceparent)| PendingRow {
+            id,
+            subject,
+            schema,
+            payload,
+            traceparent,
+        })
         .collect())
 }
 
-pub async fn delete(pool: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM outbox WHERE id = ANY($1)").bind(ids).execute(pool).await?;
+pub async fn delete(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }

@@ -1,0 +1,19 @@
+//! `fleet bench ...`: benchmarks against the local NATS and PostgreSQL.
+
+use clap::Subcommand;
+use fleet_runtime::FleetConfig;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// The hub: sustained snapshots/s, publish-to-StatusChanged latency,
+    /// peak RSS, rows per snapshot, and the naive and raw references.
+    Hub(crate::bench::hub::HubBench),
+}
+
+pub mod hub;
+
+pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> {
+    match what {
+        BenchCommand::Hub(b) => hub::run(config, b).await,
+    }
+}

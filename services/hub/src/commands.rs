@@ -1,0 +1,458 @@
+//! Hub commands over core NATS request/reply (`<root>.hub.cmd.<verb>`).
+//! Each runs in one transaction: lock, check `version`, apply the pure
+//! command, re-derive, write the diff with its lifecycle and outbox rows.
+//! The reply carries the stored record or a typed error.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use fleet_domain::commands::{self as cmd, ProofOutcome};
+use fleet_domain::state::DeviceState;
+use fleet_domain::*;
+use fleet_proto::{v1, Message};
+use fleet_runtime::Shutdown;
+use fleet_store::devices::{self, NewDevice};
+use fleet_store::StoreError;
+use futures::StreamExt;
+use v1::hub_command::Command as C;
+
+use crate::decode;
+use crate::work::Work;
+use crate::Hub;
+
+/// A command failure: the domain's typed errors, or the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CommandError {
+    fn from(e: sqlx::Error) -> Self {
+        CommandError::Store(StoreError::Db(e))
+    }
+}
+
+impl CommandError {
+    fn code(&self) -> &'static str {
+        match self {
+            CommandError::Domain(d) => d.code(),
+            CommandError::Store(_) => "UNAVAILABLE",
+        }
+    }
+}
+
+/// The verb a command is addressed to (`<root>.hub.cmd.<verb>`).
+pub fn verb(c: &C) -> &'static str {
+    match c {
+        C::CreateDevice(_) => "create_device",
+        C::Cordon(_) => "cordon",
+        C::Uncordon(_) => "uncordon",
+        C::Drain(_) => "drain",
+        C::Taint(_) => "taint",
+        C::Triage(_) => "triage",
+        C::Provision(_) => "provision",
+        C::Adopt(_) => "adopt",
+        C::RevokeIdentity(_) => "revoke_identity",
+        C::DeleteDevice(_) => "delete_device",
+        C::WriteCondition(_) => "write_condition",
+        C::EnrollmentProof(_) => "enrollment_proof",
+        C::ImpairmentHold(_) => "impairment_hold",
+        C::SetMaintenance(_) => "set_maintenance",
+    }
+}
+
+fn invalid(m: impl Into<String>) -> CommandError {
+    CommandError::Domain(DomainError::InvalidArgument(m.into()))
+}
+
+fn opt(s: &str) -> Option<String> {
+    (!s.trim().is_empty()).then(|| s.trim().to_string())
+}
+
+fn reply_ok(record: serde_json::Value, version: i64) -> v1::HubReply {
+    v1::HubReply {
+        error: None,
+        record_json: serde_json::to_vec(&record).unwrap_or_default(),
+        version,
+    }
+}
+
+fn reply_err(e: &CommandError) -> v1::HubReply {
+    v1::HubReply {
+        error: Some(v1::HubError {
+            code: e.code().to_string(),
+            message: e.to_string(),
+        }),
+        record_json: vec![],
+        version: 0,
+    }
+}
+
+/// The device as a command reply carries it.
+pub fn device_json(s: &DeviceState) -> serde_json::Value {
+    let mut v = serde_json::to_value(&s.record).unwrap_or_default();
+    v["customer_ready"] = predicates::customer_ready(
+        s.record.inventory_only,
+        s.record.inventory_status,
+        s.record.operational_status,
+        s.record.health_status,
+    )
+    .into();
+    v["operational_status_conditions"] = s
+        .decisive_types()
+        .iter()
+        .map(|t| t.as_str())
+        .collect::<Vec<_>>()
+        .into();
+    v
+}
+
+impl Hub {
+    pub(crate) async fn serve_commands(self: Arc<Self>, mut shutdown: Shutdown) {
+        let mut sub = loop {
+            match self
+                .nats
+                .queue_subscribe(self.subjects.hub_cmd_all(), "hub".into())
+                .await
+            {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot subscribe to commands; retrying");
+                    tokio::select! { _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
+                }
+            }
+        };
+        let limit = Arc::new(tokio::sync::Semaphore::new(32));
+        loop {
+            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
+            let Some(msg) = msg else { break };
+            let Some(reply_to) = msg.reply.clone() else {
+                continue;
+            };
+            let hub = self.clone();
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                break;
+            };
+            tokio::spawn(async move {
+                let _permit = permit;
+                let subject_verb = msg
+                    .subject
+                    .as_str()
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                let reply = hub.command_bytes(&subject_verb, &msg.payload).await;
+                if let Err(e) = hub
+                    .nats
+                    .publish(reply_to, reply.encode_to_vec().into())
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not send command reply");
+                }
+            });
+        }
+        let _ = sub.unsubscribe().await;
+    }
+
+    /// Decodes and runs one command; never panics on input.
+    pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> v1::HubReply {
+        let result = match v1::HubCommand::decode(payload) {
+            Err(e) => Err(invalid(format!("undecodable HubCommand: {e}"))),
+            Ok(c) => match &c.command {
+                None => Err(invalid("command is empty")),
+                Some(inner) if verb(inner) != subject_verb => Err(invalid(format!(
+                    "command {} sent to verb {subject_verb}",
+                    verb(inner)
+                ))),
+                Some(_) => self.command(c).await,
+            },
+        };
+        let v = subject_verb.to_string();
+        match result {
+            Ok(reply) => {
+                self.metrics.command(&v, "OK");
+                self.relay_wake.notify_one();
+                reply
+            }
+            Err(e) => {
+                if matches!(e, CommandError::Store(_)) {
+                    tracing::error!(verb = %v, error = %e, "command failed in the store");
+                }
+                self.metrics.command(&v, e.code());
+                reply_err(&e)
+            }
+        }
+    }
+
+    pub async fn command(&self, c: v1::HubCommand) -> Result<v1::HubReply, CommandError> {
+        let command = c.command.ok_or_else(|| invalid("command is empty"))?;
+        let verb = verb(&command);
+        let cause = if c.actor.is_empty() {
+            format!("command:{verb}")
+        } else {
+            format!("command:{verb}:{}", c.actor)
+        };
+        let now = Utc::now();
+        match command {
+            C::CreateDevice(d) => self.create_device(d, &cause).await,
+            C::Triage(t) => {
+                if t.device_ids.is_empty() {
+                    return Err(invalid("device_ids is required"));
+                }
+                let mut tx = self.pool.begin().await?;
+                let mut work = Work::lock(&mut tx, &t.device_ids).await?;
+                for id in &t.device_ids {
+                    let s = work
+                        .device(id, &cause, None)
+                        .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
+                    cmd::triage(
+                        &mut s.record,
+                        t.in_triage,
+                        opt(&t.triage_ticket_url).as_deref(),
+                        opt(&t.parent_ticket_url).as_deref(),
+                        now,
+                    );
+                }
+                let (_, work) = work
+                    .finish(&mut tx, now, &self.ttls, &self.subjects)
+                    .await?;
+                tx.commit().await?;
+                let list: Vec<serde_json::Value> = work
+                    .devices
+                    .values()
+                    .map(|t| device_json(&t.after))
+                    .collect();
+                Ok(reply_ok(serde_json::Value::Array(list), 0))
+            }
+            C::WriteCondition(w) => {
+                let (key, write) = decode::write(&w, now)?;
+                let mut tx = self.pool.begin().await?;
+                let found =
+                    devices::resolve(&mut tx, key.kind, &[(key.site.clone(), key.key.clone())])
+                        .await?;
+                let id = found.into_iter().next().map(|(_, id)| id).ok_or_else(|| {
+                    DomainError::NotFound(format!("device {} {}", key.kind, key.key))
+                })?;
+                let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+                let s = work
+                    .device(&id, &format!("source:{}", write.source), None)
+                    .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
+                if c.expected_version > 0 {
+                    cmd::check_version(&s.record, c.expected_version)?;
+                }
+                s.apply_condition_write(
+                    write.source,
+                    &write.input,
+                    write.observed_at,
+                    write.hub_ordered,
+                    now,
+                )?;
+                let (_, work) = work
+                    .finish(&mut tx, now, &self.ttls, &self.subjects)
+                    .await?;
+                tx.commit().await?;
+                let t = &work.devices[&id];
+                // The stored row: different from what was sent means stale-rejected.
+                let row = &t.after.conditions[&write.input.condition_type];
+                let mut v = serde_json::to_value(row).unwrap_or_default();
+                v["device_id"] = id.clone().into();
+                v["stale"] = t.after.is_stale(row, now, &self.ttls).into();
+                Ok(reply_ok(v, t.after.record.version))
+            }
+            other => {
+                let id = device_id(&other).to_string();
+                if id.is_empty() {
+                    return Err(invalid("device_id is required"));
+                }
+                let needs_version = !matches!(other, C::EnrollmentProof(_) | C::ImpairmentHold(_));
+                if needs_version && c.expected_version <= 0 {
+                    return Err(invalid("version is required: pass the version you read"));
+                }
+                let mut tx = self.pool.begin().await?;
+                let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+                let s = work
+                    .device(&id, &cause, None)
+                    .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
+                if c.expected_version > 0 {
+                    cmd::check_version(&s.record, c.expected_version)?;
+                }
+                apply_device_command(s, other, now)?;
+                let (_, work) = work
+                    .finish(&mut tx, now, &self.ttls, &self.subjects)
+                    .await?;
+                tx.commit().await?;
+                let t = &work.devices[&id];
+                Ok(reply_ok(device_json(&t.after), t.after.record.version))
+            }
+        }
+    }
+
+    async fn create_device(
+        &self,
+        d: v1::CreateDevice,
+        cause: &str,
+    ) -> Result<v1::HubReply, CommandError> {
+        let site = opt(&d.site).ok_or_else(|| invalid("site is required"))?;
+        let name = opt(&d.name).ok_or_else(|| invalid("name is required"))?;
+        let parse_or = |s: &str| {
+            if s.is_empty() {
+                None
+            } else {
+                Some(s.to_string())
+            }
+        };
+        let device_class = parse_or(&d.device_class)
+            .map(|s| DeviceClass::parse(&s))
+            .transpose()?
+            .unwrap_or(DeviceClass::GpuCompute);
+        let trust = parse_or(&d.trust)
+            .map(|s| Trust::parse(&s))
+            .transpose()?
+            .unwrap_or(Trust::Platform);
+        let inventory_status = parse_or(&d.inventory_status)
+            .map(|s| InventoryStatus::parse(&s))
+            .transpose()?
+            .unwrap_or(InventoryStatus::Unknown);
+        let provision_state = parse_or(&d.provision_state)
+            .map(|s| ProvisionState::parse(&s))
+            .transpose()?
+            .unwrap_or(ProvisionState::Adopting);
+        let explicit_role = parse_or(&d.role).map(|s| Role::parse(&s)).transpose()?;
+        let mut tx = self.pool.begin().await?;
+        let pool_id = opt(&d.pool_id);
+        // Better Compute: the pool kind decides the role.
+        let role = match (&explicit_role, &pool_id) {
+            (Some(r), _) => *r,
+            (None, None) => Role::Unassigned,
+            (None, Some(p)) => {
+                let kind: Option<String> =
+                    sqlx::query_scalar("SELECT kind FROM pools WHERE id = $1")
+                        .bind(p)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match kind.as_deref() {
+                    None => return Err(DomainError::NotFound(format!("pool {p}")).into()),
+                    Some("metal-dedicated") => Role::Dedicated,
+                    Some(_) => Role::Host,
+                }
+            }
+        };
+        let id = format!("dev_{}", ulid::Ulid::new());
+        let new = NewDevice {
+            id: id.clone(),
+            site_id: site.clone(),
+            name: name.clone(),
+            serial: opt(&d.serial),
+            netbox_id: (d.netbox_id > 0).then_some(d.netbox_id),
+            bmc_address: opt(&d.bmc_address),
+            infrastructure_ref: opt(&d.infrastructure_ref),
+            pool_id,
+            owner_tenant_id: opt(&d.owner_tenant_id),
+            rack: opt(&d.rack),
+            device_class,
+            role,
+            trust,
+            inventory_status,
+            provision_state,
+            labels: serde_json::to_value(&d.labels).unwrap_or_default(),
+        };
+        match devices::insert_device(&mut tx, &new).await {
+            Ok(Some(())) => {}
+            Ok(None) => return Err(DomainError::NotFound(format!("site {site}")).into()),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                return Err(DomainError::AlreadyExists(format!(
+                    "a device named {name} (or with that netbox_id) already exists in site {site}"
+                ))
+                .into());
+            }
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
+                return Err(
+                    DomainError::NotFound(format!("pool or tenant of device {name}")).into(),
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+        if let Some(t) = work.devices.get_mut(&id) {
+            t.born = true;
+            t.cause = cause.to_string();
+        }
+        let now = Utc::now();
+        let (_, work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        tx.commit().await?;
+        let t = &work.devices[&id];
+        Ok(reply_ok(device_json(&t.after), t.after.record.version))
+    }
+}
+
+fn device_id(c: &C) -> &str {
+    match c {
+        C::Cordon(x) => &x.device_id,
+        C::Uncordon(x) => &x.device_id,
+        C::Drain(x) => &x.device_id,
+        C::Taint(x) => &x.device_id,
+        C::Provision(x) => &x.device_id,
+        C::Adopt(x) => &x.device_id,
+        C::RevokeIdentity(x) => &x.device_id,
+        C::DeleteDevice(x) => &x.device_id,
+        C::EnrollmentProof(x) => &x.device_id,
+        C::ImpairmentHold(x) => &x.device_id,
+        C::SetMaintenance(x) => &x.device_id,
+        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => "",
+    }
+}
+
+fn apply_device_command(
+    s: &mut DeviceState,
+    c: C,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let r = &mut s.record;
+    match c {
+        C::Cordon(x) => cmd::cordon(r, &x.reason),
+        C::Uncordon(_) => {
+            cmd::uncordon(r);
+            Ok(())
+        }
+        C::Drain(x) => cmd::drain(r, &x.reason),
+        C::Taint(x) => cmd::taint(r, &x.key, x.remove),
+        C::Provision(x) => cmd::provision_move(r, ProvisionState::parse(&x.to)?),
+        C::Adopt(_) => cmd::adopt(r),
+        C::RevokeIdentity(_) => {
+            cmd::revoke_identity(r);
+            Ok(())
+        }
+        C::DeleteDevice(_) => {
+            cmd::delete(r);
+            Ok(())
+        }
+        C::SetMaintenance(x) => cmd::set_maintenance(r, x.maintenance, &x.reason),
+        C::EnrollmentProof(x) => {
+            let outcome = match x.outcome.as_str() {
+                "enrolled" => ProofOutcome::Enrolled {
+                    result_ref: x.result_ref,
+                    source: x.proof_source,
+                },
+                "failed" => ProofOutcome::Failed {
+                    pinned_infrastructure_ref: opt(&x.pinned_infrastructure_ref),
+                },
+                other => {
+                    return Err(DomainError::InvalidArgument(format!(
+                        "unknown enrollment proof outcome {other:?}"
+                    )))
+                }
+            };
+            cmd::enrollment_proof(r, outcome, now).map(|_| ())
+        }
+        C::ImpairmentHold(x) => cmd::impairment_hold(r, &x.event_id, x.set),
+        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => Err(
+            DomainError::InvalidArgument("not a single-device command".into()),
+        ),
+    }
+}

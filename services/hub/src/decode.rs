@@ -1,0 +1,279 @@
+//! From bus messages to validated domain inputs. Every rejection is typed;
+//! a rejected message is dead-lettered with its reason and changes nothing.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use fleet_domain::state::{check_not_future, ConditionInput, Mirror, SlurmMode, Snapshot};
+use fleet_domain::*;
+use fleet_proto::{datetime, v1, Message, SchemaName};
+
+/// A validated observation, still keyed by the source's external key.
+#[derive(Debug, Clone)]
+pub enum Observation {
+    Snapshot {
+        key: Key,
+        snapshot: Snapshot,
+    },
+    Write {
+        key: Key,
+        write: SingleWrite,
+    },
+    Connectivity {
+        device_id: String,
+        epoch: i64,
+        gateway_id: String,
+        event: ConnectivityEvent,
+        observed_at: DateTime<Utc>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub site: String,
+    pub kind: KeyKind,
+    pub key: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SingleWrite {
+    pub source: Source,
+    pub input: ConditionInput,
+    pub observed_at: Option<DateTime<Utc>>,
+    pub hub_ordered: bool,
+}
+
+impl Observation {
+    pub fn source(&self) -> Source {
+        match self {
+            Observation::Snapshot { snapshot, .. } => snapshot.source,
+            Observation::Write { write, .. } => write.source,
+            Observation::Connectivity { .. } => Source::Gateway,
+        }
+    }
+    pub fn key(&self) -> Key {
+        match self {
+            Observation::Snapshot { key, .. } | Observation::Write { key, .. } => key.clone(),
+            Observation::Connectivity { device_id, .. } => Key {
+                site: String::new(),
+                kind: KeyKind::DeviceId,
+                key: device_id.clone(),
+            },
+        }
+    }
+    pub fn observed_at(&self) -> DateTime<Utc> {
+        match self {
+            Observation::Snapshot { snapshot, .. } => snapshot.observed_at,
+            Observation::Write { write, .. } => write.observed_at.unwrap_or_else(Utc::now),
+            Observation::Connectivity { observed_at, .. } => *observed_at,
+        }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> DomainError {
+    DomainError::InvalidArgument(msg.into())
+}
+
+fn opt(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+pub fn key(k: Option<&v1::DeviceKey>) -> Result<Key, DomainError> {
+    let k = k.ok_or_else(|| invalid("device key is required"))?;
+    let kind = KeyKind::parse(&k.kind)?;
+    if k.key.is_empty() {
+        return Err(invalid("device key is empty"));
+    }
+    if kind != KeyKind::DeviceId && kind != KeyKind::Serial && k.site.is_empty() {
+        return Err(invalid(format!("a {kind} key needs its site")));
+    }
+    Ok(Key {
+        site: k.site.clone(),
+        kind,
+        key: k.key.clone(),
+    })
+}
+
+pub fn condition(c: &v1::Condition) -> Result<ConditionInput, DomainError> {
+    Ok(ConditionInput {
+        condition_type: ConditionType::lookup(&c.r#type)?,
+        status: ConditionStatus::parse(&c.status)?,
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    })
+}
+
+pub fn snapshot(
+    s: &v1::ConditionSnapshot,
+    now: DateTime<Utc>,
+) -> Result<(Key, Snapshot), DomainError> {
+    let source = Source::parse(&s.source)?;
+    let key = key(s.device.as_ref())?;
+    let observed_at =
+        datetime(s.observed_at.as_ref()).ok_or_else(|| invalid("observed_at is required"))?;
+    let conditions = s
+        .conditions
+        .iter()
+        .map(condition)
+        .collect::<Result<Vec<_>, _>>()?;
+    use v1::condition_snapshot::Mirror as M;
+    let mirror = match &s.mirror {
+        None => Mirror::None,
+        Some(M::Ironic(m)) => Mirror::Ironic {
+            provision_state: m.provision_state.clone(),
+            maintenance: m.maintenance,
+            maintenance_reason: opt(&m.maintenance_reason),
+            instance_uuid: opt(&m.instance_uuid),
+            lessee: opt(&m.lessee),
+            power: match m.power_state.as_str() {
+                "power on" => Power::On,
+                "power off" => Power::Off,
+                _ => Power::Unknown,
+            },
+        },
+        Some(M::Slurm(m)) => Mirror::Slurm {
+            states: m.states.clone(),
+            mode: match m.mode.as_str() {
+                "" | "observed" => SlurmMode::Observed,
+                "keep" => SlurmMode::Keep,
+                "clear" => SlurmMode::Clear,
+                other => return Err(invalid(format!("unknown slurm mirror mode {other:?}"))),
+            },
+        },
+        Some(M::Netbox(m)) => Mirror::Netbox {
+            status: if m.status.is_empty() {
+                None
+            } else {
+                Some(InventoryStatus::parse(&m.status)?)
+            },
+            tags: m.tags.clone(),
+        },
+        Some(M::Health(m)) => Mirror::Health {
+            chassis: if m.chassis_health.is_empty() {
+                None
+            } else {
+                Some(ChassisHealth::parse(&m.chassis_health)?)
+            },
+        },
+        Some(M::Custody(m)) => {
+            if m.state.is_empty() {
+                return Err(invalid("custody state is required"));
+            }
+            Mirror::Custody {
+                state: m.state.clone(),
+                credential_ref: opt(&m.credential_ref),
+            }
+        }
+    };
+    let snapshot = Snapshot {
+        source,
+        observed_at,
+        conditions,
+        mirror,
+    }
+    .validate(now)?;
+    Ok((key, snapshot))
+}
+
+pub fn write(
+    w: &v1::ConditionWrite,
+    now: DateTime<Utc>,
+) -> Result<(Key, SingleWrite), DomainError> {
+    let source = Source::parse(&w.source)?;
+    let key = key(w.device.as_ref())?;
+    let input = condition(
+        w.condition
+            .as_ref()
+            .ok_or_else(|| invalid("condition is required"))?,
+    )?;
+    input.condition_type.check_owner(source)?;
+    let observed_at = datetime(w.observed_at.as_ref());
+    if !w.hub_ordered {
+        let at =
+            observed_at.ok_or_else(|| invalid("observed_at is required unless hub_ordered"))?;
+        check_not_future(at, now)?;
+    }
+    if w.hub_ordered
+        && !(source == Source::Borneo
+            && input.condition_type == ConditionType::FrontendPortsInCustomerVrf)
+    {
+        return Err(invalid(
+            "hub_ordered is only for the custody-entry FrontendPortsInCustomerVrf write",
+        ));
+    }
+    if source == Source::Borneo && !w.hub_ordered {
+        return Err(DomainError::ForbiddenSource {
+            source_name: source.to_string(),
+            condition_type: format!("{} (custody entry only, hub-ordered)", input.condition_type),
+        });
+    }
+    Ok((
+        key,
+        SingleWrite {
+            source,
+            input,
+            observed_at,
+            hub_ordered: w.hub_ordered,
+        },
+    ))
+}
+
+pub fn connectivity(
+    c: &v1::ConnectivityObservation,
+    now: DateTime<Utc>,
+) -> Result<Observation, DomainError> {
+    if c.device_id.is_empty() {
+        return Err(invalid("device_id is required"));
+    }
+    let observed_at =
+        datetime(c.observed_at.as_ref()).ok_or_else(|| invalid("observed_at is required"))?;
+    check_not_future(observed_at, now)?;
+    Ok(Observation::Connectivity {
+        device_id: c.device_id.clone(),
+        epoch: c.epoch,
+        gateway_id: c.gateway_id.clone(),
+        event: ConnectivityEvent::parse(&c.event)?,
+        observed_at,
+    })
+}
+
+/// Decodes one message from `OBSERVATIONS`. `subject_source` is the source
+/// token of the subject: the subject is what NATS permissions guard, so a
+/// payload naming another source is `FORBIDDEN_SOURCE`.
+pub fn observation(
+    schema: Option<&str>,
+    subject_source: &str,
+    payload: &Bytes,
+    now: DateTime<Utc>,
+) -> Result<Observation, DomainError> {
+    let obs = match schema.unwrap_or(v1::ConditionSnapshot::NAME) {
+        v1::ConditionSnapshot::NAME => {
+            let m = v1::ConditionSnapshot::decode(payload.as_ref())
+                .map_err(|e| invalid(format!("undecodable ConditionSnapshot: {e}")))?;
+            let (key, snapshot) = snapshot(&m, now)?;
+            Observation::Snapshot { key, snapshot }
+        }
+        v1::ConditionWrite::NAME => {
+            let m = v1::ConditionWrite::decode(payload.as_ref())
+                .map_err(|e| invalid(format!("undecodable ConditionWrite: {e}")))?;
+            let (key, write) = write(&m, now)?;
+            Observation::Write { key, write }
+        }
+        v1::ConnectivityObservation::NAME => {
+            let m = v1::ConnectivityObservation::decode(payload.as_ref())
+                .map_err(|e| invalid(format!("undecodable ConnectivityObservation: {e}")))?;
+            connectivity(&m, now)?
+        }
+        other => {
+            return Err(invalid(format!(
+                "unexpected schema {other:?} on an observation subject"
+            )))
+        }
+    };
+    if obs.source().subject_token() != subject_source {
+        return Err(DomainError::ForbiddenSource {
+            source_name: subject_source.to_string(),
+            condition_type: format!("a message from {}", obs.source()),
+        });
+    }
+    Ok(obs)
+}

@@ -1,0 +1,225 @@
+//! Applying observation batches: one transaction per batch, devices locked
+//! in id order, ack only after commit. A batch that fails is retried one
+//! message at a time so one bad message cannot hold the others back.
+
+use std::collections::{BTreeMap, HashSet};
+
+use async_nats::jetstream::{self, AckKind};
+use chrono::Utc;
+use fleet_bus::trace::TraceParent;
+use fleet_domain::state::Outcome;
+use fleet_domain::{DomainError, KeyKind};
+use fleet_store::devices;
+use fleet_store::StoreError;
+
+use crate::decode::{self, Key, Observation};
+use crate::work::{Summary, Work};
+use crate::Hub;
+
+/// One fetched message and what decoding made of it.
+pub struct Item {
+    pub msg: jetstream::Message,
+    pub parsed: Result<Observation, DomainError>,
+    pub trace: Option<TraceParent>,
+}
+
+pub fn parse(msg: jetstream::Message) -> Item {
+    let now = Utc::now();
+    let headers = msg.headers.as_ref();
+    let schema = headers
+        .and_then(|h| h.get(fleet_bus::HEADER_SCHEMA))
+        .map(|v| v.as_str().to_string());
+    let trace = headers
+        .and_then(|h| h.get(fleet_bus::HEADER_TRACEPARENT))
+        .and_then(|v| TraceParent::parse(v.as_str()));
+    // <root>.obs.<source>.<partition>.<device>: the source is 4th from the end.
+    let tokens: Vec<&str> = msg.subject.as_str().split('.').collect();
+    let subject_source = if tokens.len() >= 4 {
+        tokens[tokens.len() - 3]
+    } else {
+        ""
+    };
+    let parsed = decode::observation(schema.as_deref(), subject_source, &msg.payload, now);
+    Item { msg, parsed, trace }
+}
+
+/// What one batch did, for metrics and the benchmark.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchStats {
+    pub applied: u64,
+    pub stale: u64,
+    pub duplicate: u64,
+    pub unresolved: u64,
+    pub rejected: u64,
+    pub summary: Summary,
+}
+
+impl Hub {
+    /// Applies a batch and acks it; dead-letters what cannot be applied.
+    pub async fn handle_batch(&self, items: Vec<Item>) -> BatchStats {
+        let mut stats = BatchStats::default();
+        let (good, bad): (Vec<Item>, Vec<Item>) = items.into_iter().partition(|i| i.parsed.is_ok());
+        for item in bad {
+            let err = item
+                .parsed
+                .as_ref()
+                .err()
+                .cloned()
+                .expect("partitioned on error");
+            self.dead_letter(&item.msg, err.dlq_reason(), &err.to_string())
+                .await;
+            stats.rejected += 1;
+        }
+        if good.is_empty() {
+            return stats;
+        }
+        match self.apply(&good).await {
+            Ok(s) => {
+                merge(&mut stats, s);
+                for item in &good {
+                    self.ack(&item.msg).await;
+                }
+            }
+            Err(e) if good.len() > 1 => {
+                tracing::warn!(error = %e, batch = good.len(), "batch failed; retrying its messages one at a time");
+                for item in good {
+                    match self.apply(std::slice::from_ref(&item)).await {
+                        Ok(s) => {
+                            merge(&mut stats, s);
+                            self.ack(&item.msg).await;
+                        }
+                        Err(e) => self.failed(&item.msg, &e).await,
+                    }
+                }
+            }
+            Err(e) => self.failed(&good[0].msg, &e).await,
+        }
+        self.relay_wake.notify_one();
+        self.metrics.record_batch(&stats);
+        stats
+    }
+
+    async fn ack(&self, msg: &jetstream::Message) {
+        if let Err(e) = msg.ack().await {
+            // The commit stands; a redelivery is a duplicate and a no-op.
+            tracing::warn!(error = %e, subject = %msg.subject, "ack failed after commit");
+        }
+    }
+
+    async fn failed(&self, msg: &jetstream::Message, e: &StoreError) {
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1) as u64;
+        if delivered >= self.config.hub.max_deliver {
+            tracing::error!(error = %e, subject = %msg.subject, delivered, "giving up on a message that cannot be applied");
+            self.dead_letter(msg, "apply_failed", &e.to_string()).await;
+        } else {
+            tracing::warn!(error = %e, subject = %msg.subject, delivered, "apply failed; will be redelivered");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(1))))
+                .await;
+        }
+    }
+
+    /// One transaction for the whole slice.
+    pub async fn apply(&self, items: &[Item]) -> Result<BatchStats, StoreError> {
+        let now = Utc::now();
+        let mut stats = BatchStats::default();
+        let obs: Vec<(&Item, &Observation)> = items
+            .iter()
+            .map(|i| (i, i.parsed.as_ref().expect("only parsed items")))
+            .collect();
+        let mut tx = self.pool.begin().await?;
+
+        let mut by_kind: BTreeMap<KeyKind, HashSet<(String, String)>> = BTreeMap::new();
+        for (_, o) in &obs {
+            let k = o.key();
+            by_kind.entry(k.kind).or_default().insert((k.site, k.key));
+        }
+        let mut resolved: BTreeMap<Key, String> = BTreeMap::new();
+        for (kind, keys) in by_kind {
+            let keys: Vec<(String, String)> = keys.into_iter().collect();
+            for ((site, key), id) in devices::resolve(&mut tx, kind, &keys).await? {
+                resolved.insert(Key { site, kind, key }, id);
+            }
+        }
+
+        let ids: Vec<String> = resolved.values().cloned().collect();
+        let mut work = Work::lock(&mut tx, &ids).await?;
+        for (item, o) in &obs {
+            let key = o.key();
+            let Some(id) = resolved.get(&key) else {
+                devices::record_unresolved(
+                    &mut tx,
+                    o.source().as_str(),
+                    &key.site,
+                    key.kind.as_str(),
+                    &key.key,
+                    o.observed_at(),
+                    &item.msg.payload,
+                )
+                .await?;
+                stats.unresolved += 1;
+                continue;
+            };
+            let cause = format!("source:{}", o.source());
+            let Some(state) = work.device(id, &cause, item.trace.as_ref()) else {
+                stats.unresolved += 1;
+                continue;
+            };
+            let outcome = match o {
+                Observation::Snapshot { snapshot, .. } => {
+                    let (outcome, notes) = state.apply_snapshot(snapshot, now);
+                    if notes.handover_breach {
+                        tracing::error!(device_id = %id, "HandoverBreach: custody entry with no verified front-end VRF flip on record");
+                    }
+                    outcome
+                }
+                Observation::Write { write, .. } => {
+                    match state.apply_condition_write(
+                        write.source,
+                        &write.input,
+                        write.observed_at,
+                        write.hub_ordered,
+                        now,
+                    ) {
+                        Ok((outcome, _)) => outcome,
+                        Err(e) => {
+                            // Checked at decode; kept as a guard.
+                            tracing::warn!(device_id = %id, error = %e, "condition write refused");
+                            Outcome::Stale
+                        }
+                    }
+                }
+                Observation::Connectivity {
+                    epoch,
+                    gateway_id,
+                    event,
+                    observed_at,
+                    ..
+                } => state.apply_connectivity(*epoch, gateway_id, *event, *observed_at),
+            };
+            match outcome {
+                Outcome::Applied => stats.applied += 1,
+                Outcome::Stale => stats.stale += 1,
+                Outcome::Duplicate => stats.duplicate += 1,
+            }
+        }
+        let (summary, _) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        tx.commit().await?;
+        stats.summary = summary;
+        Ok(stats)
+    }
+}
+
+fn merge(into: &mut BatchStats, s: BatchStats) {
+    into.applied += s.applied;
+    into.stale += s.stale;
+    into.duplicate += s.duplicate;
+    into.unresolved += s.unresolved;
+    into.summary.written.devices += s.summary.written.devices;
+    into.summary.written.conditions += s.summary.written.conditions;
+    into.summary.written.freshness += s.summary.written.freshness;
+    into.summary.events += s.summary.events;
+    into.summary.lifecycle += s.summary.lifecycle;
+}

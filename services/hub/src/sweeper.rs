@@ -1,0 +1,66 @@
+//! The sweeper: re-derives devices whose source went silent (a freshness
+//! deadline passed since they were last derived) and applies liveness
+//! timeouts, without waiting for a new message.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use fleet_runtime::Shutdown;
+use fleet_store::devices;
+
+use crate::work::Work;
+use crate::Hub;
+
+impl Hub {
+    /// One sweep; returns the number of devices re-derived.
+    pub async fn sweep_once(&self) -> anyhow::Result<usize> {
+        let h = &self.config.hub;
+        let ttls: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
+        let unreachable = chrono::Duration::seconds(h.unreachable_after_secs as i64);
+        let lost = chrono::Duration::seconds(h.lost_after_secs as i64);
+        let mut total = 0;
+        loop {
+            let due = devices::due_for_sweep(
+                &self.pool,
+                &ttls,
+                self.ttls.default,
+                unreachable,
+                lost,
+                500,
+            )
+            .await?;
+            if due.is_empty() {
+                return Ok(total);
+            }
+            let now = Utc::now();
+            let mut tx = self.pool.begin().await?;
+            let mut work = Work::lock(&mut tx, &due).await?;
+            for id in &due {
+                if let Some(state) = work.device(id, "sweep", None) {
+                    state.apply_liveness(now, unreachable, lost);
+                }
+            }
+            work.finish(&mut tx, now, &self.ttls, &self.subjects)
+                .await?;
+            devices::touch_derived(&mut tx, &due).await?;
+            tx.commit().await?;
+            self.relay_wake.notify_one();
+            self.metrics.swept.inc_by(due.len() as u64);
+            total += due.len();
+            if due.len() < 500 {
+                return Ok(total);
+            }
+        }
+    }
+
+    pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        let every = Duration::from_millis(self.config.hub.sweep_interval_ms.max(100));
+        loop {
+            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            if let Err(e) = self.sweep_once().await {
+                tracing::warn!(error = %e, "sweep failed; next interval retries");
+            }
+        }
+    }
+}

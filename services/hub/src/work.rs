@@ -1,0 +1,189 @@
+//! One transaction's worth of device changes: lock the devices, let the
+//! caller apply pure operations, then re-derive, bump versions and write the
+//! diff together with its lifecycle rows and outbox rows.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use fleet_bus::trace::TraceParent;
+use fleet_bus::Subjects;
+use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
+use fleet_domain::Axis;
+use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_store::devices::{self, LifecycleRow, Written};
+use fleet_store::outbox::{self, OutboxRow};
+use fleet_store::StoreError;
+use sqlx::{Postgres, Transaction};
+
+pub struct Touched {
+    pub before: DeviceState,
+    pub after: DeviceState,
+    pub cause: String,
+    pub trace: Option<TraceParent>,
+    pub born: bool,
+}
+
+pub struct Work {
+    pub devices: BTreeMap<String, Touched>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Summary {
+    pub written: Written,
+    pub events: u64,
+    pub lifecycle: u64,
+}
+
+impl Work {
+    pub async fn lock(
+        tx: &mut Transaction<'_, Postgres>,
+        ids: &[String],
+    ) -> Result<Work, StoreError> {
+        let mut sorted = ids.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        let states = devices::lock_states(tx, &sorted).await?;
+        let devices = states
+            .into_iter()
+            .map(|(id, s)| {
+                (
+                    id,
+                    Touched {
+                        before: s.clone(),
+                        after: s,
+                        cause: String::new(),
+                        trace: None,
+                        born: false,
+                    },
+                )
+            })
+            .collect();
+        Ok(Work { devices })
+    }
+
+    /// The live (not deleted) device, for an operation with `cause`.
+    pub fn device(
+        &mut self,
+        id: &str,
+        cause: &str,
+        trace: Option<&TraceParent>,
+    ) -> Option<&mut DeviceState> {
+        let t = self
+            .devices
+            .get_mut(id)
+            .filter(|t| !t.after.record.deleted)?;
+        t.cause = cause.to_string();
+        if let Some(tp) = trace {
+            t.trace = Some(tp.child());
+        }
+        Some(&mut t.after)
+    }
+
+    /// Re-derives every locked device and writes what changed.
+    pub async fn finish(
+        mut self,
+        tx: &mut Transaction<'_, Postgres>,
+        now: DateTime<Utc>,
+        ttls: &Ttls,
+        subjects: &Subjects,
+    ) -> Result<(Summary, Work), StoreError> {
+        let mut lifecycle = Vec::new();
+        let mut outbox_rows = Vec::new();
+        for t in self.devices.values_mut() {
+            if !t.after.record.deleted {
+                t.after.reconcile(now, ttls);
+            }
+            if t.after.record.differs_beyond_heartbeat(&t.before.record) {
+                t.after.record.version = t.before.record.version + 1;
+            }
+            events(t, now, subjects, &mut lifecycle, &mut outbox_rows);
+        }
+        let pairs: Vec<(&DeviceState, &DeviceState)> = self
+            .devices
+            .values()
+            .map(|t| (&t.before, &t.after))
+            .collect();
+        let written = devices::write_diffs(tx, &pairs, now).await?;
+        devices::insert_lifecycle(tx, &lifecycle, now).await?;
+        outbox::insert(tx, &outbox_rows).await?;
+        let summary = Summary {
+            written,
+            events: outbox_rows.len() as u64,
+            lifecycle: lifecycle.len() as u64,
+        };
+        Ok((summary, self))
+    }
+}
+
+/// Lifecycle rows (one per changed axis, a birth row per kind on creation)
+/// and `StatusChanged` outbox rows for one device.
+fn events(
+    t: &Touched,
+    now: DateTime<Utc>,
+    subjects: &Subjects,
+    lifecycle: &mut Vec<LifecycleRow>,
+    outbox_rows: &mut Vec<OutboxRow>,
+) {
+    let r = &t.after.record;
+    let changes: Vec<(Axis, String, String)> = if t.born {
+        TRACKED_AXES
+            .iter()
+            .map(|a| (*a, String::new(), r.axis_value(*a)))
+            .collect()
+    } else {
+        t.after
+            .axis_changes(&t.before.record)
+            .into_iter()
+            .map(|c| (c.axis, c.from, c.to))
+            .collect()
+    };
+    let trace = t.trace.clone().unwrap_or_else(TraceParent::new_root);
+    let decisive: Vec<String> = t
+        .after
+        .decisive_types()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    let mut emit = |axis: Axis, from: String, to: String, condition_type: Option<String>| {
+        let msg = v1::StatusChanged {
+            device_id: r.id.clone(),
+            site: r.site_id.clone(),
+            axis: axis.to_string(),
+            from,
+            to,
+            at: Some(timestamp(now)),
+            version: r.version,
+            decisive: match (axis, &condition_type) {
+                (Axis::Operational, _) => decisive.clone(),
+                (Axis::Conditions, Some(c)) => vec![c.clone()],
+                _ => vec![],
+            },
+            cause: t.cause.clone(),
+        };
+        outbox_rows.push(OutboxRow {
+            subject: subjects.status(axis.as_str(), &r.site_id, &r.id),
+            schema: v1::StatusChanged::NAME.to_string(),
+            payload: msg.encode_to_vec(),
+            traceparent: Some(trace.header()),
+        });
+    };
+    for (axis, from, to) in changes {
+        lifecycle.push(LifecycleRow {
+            device_id: r.id.clone(),
+            kind: axis.to_string(),
+            value: to.clone(),
+            cause: t.cause.clone(),
+        });
+        emit(axis, from, to, None);
+    }
+    for c in t.after.condition_changes(&t.before.conditions) {
+        emit(
+            Axis::Conditions,
+            c.from
+                .map(|s| format!("{}={}", c.condition_type, s))
+                .unwrap_or_default(),
+            format!("{}={}", c.condition_type, c.to),
+            Some(c.condition_type.to_string()),
+        );
+    }
+}

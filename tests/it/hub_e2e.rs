@@ -1,0 +1,166 @@
+//! End to end through NATS, the hub and PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use fleet_hub::Hub;
+use fleet_proto::{v1, Message};
+use fleet_runtime::Shutdown;
+use futures::StreamExt;
+
+use crate::support::*;
+
+pub async fn start_hub(
+    env: &TestEnv,
+) -> (
+    Arc<Hub>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+) {
+    let hub = Hub::connect(env.config.clone())
+        .await
+        .expect("hub connects");
+    let (trigger, shutdown) = Shutdown::new();
+    let h = hub.clone();
+    let task = tokio::spawn(async move {
+        fleet_hub::run_with(h, shutdown).await.expect("hub runs");
+    });
+    (hub, trigger, task)
+}
+
+/// Collects every `StatusChanged` on STATUS for a device.
+pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged> {
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("{}.status.*.*.{}", env.config.nats.subject_root, device),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut out = vec![];
+    let mut batch = consumer
+        .fetch()
+        .max_messages(10_000)
+        .messages()
+        .await
+        .unwrap();
+    while let Some(Ok(m)) = batch.next().await {
+        out.push(v1::StatusChanged::decode(m.payload.as_ref()).unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-a1-01").await;
+
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&openstack(
+        "s1",
+        "gpu-a1-01",
+        t0,
+        true,
+        false,
+        true,
+        true,
+        false,
+        false,
+    ))
+    .await;
+    eventually("operational_status in_use", || async {
+        (env.device_field(&id, "operational_status").await == "in_use").then_some(())
+    })
+    .await;
+
+    let decisive: Vec<String> = sqlx::query_scalar(
+        "SELECT type FROM device_conditions WHERE device_id = $1 AND decisive ORDER BY type",
+    )
+    .bind(&id)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(decisive, vec!["CustomerReady", "InstanceAllocated"]);
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
+            .bind(&id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows, 6, "the six openstack conditions");
+
+    // A freshness-only resync changes nothing but the freshness row.
+    let version = env.device_field(&id, "version").await;
+    env.publish_snapshot(&openstack(
+        "s1",
+        "gpu-a1-01",
+        t0 + chrono::Duration::seconds(30),
+        true,
+        false,
+        true,
+        true,
+        false,
+        false,
+    ))
+    .await;
+    eventually("freshness moved", || async {
+        let f: Option<chrono::DateTime<Utc>> = sqlx::query_scalar("SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'")
+            .bind(&id)
+            .fetch_optional(&env.pool)
+            .await
+            .unwrap();
+        (f == Some(t0 + chrono::Duration::seconds(30))).then_some(())
+    })
+    .await;
+    assert_eq!(
+        env.device_field(&id, "version").await,
+        version,
+        "a freshness-only resync does not bump version"
+    );
+
+    let lifecycle: Vec<(String, String)> = sqlx::query_as(
+        "SELECT kind, value FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id",
+    )
+    .bind(&id)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        lifecycle,
+        vec![
+            ("operational".into(), "unknown".into()),
+            ("operational".into(), "in_use".into())
+        ]
+    );
+
+    let events = eventually("operational events on STATUS", || async {
+        let ev: Vec<v1::StatusChanged> = status_events(&env, &id)
+            .await
+            .into_iter()
+            .filter(|e| e.axis == "operational")
+            .collect();
+        (ev.len() >= 2).then_some(ev)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again: Vec<v1::StatusChanged> = status_events(&env, &id)
+        .await
+        .into_iter()
+        .filter(|e| e.axis == "operational")
+        .collect();
+    assert_eq!(again.len(), events.len(), "no duplicate events");
+    let change = &events[1];
+    assert_eq!(
+        (change.from.as_str(), change.to.as_str()),
+        ("unknown", "in_use")
+    );
+    assert_eq!(change.decisive, vec!["CustomerReady", "InstanceAllocated"]);
+    assert_eq!(change.cause, "source:openstack");
+
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}

@@ -1,0 +1,4 @@
+//! Integration tests against the real NATS JetStream and PostgreSQL.
+
+mod hub_e2e;
+mod support;

@@ -1,0 +1,303 @@
+//! Test support: a fresh database and a unique subject root and stream
+//! prefix per test, against the real PostgreSQL and NATS of the machine
+//! (`DATABASE_URL`, `NATS_URL` override 127.0.0.1). Everything is removed
+//! when the environment is dropped.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fleet_bus::{StreamNames, Subjects};
+use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_runtime::FleetConfig;
+use sqlx::PgPool;
+
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+pub struct TestEnv {
+    pub config: FleetConfig,
+    pub db_name: String,
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub js: async_nats::jetstream::Context,
+    pub subjects: Subjects,
+    pub streams: StreamNames,
+}
+
+impl TestEnv {
+    pub async fn new() -> TestEnv {
+        let id = ulid::Ulid::new().to_string().to_lowercase();
+        let db_name = format!("fleet_test_{id}");
+        let mut config = FleetConfig::default();
+        let admin = admin_url();
+        let base = admin
+            .rsplit_once('/')
+            .map(|(b, _)| b.to_string())
+            .unwrap_or(admin.clone());
+        config.database.url = format!("{base}/{db_name}");
+        config.database.max_connections = 8;
+        config.nats.url = nats_url();
+        config.nats.subject_root = format!("t{id}.fleet");
+        config.nats.radar_root = format!("t{id}.radar");
+        config.nats.stream_prefix = format!("T{}_", id.to_uppercase());
+        config.nats.partitions = 4;
+        config.hub.listen = "127.0.0.1:0".into();
+        config.hub.fetch_wait_ms = 20;
+        config.hub.sweep_interval_ms = 200;
+        fleet::ensure_database(&config.database.url).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL is needed at {admin}: {e:#}\nstart it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
+        });
+        let pool = fleet_store::connect(&config.database.url, 4)
+            .await
+            .expect("connect test database");
+        fleet_store::migrate(&pool)
+            .await
+            .expect("migrate test database");
+        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-test")
+            .await
+            .unwrap_or_else(|e| {
+                panic!("NATS with JetStream is needed at {}: {e}", config.nats.url)
+            });
+        let js = async_nats::jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects)
+            .await
+            .expect("create streams");
+        sqlx::query("INSERT INTO sites (id, name) VALUES ('s1', 'site one'), ('s2', 'site two')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO sites (id, name, inventory_only) VALUES ('inv', 'inventory only', true)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        TestEnv {
+            config,
+            db_name,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        }
+    }
+
+    /// Removes the database and the streams.
+    pub async fn cleanup(self) {
+        self.pool.close().await;
+        for name in [
+            self.streams.observations(),
+            self.streams.status(),
+            self.streams.radar(),
+            self.streams.jobs(),
+            self.streams.dlq(),
+        ] {
+            let _ = self.js.delete_stream(&name).await;
+        }
+        if let Ok(mut conn) = sqlx::postgres::PgConnection::connect_admin(&admin_url()).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&mut conn)
+            .await;
+        }
+    }
+
+    /// Sends a hub command and returns the reply.
+    pub async fn command(
+        &self,
+        verb: &str,
+        version: i64,
+        command: v1::hub_command::Command,
+    ) -> v1::HubReply {
+        let c = v1::HubCommand {
+            actor: "test".into(),
+            expected_version: version,
+            command: Some(command),
+        };
+        let payload: bytes::Bytes = c.encode_to_vec().into();
+        // The hub may still be subscribing when a test starts.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let r = tokio::time::timeout(
+                Duration::from_secs(10),
+                self.nats
+                    .request(self.subjects.hub_cmd(verb), payload.clone()),
+            )
+            .await
+            .expect("hub answers in time");
+            match r {
+                Ok(reply) => break reply,
+                Err(e)
+                    if e.kind() == async_nats::RequestErrorKind::NoResponders
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("hub command {verb}: {e}"),
+            }
+        };
+        v1::HubReply::decode(reply.payload.as_ref()).expect("reply decodes")
+    }
+
+    /// Creates a device through the hub; returns its id.
+    pub async fn create_device(&self, site: &str, name: &str) -> String {
+        let reply = self
+            .command(
+                "create_device",
+                0,
+                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
+                    site: site.into(),
+                    name: name.into(),
+                    ..Default::default()
+                }),
+            )
+            .await;
+        assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
+        let v: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
+        let key = snap.device.clone().unwrap();
+        let at = snap
+            .observed_at
+            .as_ref()
+            .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
+            .unwrap_or(0);
+        fleet_bus::publish_observation(
+            &self.js,
+            &self.subjects,
+            self.config.nats.partitions,
+            &snap.source,
+            &key,
+            at,
+            v1::ConditionSnapshot::NAME,
+            None,
+            snap.encode_to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+
+    pub async fn device_field(&self, id: &str, column: &str) -> String {
+        sqlx::query_scalar(&format!("SELECT {column}::text FROM devices WHERE id = $1"))
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+trait ConnectAdmin {
+    fn connect_admin(
+        url: &str,
+    ) -> impl Future<Output = Result<sqlx::postgres::PgConnection, sqlx::Error>>;
+}
+
+impl ConnectAdmin for sqlx::postgres::PgConnection {
+    async fn connect_admin(url: &str) -> Result<sqlx::postgres::PgConnection, sqlx::Error> {
+        use sqlx::Connection;
+        sqlx::postgres::PgConnection::connect(url).await
+    }
+}
+
+/// Polls `check` until it returns `Some` or the time runs out.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn cond(t: &str, status: &str, reason: &str) -> v1::Condition {
+    v1::Condition {
+        r#type: t.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: String::new(),
+    }
+}
+
+pub fn snapshot(
+    source: &str,
+    site: &str,
+    kind: &str,
+    key: &str,
+    at: DateTime<Utc>,
+    conditions: Vec<v1::Condition>,
+) -> v1::ConditionSnapshot {
+    v1::ConditionSnapshot {
+        source: source.into(),
+        device: Some(v1::DeviceKey {
+            site: site.into(),
+            kind: kind.into(),
+            key: key.into(),
+        }),
+        observed_at: Some(timestamp(at)),
+        conditions,
+        mirror: None,
+    }
+}
+
+/// Ironic conditions for a device the way connector-openstack maps them.
+pub fn openstack(
+    site: &str,
+    name: &str,
+    at: DateTime<Utc>,
+    healthy: bool,
+    maintenance: bool,
+    ready: bool,
+    allocated: bool,
+    available: bool,
+    maint_pool: bool,
+) -> v1::ConditionSnapshot {
+    let b = |v: bool| if v { "True" } else { "False" };
+    snapshot(
+        "openstack",
+        site,
+        "name",
+        name,
+        at,
+        vec![
+            cond(
+                "IronicProvisionHealthy",
+                b(healthy),
+                if healthy { "Healthy" } else { "DeployFailed" },
+            ),
+            cond("IronicMaintenance", b(maintenance), ""),
+            cond("CustomerReady", b(ready), ""),
+            cond("InstanceAllocated", b(allocated), ""),
+            cond("IronicAvailable", b(available), ""),
+            cond("InMaintenancePool", b(maint_pool), ""),
+        ],
+    )
+}
+
+/// A time at the microsecond precision PostgreSQL stores.
+pub fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    fleet_proto::datetime(Some(&timestamp(t))).unwrap()
+}
