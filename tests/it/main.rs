@@ -1,4 +1,5 @@
 //! Integration tests against the real NATS JetStream and PostgreSQL.
 
+mod hub_behaviour;
 mod hub_e2e;
 mod support;

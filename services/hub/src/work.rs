@@ -93,7 +93,8 @@ impl Work {
             if !t.after.record.deleted {
                 t.after.reconcile(now, ttls);
             }
-            if t.after.record.differs_beyond_heartbeat(&t.before.record) {
+            // A device is born at version 1, derived axes included.
+            if !t.born && t.after.record.differs_beyond_heartbeat(&t.before.record) {
                 t.after.record.version = t.before.record.version + 1;
             }
             events(t, now, subjects, &mut lifecycle, &mut outbox_rows);

@@ -1,0 +1,689 @@
+//! The hub's rules through NATS and PostgreSQL: custody, staleness, the
+//! DLQ, unresolved keys, commands and their typed errors, inventory-only,
+//! source silence, and the schema check.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use fleet_proto::{timestamp, v1, Message, SchemaName};
+use futures::StreamExt;
+use v1::hub_command::Command as C;
+
+use crate::hub_e2e::{start_hub, status_events};
+use crate::support::*;
+
+fn custody(
+    site: &str,
+    name: &str,
+    at: chrono::DateTime<Utc>,
+    state: &str,
+) -> v1::ConditionSnapshot {
+    let mut s = snapshot("borneo", site, "name", name, at, vec![]);
+    s.mirror = Some(v1::condition_snapshot::Mirror::Custody(v1::CustodyMirror {
+        state: state.into(),
+        state_changed_at: None,
+        credential_ref: String::new(),
+    }));
+    s
+}
+
+async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
+    let stream = env.js.get_stream(env.streams.dlq()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+        .await
+        .unwrap();
+    let mut out = vec![];
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1000)
+        .messages()
+        .await
+        .unwrap();
+    while let Some(Ok(m)) = batch.next().await {
+        let h = m.headers.clone().unwrap_or_default();
+        out.push((
+            m.subject.to_string(),
+            h.get(fleet_bus::HEADER_DLQ_REASON)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+        ));
+    }
+    out
+}
+
+fn error_code(r: &v1::HubReply) -> &str {
+    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK")
+}
+
+fn record(r: &v1::HubReply) -> serde_json::Value {
+    serde_json::from_slice(&r.record_json).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-c-01").await;
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&custody("s1", "gpu-c-01", t0, "GOOGLE_OWNED"))
+        .await;
+    eventually("delegated", || async {
+        (env.device_field(&id, "operational_status").await == "delegated").then_some(())
+    })
+    .await;
+    let latch: (String, String, chrono::DateTime<Utc>) = sqlx::query_as(
+        "SELECT status, reason, observed_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (latch.0.as_str(), latch.1.as_str()),
+        ("Unknown", "HandoverBreach")
+    );
+    // One transaction: the latch and the status change have the same lifecycle clock.
+    let at: chrono::DateTime<Utc> = sqlx::query_scalar(
+        "SELECT created_at FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' AND value = 'delegated'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    let received: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT received_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        at, received,
+        "latch and status written in the same transaction"
+    );
+
+    let version = env.device_field(&id, "version").await;
+    let events_before = status_events(&env, &id).await.len();
+    env.publish_snapshot(&custody(
+        "s1",
+        "gpu-c-01",
+        t0 + chrono::Duration::seconds(60),
+        "GOOGLE_OWNED",
+    ))
+    .await;
+    eventually("second poll applied", || async {
+        let f: Option<chrono::DateTime<Utc>> =
+            sqlx::query_scalar("SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'borneo'")
+                .bind(&id)
+                .fetch_optional(&env.pool)
+                .await
+                .unwrap();
+        (f == Some(t0 + chrono::Duration::seconds(60))).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        env.device_field(&id, "version").await,
+        version,
+        "a second identical poll changes nothing"
+    );
+    assert_eq!(status_events(&env, &id).await.len(), events_before);
+    let latch2: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT observed_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(latch2, latch.2, "the latch is left alone");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_dead_lettered_and_changes_nothing() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-d-01").await;
+    let now = micros(Utc::now());
+    let key = v1::DeviceKey {
+        site: "s1".into(),
+        kind: "name".into(),
+        key: "gpu-d-01".into(),
+    };
+    let raw = |subject_source: &str, payload: Vec<u8>, n: i64| {
+        let env = &env;
+        let key = key.clone();
+        let source = subject_source.to_string();
+        async move {
+            fleet_bus::publish_observation(
+                &env.js,
+                &env.subjects,
+                env.config.nats.partitions,
+                &source,
+                &key,
+                n,
+                v1::ConditionSnapshot::NAME,
+                None,
+                payload.into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        }
+    };
+    // Arbitrary bytes.
+    raw("openstack", vec![0xff, 0x00, 0x13, 0x37, 0xde, 0xad], 1).await;
+    // An unknown condition type.
+    raw(
+        "openstack",
+        snapshot(
+            "openstack",
+            "s1",
+            "name",
+            "gpu-d-01",
+            now,
+            vec![cond("NoSuchType", "True", "")],
+        )
+        .encode_to_vec(),
+        2,
+    )
+    .await;
+    // A type the source does not own.
+    raw(
+        "slurm",
+        snapshot(
+            "slurm",
+            "s1",
+            "name",
+            "gpu-d-01",
+            now,
+            vec![cond("IronicMaintenance", "True", "")],
+        )
+        .encode_to_vec(),
+        3,
+    )
+    .await;
+    // A payload naming another source than its subject.
+    raw(
+        "slurm",
+        snapshot("openstack", "s1", "name", "gpu-d-01", now, vec![]).encode_to_vec(),
+        4,
+    )
+    .await;
+    // More than 5 minutes ahead.
+    raw(
+        "openstack",
+        snapshot(
+            "openstack",
+            "s1",
+            "name",
+            "gpu-d-01",
+            now + chrono::Duration::minutes(6),
+            vec![],
+        )
+        .encode_to_vec(),
+        5,
+    )
+    .await;
+    // A bad enum value.
+    raw(
+        "openstack",
+        snapshot(
+            "openstack",
+            "s1",
+            "name",
+            "gpu-d-01",
+            now,
+            vec![cond("IronicMaintenance", "Maybe", "")],
+        )
+        .encode_to_vec(),
+        6,
+    )
+    .await;
+
+    let dlq = eventually("six DLQ entries", || async {
+        let d = dlq_messages(&env).await;
+        (d.len() >= 6).then_some(d)
+    })
+    .await;
+    let mut reasons: Vec<String> = dlq.iter().map(|(_, r)| r.clone()).collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        vec![
+            "forbidden_source",
+            "forbidden_source",
+            "future_observation",
+            "invalid",
+            "invalid",
+            "unknown_condition_type"
+        ]
+    );
+    assert!(dlq.iter().all(|(s, _)| s.starts_with(&format!(
+        "{}.dlq.observations.",
+        env.config.nats.subject_root
+    ))));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "nothing was applied");
+
+    // The hub is still alive and applies good input.
+    env.publish_snapshot(&openstack(
+        "s1", "gpu-d-01", now, false, false, false, false, false, false,
+    ))
+    .await;
+    eventually("failed", || async {
+        (env.device_field(&id, "operational_status").await == "failed").then_some(())
+    })
+    .await;
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&snapshot(
+        "slurm",
+        "s1",
+        "name",
+        "ghost-01",
+        t0,
+        vec![cond("SlurmRegistered", "True", "")],
+    ))
+    .await;
+    env.publish_snapshot(&snapshot(
+        "slurm",
+        "s1",
+        "name",
+        "ghost-01",
+        t0 + chrono::Duration::seconds(1),
+        vec![cond("SlurmRegistered", "True", "")],
+    ))
+    .await;
+    let count: i64 = eventually("unresolved row", || async {
+        let c: Option<i64> = sqlx::query_scalar("SELECT seen_count FROM unresolved_observations WHERE source = 'slurm' AND key = 'ghost-01'")
+            .fetch_optional(&env.pool)
+            .await
+            .unwrap();
+        c.filter(|c| *c == 2)
+    })
+    .await;
+    assert_eq!(count, 2);
+    assert!(dlq_messages(&env).await.is_empty());
+
+    // Stale: an older snapshot after a newer one is not applied.
+    let id = env.create_device("s1", "gpu-s-01").await;
+    env.publish_snapshot(&openstack(
+        "s1",
+        "gpu-s-01",
+        t0 + chrono::Duration::seconds(10),
+        true,
+        true,
+        false,
+        false,
+        false,
+        false,
+    ))
+    .await;
+    eventually("quarantine", || async {
+        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
+    })
+    .await;
+    env.publish_snapshot(&openstack(
+        "s1", "gpu-s-01", t0, false, false, false, false, false, false,
+    ))
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        env.device_field(&id, "operational_status").await,
+        "quarantine",
+        "the older snapshot is stale"
+    );
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_check_version_and_answer_typed_errors() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-k-01").await;
+
+    let r = env
+        .command(
+            "cordon",
+            1,
+            C::Cordon(v1::Cordon {
+                device_id: id.clone(),
+                reason: "firmware".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "OK");
+    let rec = record(&r);
+    assert_eq!(rec["cordoned"], true);
+    assert_eq!(
+        rec["capacity_bucket"], "excluded",
+        "role unassigned: excluded before maintenance"
+    );
+    assert_eq!(r.version, 2);
+    // CONFLICT: the version the caller read is stale.
+    let r = env
+        .command(
+            "uncordon",
+            1,
+            C::Uncordon(v1::Uncordon {
+                device_id: id.clone(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "CONFLICT");
+    // NOT_FOUND
+    let r = env
+        .command(
+            "uncordon",
+            1,
+            C::Uncordon(v1::Uncordon {
+                device_id: "dev_nope".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "NOT_FOUND");
+    // INVALID_ARGUMENT: no reason, bad vocabulary, no version, wrong verb, bytes.
+    let r = env
+        .command(
+            "cordon",
+            2,
+            C::Cordon(v1::Cordon {
+                device_id: id.clone(),
+                reason: " ".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let r = env
+        .command(
+            "provision",
+            2,
+            C::Provision(v1::ProvisionMove {
+                device_id: id.clone(),
+                to: "Deployed".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let r = env
+        .command(
+            "uncordon",
+            0,
+            C::Uncordon(v1::Uncordon {
+                device_id: id.clone(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let r = env
+        .command(
+            "cordon",
+            2,
+            C::Uncordon(v1::Uncordon {
+                device_id: id.clone(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let garbage = env
+        .nats
+        .request(
+            env.subjects.hub_cmd("cordon"),
+            vec![0xff, 0xff, 0x01].into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(&v1::HubReply::decode(garbage.payload.as_ref()).unwrap()),
+        "INVALID_ARGUMENT"
+    );
+    // INVALID_STATE: adopting -> deployed is not in the table.
+    let r = env
+        .command(
+            "provision",
+            2,
+            C::Provision(v1::ProvisionMove {
+                device_id: id.clone(),
+                to: "deployed".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_STATE");
+    // failed records failed_from and turns maintenance on.
+    let r = env
+        .command(
+            "provision",
+            2,
+            C::Provision(v1::ProvisionMove {
+                device_id: id.clone(),
+                to: "failed".into(),
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "OK");
+    let rec = record(&r);
+    assert_eq!(
+        (
+            rec["provision_state"].as_str(),
+            rec["failed_from"].as_str(),
+            rec["maintenance"].as_bool()
+        ),
+        (Some("failed"), Some("adopting"), Some(true))
+    );
+    // Nothing half-applied on error: version moved only on the successes.
+    assert_eq!(env.device_field(&id, "version").await, "3");
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM device_lifecycle_events WHERE device_id = $1 AND cause LIKE 'command:%' AND cause NOT LIKE 'command:create_device%' AND kind IN ('cordoned','provision','maintenance') ORDER BY id")
+        .bind(&id)
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(kinds, vec!["cordoned", "provision", "maintenance"]);
+
+    // FORBIDDEN_SOURCE and FUTURE_OBSERVATION on the single-condition path.
+    let w = |source: &str, t: &str, at: chrono::DateTime<Utc>| {
+        C::WriteCondition(v1::ConditionWrite {
+            source: source.into(),
+            device: Some(v1::DeviceKey {
+                site: "s1".into(),
+                kind: "device_id".into(),
+                key: id.clone(),
+            }),
+            condition: Some(cond(t, "True", "MoveVerified")),
+            observed_at: Some(timestamp(at)),
+            hub_ordered: false,
+        })
+    };
+    let now = micros(Utc::now());
+    let r = env
+        .command(
+            "write_condition",
+            0,
+            w("slurm", "NvLinkGpusInRepairPartition", now),
+        )
+        .await;
+    assert_eq!(error_code(&r), "FORBIDDEN_SOURCE");
+    let r = env
+        .command(
+            "write_condition",
+            0,
+            w(
+                "nvlink-fabric",
+                "NvLinkGpusInRepairPartition",
+                now + chrono::Duration::minutes(10),
+            ),
+        )
+        .await;
+    assert_eq!(error_code(&r), "FUTURE_OBSERVATION");
+    let r = env
+        .command(
+            "write_condition",
+            0,
+            w("nvlink-fabric", "NvLinkGpusInRepairPartition", now),
+        )
+        .await;
+    assert_eq!(error_code(&r), "OK");
+    assert_eq!(record(&r)["status"], "True");
+    // A stale latch write gets the stored row back, not what it sent.
+    let stale = C::WriteCondition(v1::ConditionWrite {
+        source: "nvlink-fabric".into(),
+        device: Some(v1::DeviceKey {
+            site: "s1".into(),
+            kind: "device_id".into(),
+            key: id.clone(),
+        }),
+        condition: Some(cond(
+            "NvLinkGpusInRepairPartition",
+            "False",
+            "ReturnVerified",
+        )),
+        observed_at: Some(timestamp(now - chrono::Duration::seconds(5))),
+        hub_ordered: false,
+    });
+    let r = env.command("write_condition", 0, stale).await;
+    assert_eq!(error_code(&r), "OK");
+    assert_eq!(
+        record(&r)["status"],
+        "True",
+        "stale-rejected: the reply is the stored row"
+    );
+    // create_device twice: CONFLICT; unknown site: NOT_FOUND.
+    let dup = env
+        .command(
+            "create_device",
+            0,
+            C::CreateDevice(v1::CreateDevice {
+                site: "s1".into(),
+                name: "gpu-k-01".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&dup), "CONFLICT");
+    let nosite = env
+        .command(
+            "create_device",
+            0,
+            C::CreateDevice(v1::CreateDevice {
+                site: "nowhere".into(),
+                name: "x".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert_eq!(error_code(&nosite), "NOT_FOUND");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_only_devices_are_never_derived() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("inv", "gpu-i-01").await;
+    assert_eq!(
+        env.device_field(&id, "inventory_only").await,
+        "true",
+        "inherited from the site"
+    );
+    env.publish_snapshot(&openstack(
+        "inv",
+        "gpu-i-01",
+        micros(Utc::now()),
+        false,
+        true,
+        false,
+        false,
+        false,
+        false,
+    ))
+    .await;
+    eventually("conditions stored", || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
+                .bind(&id)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        (n == 6).then_some(())
+    })
+    .await;
+    assert_eq!(env.device_field(&id, "operational_status").await, "unknown");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_source_is_swept_to_unknown() {
+    let mut env = TestEnv::new().await;
+    env.config.hub.ttl_secs.insert("openstack".into(), 1);
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-q-01").await;
+    env.publish_snapshot(&openstack(
+        "s1",
+        "gpu-q-01",
+        micros(Utc::now()),
+        true,
+        true,
+        false,
+        false,
+        false,
+        false,
+    ))
+    .await;
+    eventually("quarantine", || async {
+        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
+    })
+    .await;
+    // No new snapshot: the sweeper re-derives once the TTL passes.
+    eventually("unknown after source silence", || async {
+        (env.device_field(&id, "operational_status").await == "unknown").then_some(())
+    })
+    .await;
+    let cause: String = sqlx::query_scalar("SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(cause, "sweep");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_refuses_a_schema_that_is_behind() {
+    let env = TestEnv::new().await;
+    let mut config = env.config.clone();
+    let fresh = format!("{}_empty", env.db_name);
+    config.database.url = config.database.url.replace(&env.db_name, &fresh);
+    fleet::ensure_database(&config.database.url).await.unwrap();
+    let err = fleet_hub::Hub::connect(config)
+        .await
+        .err()
+        .expect("refuses to start")
+        .to_string();
+    assert!(err.contains("fleet migrate"), "{err}");
+    let pool = fleet_store::connect(&admin_url(), 1).await.unwrap();
+    sqlx::query(&format!("DROP DATABASE \"{fresh}\" WITH (FORCE)"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    env.cleanup().await;
+}
