@@ -1,0 +1,205 @@
+//! `spec/quality.md`: kill the hub with SIGKILL at random points while
+//! snapshots stream in, restart it, three times; the final database equals
+//! applying every snapshot once, the lifecycle log holds exactly the real
+//! transitions, and `STATUS` holds no duplicate event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use chrono::Utc;
+use fleet_domain::state::{DeviceRecord, DeviceState, Ttls};
+use fleet_proto::{v1, Message};
+use futures::StreamExt;
+use rand::{Rng, SeedableRng};
+
+use crate::support::*;
+
+fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .arg("hub")
+        .env("FLEET__DATABASE__URL", &env.config.database.url)
+        .env("FLEET__NATS__URL", &env.config.nats.url)
+        .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
+        .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
+        .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
+        .env("FLEET__NATS__PARTITIONS", env.config.nats.partitions.to_string())
+        .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
+        .env("FLEET__HUB__ACK_WAIT_SECS", "2")
+        .env("FLEET__HUB__BATCH_SIZE", "32")
+        .env("FLEET__HUB__FETCH_WAIT_MS", "20")
+        .env("FLEET__HUB__DEFAULT_TTL_SECS", "86400")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn fleet hub")
+}
+
+/// Whether every hub consumer has delivered and had acked everything.
+async fn drained(env: &TestEnv) -> bool {
+    let Ok(mut stream) = env.js.get_stream(env.streams.observations()).await else { return false };
+    let Ok(info) = stream.info().await else { return false };
+    if info.state.messages > 0 {
+        return false;
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&env.pool).await.unwrap();
+    n == 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
+    let env = TestEnv::new().await;
+    let log = std::env::temp_dir().join(format!("{}-hub.log", env.db_name));
+    let mut hub = spawn_hub(&env, &log);
+
+    let devices = 16;
+    let per_device = 20;
+    let mut ids = vec![];
+    for i in 0..devices {
+        ids.push(env.create_device("s1", &format!("gpu-x-{i:02}")).await);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let t0 = micros(Utc::now()) - chrono::Duration::seconds(600);
+    // Per device, a sequence of openstack snapshots with random values.
+    let mut plan: Vec<(usize, v1::ConditionSnapshot)> = vec![];
+    for d in 0..devices {
+        for k in 0..per_device {
+            let b: Vec<bool> = (0..6).map(|_| rng.gen_bool(0.5)).collect();
+            let at = t0 + chrono::Duration::seconds((k * 10) as i64);
+            plan.push((d, openstack("s1", &format!("gpu-x-{d:02}"), at, b[0] || b[1], b[1] && b[2], b[3], b[4], b[5], b[2])));
+        }
+    }
+    // Interleave devices; each device's own snapshots stay in time order.
+    let mut queues: Vec<Vec<v1::ConditionSnapshot>> = vec![vec![]; devices];
+    for (d, s) in &plan {
+        queues[*d].push(s.clone());
+    }
+    queues.iter_mut().for_each(|q| q.reverse());
+    let mut order = vec![];
+    while queues.iter().any(|q| !q.is_empty()) {
+        let d = rng.gen_range(0..devices);
+        if let Some(s) = queues[d].pop() {
+            order.push(s);
+        }
+    }
+
+    let publisher = {
+        let js = env.js.clone();
+        let subjects = env.subjects.clone();
+        let partitions = env.config.nats.partitions;
+        let order = order.clone();
+        tokio::spawn(async move {
+            for (i, s) in order.iter().enumerate() {
+                let key = s.device.clone().unwrap();
+                let at = s.observed_at.as_ref().map(|t| t.seconds * 1_000_000_000 + t.nanos as i64).unwrap();
+                fleet_bus::publish_observation(&js, &subjects, partitions, "openstack", &key, at, "fleet.v1.ConditionSnapshot", None, s.encode_to_vec().into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+                // Spread the stream over the kills below.
+                if i % 4 == 0 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        })
+    };
+
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..700))).await;
+        hub.kill().expect("SIGKILL the hub");
+        hub.wait().unwrap();
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
+        hub = spawn_hub(&env, &log);
+    }
+    publisher.await.unwrap();
+    eventually("the hub drained every observation and the outbox", || async { drained(&env).await.then_some(()) }).await;
+    // Redeliveries after the last kill arrive within ack_wait.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eventually("drained again", || async { drained(&env).await.then_some(()) }).await;
+
+    // Expected: every snapshot applied once, in order, by the pure domain.
+    let now = Utc::now();
+    let ttls = Ttls::uniform(chrono::Duration::days(1));
+    let mut expected_status: HashMap<String, Vec<String>> = HashMap::new();
+    let mut expected: HashMap<String, DeviceState> = HashMap::new();
+    for (d, id) in ids.iter().enumerate() {
+        let mut rec = DeviceRecord::new(id.clone(), "s1".into(), format!("gpu-x-{d:02}"));
+        rec.no_schedule_reasons = vec!["unreachable".into()];
+        let mut s = DeviceState::new(rec);
+        let mut seq = vec!["unknown".to_string()];
+        for (pd, snap) in &plan {
+            if *pd != d {
+                continue;
+            }
+            let (_, domain) = fleet_hub::decode::snapshot(snap, now).unwrap();
+            s.apply_snapshot(&domain, now);
+            s.reconcile(now, &ttls);
+            seq.push(s.record.operational_status.to_string());
+        }
+        expected_status.insert(id.clone(), seq);
+        expected.insert(id.clone(), s);
+    }
+
+    let lifecycle: Vec<(String, String)> =
+        sqlx::query_as("SELECT device_id, value FROM device_lifecycle_events WHERE kind = 'operational' ORDER BY id")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    let mut by_device: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, v) in lifecycle {
+        by_device.entry(id).or_default().push(v);
+    }
+    for id in &ids {
+        let want = &expected[id];
+        let got_status = env.device_field(id, "operational_status").await;
+        assert_eq!(got_status, want.record.operational_status.to_string(), "final status of {id}");
+        let conds: Vec<(String, String, bool)> =
+            sqlx::query_as("SELECT type, status, decisive FROM device_conditions WHERE device_id = $1 ORDER BY type")
+                .bind(id)
+                .fetch_all(&env.pool)
+                .await
+                .unwrap();
+        let mut want_conds: Vec<(String, String, bool)> =
+            want.conditions.values().map(|c| (c.condition_type.to_string(), c.status.to_string(), c.decisive)).collect();
+        want_conds.sort();
+        assert_eq!(conds, want_conds, "conditions of {id}");
+        // The lifecycle log: real transitions only, ending at the final value,
+        // in an order the in-order history allows.
+        let rows = &by_device[id];
+        assert!(rows.windows(2).all(|w| w[0] != w[1]), "{id}: a lifecycle row that is no transition: {rows:?}");
+        assert_eq!(rows.last(), Some(&got_status));
+        let history = &expected_status[id];
+        let mut it = history.iter();
+        assert!(rows.iter().all(|r| it.any(|h| h == r)), "{id}: {rows:?} is not a subsequence of {history:?}");
+    }
+
+    // STATUS: one event per lifecycle row, none twice.
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("{}.status.operational.>", env.config.nats.subject_root),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut seen: HashMap<(String, i64), usize> = HashMap::new();
+    let mut total = 0;
+    let mut batch = consumer.fetch().max_messages(100_000).messages().await.unwrap();
+    while let Some(Ok(m)) = batch.next().await {
+        let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
+        *seen.entry((e.device_id, e.version)).or_default() += 1;
+        total += 1;
+    }
+    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(dupes.is_empty(), "duplicate StatusChanged events: {dupes:?}");
+    let rows: usize = by_device.values().map(|v| v.len()).sum();
+    assert_eq!(total, rows, "one operational event per lifecycle row");
+
+    hub.kill().ok();
+    hub.wait().ok();
+    let _ = std::fs::remove_file(&log);
+    env.cleanup().await;
+}
