@@ -86,6 +86,54 @@ impl Subjects {
     pub fn radar_all(&self) -> String {
         format!("{}.projection.v1.>", self.radar_root)
     }
+
+    /// `<root>.placer.cmd.<verb>` (core request/reply to the placer).
+    pub fn placer_cmd(&self, verb: &str) -> String {
+        format!("{}.placer.cmd.{}", self.root, token(verb))
+    }
+    pub fn placer_cmd_all(&self) -> String {
+        format!("{}.placer.cmd.*", self.root)
+    }
+    /// `<root>.placer.event.<kind>.<pool>.<allocation>` (the placer's own stream).
+    pub fn placer_event(&self, kind: &str, pool: &str, allocation: &str) -> String {
+        format!(
+            "{}.placer.event.{}.{}.{}",
+            self.root,
+            token(kind),
+            token(pool),
+            token(allocation)
+        )
+    }
+    pub fn placer_event_all(&self) -> String {
+        format!("{}.placer.event.>", self.root)
+    }
+    /// `<root>.agent.join` (node agent -> gateway, request/reply).
+    pub fn agent_join(&self) -> String {
+        format!("{}.agent.join", self.root)
+    }
+    /// `<root>.agent.<device>.<verb>`: `open`, `heartbeat`, `close` (agent ->
+    /// gateway, request/reply) and `cmd` (gateway -> agent, request/reply).
+    pub fn agent(&self, device: &str, verb: &str) -> String {
+        format!("{}.agent.{}.{}", self.root, token(device), token(verb))
+    }
+    /// Every device's `<verb>` subject: what the gateway subscribes to.
+    pub fn agent_all(&self, verb: &str) -> String {
+        format!("{}.agent.*.{}", self.root, token(verb))
+    }
+    /// `<root>.gateway.cmd.<verb>` (operators -> gateway, request/reply).
+    pub fn gateway_cmd(&self, verb: &str) -> String {
+        format!("{}.gateway.cmd.{}", self.root, token(verb))
+    }
+    pub fn gateway_cmd_all(&self) -> String {
+        format!("{}.gateway.cmd.*", self.root)
+    }
+    /// `<root>.radar.cmd.<verb>` (request/reply to the radar service).
+    pub fn radar_cmd(&self, verb: &str) -> String {
+        format!("{}.radar.cmd.{}", self.root, token(verb))
+    }
+    pub fn radar_cmd_all(&self) -> String {
+        format!("{}.radar.cmd.*", self.root)
+    }
 }
 
 /// A subject token: anything but `[A-Za-z0-9_-]` becomes `_`, so a host

@@ -6,6 +6,7 @@ pub mod catalogue;
 pub mod commands;
 pub mod derivation;
 pub mod error;
+pub mod hardware;
 pub mod ironic;
 pub mod predicates;
 pub mod provision;
