@@ -7,12 +7,17 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::connectors::ConnectorsConfig;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FleetConfig {
     pub database: DatabaseConfig,
     pub nats: NatsConfig,
     pub hub: HubConfig,
     pub log: LogConfig,
+    /// Connector services (`fleet connector <name>`); see `connectors.rs`.
+    #[serde(default)]
+    pub connectors: ConnectorsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -100,6 +105,7 @@ impl Default for FleetConfig {
                 format: "text".into(),
                 filter: "info".into(),
             },
+            connectors: ConnectorsConfig::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `/healthz` `/readyz` `/metrics` server, and the shutdown signal.
 
 pub mod config;
+pub mod connectors;
 pub mod http;
 pub mod shutdown;
 

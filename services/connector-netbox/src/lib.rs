@@ -1,0 +1,222 @@
+//! connector-netbox: reads `GET /api/dcim/devices/` for each configured
+//! site and publishes the NetBox mirror (inventory status, provisioning
+//! tags) keyed by device name. NetBox is the inventory source of truth: a
+//! device the hub does not know is created through the hub's
+//! `create_device` command (a `CONFLICT` reply means it exists already).
+
+pub mod create;
+pub mod mapping;
+
+use std::collections::HashSet;
+
+use anyhow::Context as _;
+use fleet_connector::paginate::{base_url, collect_pages, join};
+use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_domain::Source;
+use fleet_proto::v1;
+use fleet_runtime::connectors::{Credential, NetboxConnectorConfig};
+use fleet_runtime::{FleetConfig, Shutdown};
+use reqwest::Url;
+
+use crate::mapping::{map_devices, DevicePage, Warning};
+
+pub const OUTAGE_REASON: &str = "NetboxUnreachable";
+
+/// How the token is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthScheme {
+    /// `Authorization: Token <t>` (v1 tokens).
+    Token,
+    /// `Authorization: Bearer <t>` (v2 tokens, `nbt_<key>.<secret>`).
+    Bearer,
+    /// Bearer for tokens starting `nbt_`, Token otherwise.
+    Auto,
+}
+
+impl AuthScheme {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(AuthScheme::Auto),
+            "token" => Ok(AuthScheme::Token),
+            "bearer" => Ok(AuthScheme::Bearer),
+            other => Err(format!("{other:?} is not auto, token or bearer")),
+        }
+    }
+
+    /// The `Authorization` header value for `token`.
+    pub fn header(self, token: &str) -> String {
+        let bearer = match self {
+            AuthScheme::Token => false,
+            AuthScheme::Bearer => true,
+            AuthScheme::Auto => token.starts_with("nbt_"),
+        };
+        if bearer {
+            format!("Bearer {token}")
+        } else {
+            format!("Token {token}")
+        }
+    }
+}
+
+/// The client of one NetBox for one site.
+pub struct NetboxSite {
+    site: String,
+    slug: String,
+    devices_url: Url,
+    page_size: u32,
+    max_pages: u32,
+    token: Credential,
+    scheme: AuthScheme,
+    create_devices: bool,
+    http: HttpClient,
+    /// Devices the hub is known to have (created, or CONFLICT).
+    known: HashSet<String>,
+}
+
+impl NetboxSite {
+    async fn read(&self) -> Result<Vec<mapping::Device>, SourceError> {
+        let auth = self
+            .token
+            .resolve("connectors.netbox.token")
+            .map_err(|e| SourceError::Config(e.to_string()))?
+            .map(|t| self.scheme.header(t.expose()));
+        let mut first = self.devices_url.clone();
+        first
+            .query_pairs_mut()
+            .append_pair("site", &self.slug)
+            .append_pair("limit", &self.page_size.to_string());
+        collect_pages(first, self.max_pages, |url: Url| {
+            let auth = auth.clone();
+            async move {
+                let page: DevicePage = self
+                    .http
+                    .json(url.as_str(), |c| {
+                        let r = c.get(url.clone()).header("Accept", "application/json");
+                        match &auth {
+                            Some(a) => r.header("Authorization", a),
+                            None => r,
+                        }
+                    })
+                    .await?;
+                Ok((page.results, page.next))
+            }
+        })
+        .await
+    }
+}
+
+impl Target for NetboxSite {
+    fn source(&self) -> Source {
+        Source::Netbox
+    }
+
+    fn site(&self) -> &str {
+        &self.site
+    }
+
+    fn outage_reason(&self) -> &'static str {
+        OUTAGE_REASON
+    }
+
+    async fn poll(
+        &mut self,
+        ctx: PollContext<'_>,
+    ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
+        let devices = self.read().await?;
+        let mapped = map_devices(&self.site, &self.slug, &devices, ctx.observed_at);
+        for w in &mapped.warnings {
+            match w {
+                Warning::Unnamed { netbox_id } => {
+                    tracing::warn!(site = %self.site, netbox_id, "netbox device has no name; skipped")
+                }
+                Warning::OtherSite { netbox_id, site } => {
+                    tracing::warn!(site = %self.site, netbox_id, other_site = %site, "netbox returned a device of another site; skipped")
+                }
+                Warning::UnknownStatus { name, value } => {
+                    tracing::warn!(site = %self.site, device = %name, status = %value, "netbox status outside the inventory vocabulary; stored as unknown")
+                }
+            }
+            ctx.metrics.warning("netbox", w.kind());
+        }
+        if self.create_devices {
+            let wanted: Vec<v1::CreateDevice> = mapped
+                .creates
+                .into_iter()
+                .filter(|c| !self.known.contains(&c.name))
+                .collect();
+            let known = create::ensure_devices(ctx.bus, ctx.metrics, &self.site, wanted).await;
+            self.known.extend(known);
+        }
+        Ok(mapped.snapshots)
+    }
+}
+
+/// Builds one target per configured site; fails with the configuration key
+/// at fault.
+pub fn targets(c: &NetboxConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<NetboxSite>> {
+    anyhow::ensure!(
+        !c.url.trim().is_empty(),
+        "configuration key connectors.netbox.url is required"
+    );
+    let base = base_url("connectors.netbox.url", &c.url)?;
+    let scheme = AuthScheme::parse(&c.auth_scheme)
+        .map_err(|e| anyhow::anyhow!("configuration key connectors.netbox.auth_scheme: {e}"))?;
+    if !c.token.is_configured() {
+        tracing::warn!("connectors.netbox.token is not set: reading NetBox anonymously");
+    } else {
+        // Fail at start, not at the first poll, when the token cannot be read.
+        c.token.resolve("connectors.netbox.token")?;
+    }
+    anyhow::ensure!(
+        !c.sites.is_empty(),
+        "configuration key connectors.netbox.sites: no site is configured (fleet site id = NetBox site slug)"
+    );
+    Ok(c.sites
+        .iter()
+        .map(|(site, slug)| NetboxSite {
+            site: site.clone(),
+            slug: if slug.trim().is_empty() {
+                site.clone()
+            } else {
+                slug.trim().to_string()
+            },
+            devices_url: join(&base, "api/dcim/devices/"),
+            page_size: c.page_size.clamp(1, 1000),
+            max_pages: c.poll.max_pages,
+            token: c.token.clone(),
+            scheme,
+            create_devices: c.create_devices,
+            http: http.clone(),
+            known: HashSet::new(),
+        })
+        .collect())
+}
+
+/// Runs connector-netbox until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &config.connectors.netbox;
+    let rt = Runtime::start(&config, Source::Netbox, &c.listen, shutdown.clone())
+        .await
+        .context("starting connector-netbox")?;
+    let http = rt.http(&c.poll)?;
+    let targets = targets(c, &http)?;
+    rt.run(targets, &c.poll, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_token_forms() {
+        let v1 = "0123456789abcdef0123456789abcdef01234567";
+        let v2 = "nbt_peerskey0001.peerssecret0123456789abcdefghijklmnopqrst";
+        assert_eq!(AuthScheme::Auto.header(v1), format!("Token {v1}"));
+        assert_eq!(AuthScheme::Auto.header(v2), format!("Bearer {v2}"));
+        assert_eq!(AuthScheme::Token.header(v2), format!("Token {v2}"));
+        assert_eq!(AuthScheme::Bearer.header(v1), format!("Bearer {v1}"));
+        assert_eq!(AuthScheme::parse("Bearer"), Ok(AuthScheme::Bearer));
+        assert_eq!(AuthScheme::parse(""), Ok(AuthScheme::Auto));
+        assert!(AuthScheme::parse("basic").is_err());
+    }
+}

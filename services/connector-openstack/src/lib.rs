@@ -1,0 +1,382 @@
+//! connector-openstack: for each configured site, a Keystone v3 password
+//! token (cached, refreshed before expiry and on a 401), Ironic
+//! `GET /v1/nodes?detail=true` paginated by marker, and customer-ready from
+//! one Placement query (`required=<trait>`) or, at standalone-Ironic sites,
+//! from the node's `traits`. Publishes the six openstack conditions and the
+//! Ironic mirror per node.
+
+pub mod keystone;
+pub mod mapping;
+
+use std::collections::HashSet;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use fleet_connector::paginate::{base_url, join, Pages};
+use fleet_connector::snapshot::all_unknown;
+use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_domain::Source;
+use fleet_proto::v1;
+use fleet_runtime::connectors::{OpenstackConnectorConfig, OpenstackSiteConfig};
+use fleet_runtime::{FleetConfig, Shutdown};
+use reqwest::Url;
+use serde::de::DeserializeOwned;
+
+use crate::keystone::{endpoint, tokens_url, Keystone, HEADER_AUTH_TOKEN};
+use crate::mapping::{
+    map_node, Context, KeyBy, NodesPage, Readiness, ResourceProviders, IRONIC_UNREACHABLE,
+    NO_LONGER_OBSERVED,
+};
+
+pub const HEADER_IRONIC_VERSION: &str = "X-OpenStack-Ironic-API-Version";
+pub const HEADER_API_VERSION: &str = "OpenStack-API-Version";
+
+/// One site's OpenStack.
+pub struct OpenstackSite {
+    site: String,
+    config: OpenstackSiteConfig,
+    key_by: KeyBy,
+    ironic_version: String,
+    placement_version: String,
+    customer_ready_trait: String,
+    page_size: u32,
+    max_pages: u32,
+    /// Configured endpoints; otherwise from the Keystone catalogue.
+    ironic_url: Option<Url>,
+    placement_url: Option<Url>,
+    keystone: Option<Keystone>,
+    http: HttpClient,
+}
+
+/// `<ironic>/v1/nodes`, whether or not the endpoint ends in `/v1`.
+pub fn nodes_url(ironic: &Url) -> Url {
+    if ironic.path().trim_end_matches('/').ends_with("/v1") {
+        join(ironic, "nodes")
+    } else {
+        join(ironic, "v1/nodes")
+    }
+}
+
+impl OpenstackSite {
+    pub fn new(
+        site: &str,
+        c: &OpenstackSiteConfig,
+        top: &OpenstackConnectorConfig,
+        http: HttpClient,
+    ) -> anyhow::Result<Self> {
+        let key = format!("connectors.openstack.sites.{site}");
+        let url = |field: &str, v: &str| -> anyhow::Result<Option<Url>> {
+            if v.trim().is_empty() {
+                Ok(None)
+            } else {
+                Ok(Some(base_url(&format!("{key}.{field}"), v)?))
+            }
+        };
+        let ironic_url = url("ironic_url", &c.ironic_url)?;
+        let placement_url = url("placement_url", &c.placement_url)?;
+        let keystone = match url("auth_url", &c.auth_url)? {
+            None => None,
+            Some(auth) => {
+                for (field, v) in [("username", &c.username), ("project_name", &c.project_name)] {
+                    anyhow::ensure!(
+                        !v.trim().is_empty(),
+                        "configuration key {key}.{field} is required with {key}.auth_url"
+                    );
+                }
+                anyhow::ensure!(
+                    c.password.is_configured(),
+                    "configuration key {key}.password is required with {key}.auth_url (value, file or env)"
+                );
+                c.password.resolve(&format!("{key}.password"))?;
+                Some(Keystone {
+                    site: site.to_string(),
+                    tokens_url: tokens_url(&auth),
+                    config: c.clone(),
+                    password: c.password.clone(),
+                    cached: None,
+                })
+            }
+        };
+        anyhow::ensure!(
+            ironic_url.is_some() || keystone.is_some(),
+            "configuration key {key}.ironic_url is required (or {key}.auth_url, to find Ironic in the catalogue)"
+        );
+        anyhow::ensure!(
+            !c.placement_enabled || placement_url.is_some() || keystone.is_some(),
+            "configuration key {key}.placement_url is required when placement_enabled (or {key}.auth_url, or placement_enabled = false at a standalone-Ironic site)"
+        );
+        if c.maintenance_project_id.trim().is_empty() {
+            tracing::warn!(
+                site,
+                "{key}.maintenance_project_id is not set: InMaintenancePool is Unknown"
+            );
+        }
+        let key_by = KeyBy::parse(&top.key_by)
+            .map_err(|e| anyhow::anyhow!("configuration key connectors.openstack.key_by: {e}"))?;
+        anyhow::ensure!(
+            !top.customer_ready_trait.trim().is_empty(),
+            "configuration key connectors.openstack.customer_ready_trait is required"
+        );
+        Ok(OpenstackSite {
+            site: site.to_string(),
+            config: c.clone(),
+            key_by,
+            ironic_version: top.ironic_api_version.trim().to_string(),
+            placement_version: format!("placement {}", top.placement_api_version.trim()),
+            customer_ready_trait: top.customer_ready_trait.trim().to_string(),
+            page_size: top.page_size.clamp(1, 1000),
+            max_pages: top.poll.max_pages,
+            ironic_url,
+            placement_url,
+            keystone,
+            http,
+        })
+    }
+
+    /// The token to send, if the site authenticates; `force` re-issues it.
+    async fn token(&mut self, force: bool) -> Result<Option<String>, SourceError> {
+        match &mut self.keystone {
+            None => Ok(None),
+            Some(k) => Ok(Some(k.token(&self.http, force).await?.value.clone())),
+        }
+    }
+
+    /// A configured endpoint, or the catalogue's.
+    async fn endpoint(&mut self, service_type: &str) -> Result<Url, SourceError> {
+        let configured = match service_type {
+            "baremetal" => self.ironic_url.clone(),
+            _ => self.placement_url.clone(),
+        };
+        if let Some(u) = configured {
+            return Ok(u);
+        }
+        let (interface, region) = (self.config.interface.clone(), self.config.region.clone());
+        let Some(k) = &mut self.keystone else {
+            return Err(SourceError::Config(format!(
+                "no {service_type} endpoint configured"
+            )));
+        };
+        let t = k.token(&self.http, false).await?;
+        let found = endpoint(&t.catalog, service_type, &interface, &region).ok_or_else(|| {
+            SourceError::Protocol(format!(
+                "the keystone catalogue has no {service_type} endpoint on interface {interface:?}{}",
+                if region.is_empty() { String::new() } else { format!(" in region {region:?}") }
+            ))
+        })?;
+        base_url(&format!("keystone catalogue {service_type}"), &found)
+    }
+
+    /// GET with the token and `headers`; a 401 re-issues the token once.
+    async fn get_json<T: DeserializeOwned>(
+        &mut self,
+        url: &Url,
+        headers: &[(&'static str, String)],
+    ) -> Result<T, SourceError> {
+        let mut refreshed = false;
+        loop {
+            let token = self.token(refreshed).await?;
+            let r = self
+                .http
+                .json(url.as_str(), |c| {
+                    let mut r = c.get(url.clone()).header("Accept", "application/json");
+                    for (k, v) in headers {
+                        r = r.header(*k, v);
+                    }
+                    if let Some(t) = &token {
+                        r = r.header(HEADER_AUTH_TOKEN, t);
+                    }
+                    r
+                })
+                .await;
+            match r {
+                Err(e) if e.is_unauthorized() && self.keystone.is_some() && !refreshed => {
+                    tracing::info!(site = %self.site, url = %url, "token refused; re-authenticating");
+                    if let Some(k) = &mut self.keystone {
+                        k.invalidate();
+                    }
+                    refreshed = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn read_nodes(&mut self) -> Result<Vec<mapping::Node>, SourceError> {
+        let ironic = self.endpoint("baremetal").await?;
+        let mut url = nodes_url(&ironic);
+        url.query_pairs_mut()
+            .append_pair("detail", "true")
+            .append_pair("limit", &self.page_size.to_string());
+        let headers = [(HEADER_IRONIC_VERSION, self.ironic_version.clone())];
+        let mut pages = Pages::new(&url, self.max_pages);
+        let mut nodes = Vec::new();
+        loop {
+            let page: NodesPage = self.get_json(&url, &headers).await?;
+            nodes.extend(page.nodes);
+            match pages.next(page.next.as_deref())? {
+                Some(next) => url = next,
+                None => return Ok(nodes),
+            }
+        }
+    }
+
+    /// The resource providers carrying the customer-ready trait: one query.
+    async fn read_ready(&mut self) -> Result<HashSet<String>, SourceError> {
+        let placement = self.endpoint("placement").await?;
+        let mut url = join(&placement, "resource_providers");
+        url.query_pairs_mut()
+            .append_pair("required", &self.customer_ready_trait);
+        let headers = [(HEADER_API_VERSION, self.placement_version.clone())];
+        let rp: ResourceProviders = self.get_json(&url, &headers).await?;
+        Ok(rp.ids())
+    }
+}
+
+impl Target for OpenstackSite {
+    fn source(&self) -> Source {
+        Source::Openstack
+    }
+
+    fn site(&self) -> &str {
+        &self.site
+    }
+
+    fn outage_reason(&self) -> &'static str {
+        IRONIC_UNREACHABLE
+    }
+
+    fn vanished(&self, key: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
+        all_unknown(
+            Source::Openstack,
+            key.clone(),
+            at,
+            NO_LONGER_OBSERVED,
+            "ironic no longer lists the node",
+            None,
+        )
+    }
+
+    async fn poll(
+        &mut self,
+        ctx: PollContext<'_>,
+    ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
+        let nodes = self.read_nodes().await?;
+        let ready = if self.config.placement_enabled {
+            Some(self.read_ready().await.map_err(|e| {
+                // Ironic was read: only CustomerReady is unknown.
+                tracing::error!(site = %self.site, kind = e.kind(), error = %e, "placement cannot be read; CustomerReady is Unknown");
+                ctx.metrics.error("openstack", &self.site, &format!("placement_{}", e.kind()));
+                fleet_connector::error::truncate(&e.to_string(), 300)
+            }))
+        } else {
+            None
+        };
+        let readiness = match &ready {
+            None => Readiness::NodeTraits,
+            Some(Ok(ids)) => Readiness::Placement(ids),
+            Some(Err(msg)) => Readiness::Unreadable(msg),
+        };
+        let c = Context {
+            site: &self.site,
+            key_by: self.key_by,
+            customer_ready_trait: &self.customer_ready_trait,
+            maintenance_project_id: self.config.maintenance_project_id.trim(),
+            readiness,
+            observed_at: ctx.observed_at,
+        };
+        let mut out = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            let (snap, fell_back) = map_node(n, &c);
+            if fell_back {
+                tracing::warn!(site = %self.site, uuid = %n.uuid, "ironic node has no name; keyed by its uuid");
+                ctx.metrics.warning("openstack", "unnamed_node");
+            }
+            out.push(snap);
+        }
+        Ok(out)
+    }
+}
+
+pub fn targets(
+    c: &OpenstackConnectorConfig,
+    http: &HttpClient,
+) -> anyhow::Result<Vec<OpenstackSite>> {
+    anyhow::ensure!(
+        !c.sites.is_empty(),
+        "configuration key connectors.openstack.sites: no site is configured"
+    );
+    c.sites
+        .iter()
+        .map(|(site, sc)| OpenstackSite::new(site, sc, c, http.clone()))
+        .collect()
+}
+
+/// Runs connector-openstack until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &config.connectors.openstack;
+    let rt = Runtime::start(&config, Source::Openstack, &c.listen, shutdown.clone())
+        .await
+        .context("starting connector-openstack")?;
+    let http = rt.http(&c.poll)?;
+    let targets = targets(c, &http)?;
+    rt.run(targets, &c.poll, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_url_with_and_without_v1() {
+        let u = |s: &str| Url::parse(s).unwrap();
+        assert_eq!(
+            nodes_url(&u("http://i:6385")).as_str(),
+            "http://i:6385/v1/nodes"
+        );
+        assert_eq!(
+            nodes_url(&u("http://i:6385/v1")).as_str(),
+            "http://i:6385/v1/nodes"
+        );
+        assert_eq!(
+            nodes_url(&u("https://h/baremetal/")).as_str(),
+            "https://h/baremetal/v1/nodes"
+        );
+    }
+
+    #[test]
+    fn configuration_errors_name_their_key() {
+        let metrics = fleet_connector::ConnectorMetrics::new();
+        let top = OpenstackConnectorConfig::default();
+        let http = HttpClient::new(&top.poll, metrics, "openstack").unwrap();
+        let err = |c: OpenstackSiteConfig| {
+            OpenstackSite::new("s1", &c, &top, http.clone())
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        assert!(err(OpenstackSiteConfig::default())
+            .contains("connectors.openstack.sites.s1.ironic_url"));
+        let e = err(OpenstackSiteConfig {
+            ironic_url: "http://i:6385".into(),
+            ..Default::default()
+        });
+        assert!(e.contains("placement_url"), "{e}");
+        let e = err(OpenstackSiteConfig {
+            auth_url: "http://k:5000/v3".into(),
+            username: "u".into(),
+            ..Default::default()
+        });
+        assert!(e.contains("sites.s1.project_name"), "{e}");
+        assert!(OpenstackSite::new(
+            "s1",
+            &OpenstackSiteConfig {
+                ironic_url: "http://i:6385".into(),
+                placement_enabled: false,
+                ..Default::default()
+            },
+            &top,
+            http.clone()
+        )
+        .is_ok());
+    }
+}

@@ -1,0 +1,242 @@
+//! connector-slurm: reads slurmrestd `GET /slurm/v0.0.<n>/nodes` for each
+//! configured site and publishes `SlurmRegistered`, `SlurmNodeHealthy` and
+//! the normalised SLURM state tokens, keyed by node name within the site.
+//! A node seen before that SLURM no longer lists is `NoLongerObserved`
+//! (mirror cleared); an unreadable slurmrestd is `SchedulerUnreachable`
+//! (mirror kept).
+
+pub mod mapping;
+pub mod version;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use fleet_connector::paginate::{base_url, join};
+use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_domain::Source;
+use fleet_proto::v1::{self, condition_snapshot::Mirror};
+use fleet_runtime::connectors::{Credential, SlurmConnectorConfig, SlurmSiteConfig};
+use fleet_runtime::{FleetConfig, Shutdown};
+use reqwest::{RequestBuilder, Url};
+
+use crate::mapping::{map_nodes, NodesResponse, SCHEDULER_UNREACHABLE};
+use crate::version::{ApiVersion, PROBE_ORDER};
+
+pub const HEADER_USER_NAME: &str = "X-SLURM-USER-NAME";
+pub const HEADER_USER_TOKEN: &str = "X-SLURM-USER-TOKEN";
+
+/// The client of one site's slurmrestd.
+pub struct SlurmSite {
+    site: String,
+    base: Url,
+    /// Configured, or detected and cached until a 404 says otherwise.
+    version: Option<ApiVersion>,
+    configured: bool,
+    user_name: String,
+    token: Credential,
+    http: HttpClient,
+}
+
+/// The JWT headers, resolved per poll so a rotated token file is picked up.
+#[derive(Clone)]
+struct Auth(Option<(String, String)>);
+
+impl Auth {
+    fn apply(&self, r: RequestBuilder) -> RequestBuilder {
+        match &self.0 {
+            Some((user, token)) => r
+                .header(HEADER_USER_NAME, user)
+                .header(HEADER_USER_TOKEN, token),
+            None => r,
+        }
+    }
+}
+
+impl SlurmSite {
+    pub fn new(site: &str, c: &SlurmSiteConfig, http: HttpClient) -> anyhow::Result<Self> {
+        let key = format!("connectors.slurm.sites.{site}");
+        anyhow::ensure!(
+            !c.url.trim().is_empty(),
+            "configuration key {key}.url is required"
+        );
+        let base = base_url(&format!("{key}.url"), &c.url)?;
+        let version = if c.api_version.trim().is_empty() {
+            None
+        } else {
+            Some(
+                ApiVersion::parse(&c.api_version)
+                    .map_err(|e| anyhow::anyhow!("configuration key {key}.api_version: {e}"))?,
+            )
+        };
+        anyhow::ensure!(
+            c.token.is_configured() == !c.user_name.trim().is_empty(),
+            "configuration keys {key}.user_name and {key}.token go together: slurmrestd rejects a token without a user name"
+        );
+        if c.token.is_configured() {
+            c.token.resolve(&format!("{key}.token"))?;
+        }
+        Ok(SlurmSite {
+            site: site.to_string(),
+            base,
+            configured: version.is_some(),
+            version,
+            user_name: c.user_name.trim().to_string(),
+            token: c.token.clone(),
+            http,
+        })
+    }
+
+    fn auth(&self) -> Result<Auth, SourceError> {
+        if self.user_name.is_empty() {
+            return Ok(Auth(None));
+        }
+        let token = self
+            .token
+            .resolve(&format!("connectors.slurm.sites.{}.token", self.site))
+            .map_err(|e| SourceError::Config(e.to_string()))?
+            .ok_or_else(|| SourceError::Config("slurm token is not configured".into()))?;
+        Ok(Auth(Some((
+            self.user_name.clone(),
+            token.expose().to_string(),
+        ))))
+    }
+
+    /// The configured version, the cached one, `/openapi/v3`, or the first
+    /// `/ping` that answers.
+    async fn version(&mut self, auth: &Auth) -> Result<ApiVersion, SourceError> {
+        if let Some(v) = self.version {
+            return Ok(v);
+        }
+        let url = join(&self.base, "openapi/v3");
+        let detected = match self
+            .http
+            .json::<serde_json::Value, _>(url.as_str(), |c| auth.apply(c.get(url.clone())))
+            .await
+        {
+            Ok(doc) => version::from_openapi(&doc),
+            Err(e @ (SourceError::Connect { .. } | SourceError::Timeout { .. })) => return Err(e),
+            Err(e) => {
+                tracing::debug!(site = %self.site, error = %e, "no usable /openapi/v3; probing ping");
+                None
+            }
+        };
+        let v = match detected {
+            Some(v) => v,
+            None => self.probe(auth).await?,
+        };
+        tracing::info!(site = %self.site, version = %v, "slurmrestd api version detected");
+        self.version = Some(v);
+        Ok(v)
+    }
+
+    async fn probe(&self, auth: &Auth) -> Result<ApiVersion, SourceError> {
+        for v in PROBE_ORDER {
+            let url = join(&self.base, &v.ping_path());
+            match self
+                .http
+                .send(url.as_str(), |c| auth.apply(c.get(url.clone())))
+                .await
+            {
+                Ok(_) => return Ok(v),
+                Err(SourceError::Status { status: 404, .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(SourceError::Protocol(format!(
+            "slurmrestd at {} serves none of the versions {}..{} (neither /openapi/v3 nor /slurm/v0.0.<n>/ping)",
+            self.base,
+            PROBE_ORDER[PROBE_ORDER.len() - 1],
+            PROBE_ORDER[0]
+        )))
+    }
+
+    async fn read(&mut self) -> Result<Vec<mapping::Node>, SourceError> {
+        let auth = self.auth()?;
+        let v = self.version(&auth).await?;
+        let url = join(&self.base, &v.nodes_path());
+        let r: NodesResponse = match self
+            .http
+            .json(url.as_str(), |c| auth.apply(c.get(url.clone())))
+            .await
+        {
+            Ok(r) => r,
+            Err(e @ SourceError::Status { status: 404, .. }) => {
+                if !self.configured {
+                    // slurmrestd was upgraded: detect again next poll.
+                    self.version = None;
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if r.nodes.is_empty() && !r.errors.is_empty() {
+            return Err(SourceError::Protocol(format!(
+                "{url} listed no nodes and reported errors: {}",
+                fleet_connector::error::body_excerpt(
+                    &serde_json::json!({ "errors": r.errors }).to_string()
+                )
+            )));
+        }
+        Ok(r.nodes)
+    }
+}
+
+impl Target for SlurmSite {
+    fn source(&self) -> Source {
+        Source::Slurm
+    }
+
+    fn site(&self) -> &str {
+        &self.site
+    }
+
+    fn outage_reason(&self) -> &'static str {
+        SCHEDULER_UNREACHABLE
+    }
+
+    fn outage_mirror(&self) -> Option<Mirror> {
+        mapping::outage_mirror()
+    }
+
+    fn vanished(&self, key: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
+        Some(mapping::no_longer_observed(key, at))
+    }
+
+    async fn poll(
+        &mut self,
+        ctx: PollContext<'_>,
+    ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
+        let nodes = self.read().await?;
+        let m = map_nodes(&self.site, &nodes, ctx.observed_at);
+        for d in &m.dropped {
+            tracing::warn!(site = %self.site, node = %d.node, token = %d.token, "unmodelled slurm state token dropped");
+            ctx.metrics.warning("slurm", "unmodelled_token");
+        }
+        if m.unnamed > 0 {
+            tracing::warn!(site = %self.site, count = m.unnamed, "slurmrestd listed nodes without a name; skipped");
+            ctx.metrics.warning("slurm", "unnamed_node");
+        }
+        Ok(m.snapshots)
+    }
+}
+
+pub fn targets(c: &SlurmConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<SlurmSite>> {
+    anyhow::ensure!(
+        !c.sites.is_empty(),
+        "configuration key connectors.slurm.sites: no site is configured"
+    );
+    c.sites
+        .iter()
+        .map(|(site, sc)| SlurmSite::new(site, sc, http.clone()))
+        .collect()
+}
+
+/// Runs connector-slurm until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &config.connectors.slurm;
+    let rt = Runtime::start(&config, Source::Slurm, &c.listen, shutdown.clone())
+        .await
+        .context("starting connector-slurm")?;
+    let http = rt.http(&c.poll)?;
+    let targets = targets(c, &http)?;
+    rt.run(targets, &c.poll, shutdown).await
+}

@@ -1,0 +1,132 @@
+//! The connector runtime: one poll loop every connector uses. It owns the
+//! schedule (resync interval with jitter), per-request timeouts, retries with
+//! back-off, pagination, partitioned publishing with awaited PubAcks,
+//! metrics, shutdown, and the outage rule: when a source cannot be read its
+//! conditions are published `Unknown` for every device last seen, and the
+//! mirrors are left alone. A connector supplies a [`Target`]: a client for
+//! its system and a pure mapping from that system's JSON to snapshots.
+
+pub mod backoff;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod paginate;
+pub mod poll;
+pub mod publish;
+pub mod snapshot;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use fleet_bus::{StreamNames, Subjects};
+use fleet_domain::Source;
+use fleet_runtime::connectors::PollConfig;
+use fleet_runtime::http::Ops;
+use fleet_runtime::{FleetConfig, Shutdown};
+
+pub use error::SourceError;
+pub use http::HttpClient;
+pub use metrics::ConnectorMetrics;
+pub use poll::{PollContext, Target, Tracker};
+pub use publish::Bus;
+
+/// A started connector: connected to NATS, streams ensured, `/healthz`,
+/// `/readyz` and `/metrics` served.
+pub struct Runtime {
+    pub source: Source,
+    pub bus: Bus,
+    pub metrics: ConnectorMetrics,
+    /// The bound ops address (`listen` may ask for port 0).
+    pub ops_addr: SocketAddr,
+}
+
+impl Runtime {
+    pub async fn start(
+        config: &FleetConfig,
+        source: Source,
+        listen: &str,
+        shutdown: Shutdown,
+    ) -> anyhow::Result<Runtime> {
+        let nats =
+            fleet_bus::connect_now(&config.nats.url, &format!("fleet-connector-{source}")).await?;
+        let js = jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        let metrics = ConnectorMetrics::new();
+        let ready_nats = nats.clone();
+        let ops = Ops {
+            registry: metrics.registry.clone(),
+            ready: Arc::new(move || {
+                let n = ready_nats.clone();
+                Box::pin(async move {
+                    if n.connection_state() == async_nats::connection::State::Connected {
+                        Ok(())
+                    } else {
+                        Err("nats disconnected".to_string())
+                    }
+                })
+            }),
+        };
+        let ops_addr =
+            fleet_runtime::http::serve(listen, fleet_runtime::http::router(ops), shutdown)
+                .await
+                .with_context(|| format!("binding connectors.{source}.listen {listen}"))?;
+        Ok(Runtime {
+            source,
+            bus: Bus {
+                nats,
+                js,
+                subjects,
+                partitions: config.nats.partitions.max(1),
+            },
+            metrics,
+            ops_addr,
+        })
+    }
+
+    /// An HTTP client with the poll's timeouts and retries.
+    pub fn http(&self, poll: &PollConfig) -> anyhow::Result<HttpClient> {
+        Ok(HttpClient::new(
+            poll,
+            self.metrics.clone(),
+            self.source.as_str(),
+        )?)
+    }
+
+    /// Runs one poll loop per target until shutdown.
+    pub async fn run<T: Target>(
+        self,
+        targets: Vec<T>,
+        poll: &PollConfig,
+        shutdown: Shutdown,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !targets.is_empty(),
+            "configuration key connectors.{}.sites: no site is configured",
+            self.source
+        );
+        tracing::info!(source = %self.source, sites = targets.len(), ops = %self.ops_addr, "connector running");
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in targets {
+            tasks.spawn(poll::run_target(
+                t,
+                self.bus.clone(),
+                self.metrics.clone(),
+                poll.clone(),
+                shutdown.clone(),
+            ));
+        }
+        while let Some(r) = tasks.join_next().await {
+            if let Err(e) = r {
+                // A poll loop that panicked is a bug; the others keep going.
+                tracing::error!(source = %self.source, error = %e, "poll loop ended abnormally");
+            }
+        }
+        self.bus.nats.flush().await.ok();
+        tracing::info!(source = %self.source, "connector stopped");
+        Ok(())
+    }
+}

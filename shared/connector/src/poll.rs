@@ -1,0 +1,368 @@
+//! The one poll loop: read the source, map, publish, sleep a jittered
+//! interval, until shutdown. A connector supplies a [`Target`] per scope
+//! (usually a site); the loop owns everything else, including the outage
+//! rule of `spec/connectors.md`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use fleet_domain::Source;
+use fleet_proto::v1::{self, condition_snapshot::Mirror};
+use fleet_runtime::connectors::PollConfig;
+use fleet_runtime::Shutdown;
+
+use crate::backoff::{jittered, unit};
+use crate::error::{truncate, SourceError};
+use crate::metrics::ConnectorMetrics;
+use crate::publish::Bus;
+use crate::snapshot::{all_unknown, key_id, observed_now};
+
+/// What one poll may use besides its own client.
+pub struct PollContext<'a> {
+    /// The `observed_at` every snapshot of this poll carries.
+    pub observed_at: DateTime<Utc>,
+    pub bus: &'a Bus,
+    pub metrics: &'a ConnectorMetrics,
+}
+
+/// One scope of one source: a client for the system and a pure mapping
+/// from its JSON to snapshots.
+pub trait Target: Send + 'static {
+    fn source(&self) -> Source;
+    /// The fleet site this target reads (a label for logs and metrics).
+    fn site(&self) -> &str;
+    /// The reason of the `Unknown` conditions while the source cannot be
+    /// read (`IronicUnreachable`, `SchedulerUnreachable`, ...).
+    fn outage_reason(&self) -> &'static str;
+    /// The mirror an outage snapshot carries. `None` leaves every mirror
+    /// at its last-known value.
+    fn outage_mirror(&self) -> Option<Mirror> {
+        None
+    }
+    /// What to publish for a device the previous read listed and this one
+    /// does not; `None` publishes nothing (its rows then go stale).
+    fn vanished(&self, _key: &v1::DeviceKey, _at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
+        None
+    }
+    /// Reads the source once and maps what it read. An error is an outage.
+    fn poll(
+        &mut self,
+        ctx: PollContext<'_>,
+    ) -> impl Future<Output = Result<Vec<v1::ConditionSnapshot>, SourceError>> + Send;
+}
+
+/// The device keys of the last successful read: what an outage speaks for,
+/// and what a later read compares with to find vanished devices.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    last_seen: BTreeMap<(String, String, String), v1::DeviceKey>,
+}
+
+/// What a successful read publishes.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub observed: Vec<v1::ConditionSnapshot>,
+    pub vanished: Vec<v1::ConditionSnapshot>,
+    /// Keys listed twice in one read; the first listing wins.
+    pub duplicates: Vec<v1::DeviceKey>,
+}
+
+impl Tracker {
+    pub fn len(&self) -> usize {
+        self.last_seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.last_seen.is_empty()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &v1::DeviceKey> {
+        self.last_seen.values()
+    }
+
+    /// Records a successful read and returns what to publish.
+    pub fn read_ok<T: Target + ?Sized>(
+        &mut self,
+        target: &T,
+        snapshots: Vec<v1::ConditionSnapshot>,
+        at: DateTime<Utc>,
+    ) -> Observed {
+        let mut out = Observed::default();
+        let mut now_seen = BTreeMap::new();
+        for s in snapshots {
+            let Some(k) = s.device.clone() else { continue };
+            let id = key_id(&k);
+            if now_seen.contains_key(&id) {
+                out.duplicates.push(k);
+                continue;
+            }
+            now_seen.insert(id, k);
+            out.observed.push(s);
+        }
+        for (id, k) in &self.last_seen {
+            if !now_seen.contains_key(id) {
+                if let Some(s) = target.vanished(k, at) {
+                    out.vanished.push(s);
+                }
+            }
+        }
+        self.last_seen = now_seen;
+        out
+    }
+
+    /// The outage snapshots for a failed read: every device last seen, its
+    /// conditions `Unknown` with the target's outage reason.
+    pub fn read_failed<T: Target + ?Sized>(
+        &self,
+        target: &T,
+        at: DateTime<Utc>,
+        error: &SourceError,
+    ) -> Vec<v1::ConditionSnapshot> {
+        let message = truncate(&error.to_string(), 300);
+        self.last_seen
+            .values()
+            .filter_map(|k| {
+                all_unknown(
+                    target.source(),
+                    k.clone(),
+                    at,
+                    target.outage_reason(),
+                    &message,
+                    target.outage_mirror(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Polls `target` until shutdown. The read is abandoned when shutdown
+/// arrives; a publish in progress is finished.
+pub async fn run_target<T: Target>(
+    mut target: T,
+    bus: Bus,
+    metrics: ConnectorMetrics,
+    poll: PollConfig,
+    mut shutdown: Shutdown,
+) {
+    let source = target.source().as_str();
+    let site = target.site().to_string();
+    let interval = Duration::from_secs_f64(if poll.resync_interval_secs.is_finite() {
+        poll.resync_interval_secs.clamp(0.05, 86_400.0)
+    } else {
+        60.0
+    });
+    let mut tracker = Tracker::default();
+    let mut in_outage = false;
+    tracing::info!(
+        source,
+        site,
+        interval_secs = interval.as_secs_f64(),
+        "poll loop started"
+    );
+    loop {
+        let started = Instant::now();
+        let at = observed_now();
+        let read = tokio::select! {
+            r = target.poll(PollContext { observed_at: at, bus: &bus, metrics: &metrics }) => r,
+            _ = shutdown.wait() => break,
+        };
+        let outcome = match read {
+            Ok(snapshots) => {
+                let o = tracker.read_ok(&target, snapshots, at);
+                if in_outage {
+                    tracing::info!(
+                        source,
+                        site,
+                        devices = tracker.len(),
+                        "source readable again"
+                    );
+                    in_outage = false;
+                }
+                for k in &o.duplicates {
+                    tracing::warn!(source, site, key_kind = %k.kind, device_key = %k.key, "device listed twice in one read; the first listing is used");
+                    metrics.warning(source, "duplicate_key");
+                }
+                metrics.devices(source, &site, tracker.len());
+                let a = bus
+                    .publish_all(
+                        &metrics,
+                        source,
+                        &site,
+                        "observed",
+                        &o.observed,
+                        poll.publish_in_flight,
+                    )
+                    .await;
+                let v = bus
+                    .publish_all(
+                        &metrics,
+                        source,
+                        &site,
+                        "vanished",
+                        &o.vanished,
+                        poll.publish_in_flight,
+                    )
+                    .await;
+                tracing::debug!(
+                    source,
+                    site,
+                    devices = o.observed.len(),
+                    vanished = o.vanished.len(),
+                    failed = a.failed + v.failed,
+                    "poll published"
+                );
+                "ok"
+            }
+            Err(e) => {
+                let snapshots = tracker.read_failed(&target, at, &e);
+                tracing::error!(
+                    source,
+                    site,
+                    kind = e.kind(),
+                    error = %e,
+                    devices = snapshots.len(),
+                    reason = target.outage_reason(),
+                    "source cannot be read; publishing its conditions as Unknown"
+                );
+                metrics.error(source, &site, e.kind());
+                in_outage = true;
+                bus.publish_all(
+                    &metrics,
+                    source,
+                    &site,
+                    "outage",
+                    &snapshots,
+                    poll.publish_in_flight,
+                )
+                .await;
+                "outage"
+            }
+        };
+        metrics.poll(source, &site, outcome, started.elapsed());
+        let wait = jittered(interval, poll.jitter, unit());
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.wait() => break,
+        }
+    }
+    tracing::info!(source, site, "poll loop stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{condition, key, snapshot};
+    use fleet_domain::{ConditionStatus, ConditionType, KeyKind};
+
+    struct Fake {
+        vanish: bool,
+    }
+
+    impl Target for Fake {
+        fn source(&self) -> Source {
+            Source::Slurm
+        }
+        fn site(&self) -> &str {
+            "s1"
+        }
+        fn outage_reason(&self) -> &'static str {
+            "SchedulerUnreachable"
+        }
+        fn outage_mirror(&self) -> Option<Mirror> {
+            Some(Mirror::Slurm(v1::SlurmMirror {
+                states: vec![],
+                mode: "keep".into(),
+            }))
+        }
+        fn vanished(&self, k: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
+            self.vanish.then(|| {
+                snapshot(
+                    Source::Slurm,
+                    k.clone(),
+                    at,
+                    vec![condition(
+                        ConditionType::SlurmRegistered,
+                        ConditionStatus::False,
+                        "NoLongerObserved",
+                        "",
+                    )],
+                    None,
+                )
+            })
+        }
+        async fn poll(
+            &mut self,
+            _ctx: PollContext<'_>,
+        ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
+            Ok(vec![])
+        }
+    }
+
+    fn seen(name: &str, at: DateTime<Utc>) -> v1::ConditionSnapshot {
+        snapshot(
+            Source::Slurm,
+            key("s1", KeyKind::Name, name),
+            at,
+            vec![],
+            None,
+        )
+    }
+
+    #[test]
+    fn outage_speaks_for_the_devices_last_seen_and_keeps_mirrors() {
+        let t = Fake { vanish: true };
+        let mut tr = Tracker::default();
+        let at = observed_now();
+        let err = SourceError::Connect {
+            url: "http://slurm:6820/slurm/v0.0.38/nodes".into(),
+            message: "connection refused".into(),
+        };
+        assert!(tr.read_failed(&t, at, &err).is_empty(), "nothing seen yet");
+        let o = tr.read_ok(
+            &t,
+            vec![seen("gpu01", at), seen("gpu02", at), seen("gpu01", at)],
+            at,
+        );
+        assert_eq!(o.observed.len(), 2);
+        assert_eq!(o.duplicates.len(), 1);
+        assert!(o.vanished.is_empty());
+        let out = tr.read_failed(&t, at, &err);
+        assert_eq!(out.len(), 2);
+        for s in &out {
+            assert_eq!(s.conditions.len(), 2);
+            for c in &s.conditions {
+                assert_eq!(c.status, "Unknown");
+                assert_eq!(c.reason, "SchedulerUnreachable");
+                assert!(c.message.contains("connection refused"), "{}", c.message);
+            }
+            assert_eq!(
+                s.mirror,
+                Some(Mirror::Slurm(v1::SlurmMirror {
+                    states: vec![],
+                    mode: "keep".into()
+                }))
+            );
+        }
+        // A failed read forgets nothing.
+        assert_eq!(tr.len(), 2);
+    }
+
+    #[test]
+    fn devices_that_leave_the_listing_are_vanished_once() {
+        let t = Fake { vanish: true };
+        let mut tr = Tracker::default();
+        let at = observed_now();
+        tr.read_ok(&t, vec![seen("gpu01", at), seen("gpu02", at)], at);
+        let o = tr.read_ok(&t, vec![seen("gpu01", at)], at);
+        assert_eq!(o.vanished.len(), 1);
+        assert_eq!(o.vanished[0].device.as_ref().unwrap().key, "gpu02");
+        let o = tr.read_ok(&t, vec![seen("gpu01", at)], at);
+        assert!(o.vanished.is_empty(), "published once, then forgotten");
+        let quiet = Fake { vanish: false };
+        let o = tr.read_ok(&quiet, vec![], at);
+        assert!(o.vanished.is_empty());
+        assert!(tr.is_empty());
+    }
+}
