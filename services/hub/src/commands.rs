@@ -60,6 +60,7 @@ pub fn verb(c: &C) -> &'static str {
         C::WriteCondition(_) => "write_condition",
         C::EnrollmentProof(_) => "enrollment_proof",
         C::ImpairmentHold(_) => "impairment_hold",
+        C::Join(_) => "join",
         C::SetMaintenance(_) => "set_maintenance",
     }
 }
@@ -200,6 +201,7 @@ impl Hub {
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
             C::Triage(t) => {
+            C::Join(j) => self.join(j, &cause).await,
                 if t.device_ids.is_empty() {
                     return Err(invalid("device_ids is required"));
                 }
@@ -406,6 +408,7 @@ fn device_id(c: &C) -> &str {
         C::SetMaintenance(x) => &x.device_id,
         C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => "",
     }
+        C::Join(_) => "",
 }
 
 fn apply_device_command(
@@ -453,6 +456,9 @@ fn apply_device_command(
         C::ImpairmentHold(x) => cmd::impairment_hold(r, &x.event_id, x.set),
         C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => Err(
             DomainError::InvalidArgument("not a single-device command".into()),
+        C::Join(_) => Err(DomainError::InvalidArgument(
+            "not a single-device command".into(),
+        )),
         ),
     }
 }

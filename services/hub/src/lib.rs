@@ -5,6 +5,7 @@
 
 pub mod commands;
 pub mod decode;
+pub mod join;
 pub mod metrics;
 pub mod observations;
 pub mod relay;

@@ -28,7 +28,9 @@ schema_names!(
     ConnectivityObservation,
     StatusChanged,
     HubCommand,
-    HubReply
+    HubReply,
+    AllocationEvent,
+    RadarProjection
 );
 
 pub fn timestamp(at: DateTime<Utc>) -> Timestamp {

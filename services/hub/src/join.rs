@@ -1,0 +1,226 @@
+//! The `join` command: a node agent's join, sent by the gateway after it
+//! normalised the hardware identifiers (`fleet_domain::hardware`). A
+//! trusted hardware key already on a live device re-joins that device in
+//! place, bumping `identity_generation` so every earlier credential dies;
+//! otherwise the device is created in `adopting`, its role from the pool
+//! kind. The devices table's unique index on trusted keys settles two
+//! concurrent joins of one machine: the loser retries as a re-join.
+
+use chrono::Utc;
+use fleet_domain::*;
+use fleet_proto::v1;
+use fleet_store::devices::{self, NewDevice};
+use fleet_store::StoreError;
+
+use crate::commands::{device_json, CommandError};
+use crate::work::Work;
+use crate::Hub;
+
+fn invalid(m: impl Into<String>) -> CommandError {
+    CommandError::Domain(DomainError::InvalidArgument(m.into()))
+}
+
+fn opt(s: &str) -> Option<String> {
+    (!s.trim().is_empty()).then(|| s.trim().to_string())
+}
+
+/// The checked fields of a join.
+struct Join {
+    site: String,
+    pool_id: Option<String>,
+    name: String,
+    hardware_key: String,
+    trusted: bool,
+    serial: Option<String>,
+    trust: Trust,
+    owner_tenant_id: Option<String>,
+    gpu_count: i32,
+}
+
+fn check(j: v1::JoinDevice) -> Result<Join, CommandError> {
+    let site = opt(&j.site).ok_or_else(|| invalid("site is required"))?;
+    let name = opt(&j.name).ok_or_else(|| invalid("name is required"))?;
+    let key = j.hardware_key.trim().to_ascii_lowercase();
+    if key.len() != 64 || !key.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(invalid("hardware_key must be a hex SHA-256"));
+    }
+    if !(0..=256).contains(&j.gpu_count) {
+        return Err(invalid(format!(
+            "gpu_count {} is out of range",
+            j.gpu_count
+        )));
+    }
+    let trust = match opt(&j.trust) {
+        None => Trust::Platform,
+        Some(t) => Trust::parse(&t)?,
+    };
+    Ok(Join {
+        site,
+        pool_id: opt(&j.pool_id),
+        name,
+        hardware_key: key,
+        trusted: j.hardware_key_trusted,
+        serial: opt(&j.serial),
+        trust,
+        owner_tenant_id: opt(&j.owner_tenant_id),
+        gpu_count: j.gpu_count,
+    })
+}
+
+/// A unique-violation on the named index.
+fn violates(e: &CommandError, index: &str) -> bool {
+    match e {
+        CommandError::Store(StoreError::Db(sqlx::Error::Database(db))) => {
+            db.code().as_deref() == Some("23505") && db.constraint() == Some(index)
+        }
+        _ => false,
+    }
+}
+
+fn reply(record: serde_json::Value, version: i64) -> v1::HubReply {
+    v1::HubReply {
+        error: None,
+        record_json: serde_json::to_vec(&record).unwrap_or_default(),
+        version,
+    }
+}
+
+impl Hub {
+    pub(crate) async fn join(
+        &self,
+        j: v1::JoinDevice,
+        cause: &str,
+    ) -> Result<v1::HubReply, CommandError> {
+        let j = check(j)?;
+        match self.join_once(&j, cause).await {
+            // Another join of the same machine created the device first.
+            Err(e) if violates(&e, "devices_hardware_key") => self.join_once(&j, cause).await,
+            other => other,
+        }
+    }
+
+    async fn join_once(&self, j: &Join, cause: &str) -> Result<v1::HubReply, CommandError> {
+        let now = Utc::now();
+        let mut tx = self.pool.begin().await?;
+        if j.trusted {
+            let existing: Option<(String, String)> = sqlx::query_as(
+                "SELECT id, site_id FROM devices \
+                 WHERE hardware_key = $1 AND hardware_key_trusted AND deleted_at IS NULL",
+            )
+            .bind(&j.hardware_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some((id, site)) = existing {
+                if site != j.site {
+                    return Err(DomainError::AlreadyExists(format!(
+                        "the hardware key belongs to device {id} of site {site}"
+                    ))
+                    .into());
+                }
+                let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+                let s = work
+                    .device(&id, cause, None)
+                    .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
+                // Re-join in place: credentials of the earlier generation die.
+                s.record.identity_generation += 1;
+                let (_, work) = work
+                    .finish(&mut tx, now, &self.ttls, &self.subjects)
+                    .await?;
+                sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
+                    .bind(&id)
+                    .bind(j.gpu_count)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                let t = &work.devices[&id];
+                let mut v = device_json(&t.after);
+                v["rejoined"] = true.into();
+                v["hardware_key_trusted"] = true.into();
+                return Ok(reply(v, t.after.record.version));
+            }
+        }
+
+        // Better Compute: the pool kind decides the role.
+        let role = match &j.pool_id {
+            None => Role::Unassigned,
+            Some(p) => {
+                let pool: Option<(String, String)> =
+                    sqlx::query_as("SELECT kind, site_id FROM pools WHERE id = $1")
+                        .bind(p)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match pool {
+                    None => return Err(DomainError::NotFound(format!("pool {p}")).into()),
+                    Some((_, site)) if site != j.site => {
+                        return Err(invalid(format!("pool {p} is not in site {}", j.site)))
+                    }
+                    Some((kind, _)) if kind == "metal-dedicated" => Role::Dedicated,
+                    Some(_) => Role::Host,
+                }
+            }
+        };
+        let id = format!("dev_{}", ulid::Ulid::new());
+        let new = NewDevice {
+            id: id.clone(),
+            site_id: j.site.clone(),
+            name: j.name.clone(),
+            serial: j.serial.clone(),
+            netbox_id: None,
+            bmc_address: None,
+            infrastructure_ref: None,
+            pool_id: j.pool_id.clone(),
+            owner_tenant_id: j.owner_tenant_id.clone(),
+            rack: None,
+            device_class: if j.gpu_count > 0 {
+                DeviceClass::GpuCompute
+            } else {
+                DeviceClass::CpuBaremetal
+            },
+            role,
+            trust: j.trust,
+            inventory_status: InventoryStatus::Unknown,
+            provision_state: ProvisionState::Adopting,
+            labels: serde_json::json!({}),
+        };
+        match devices::insert_device(&mut tx, &new).await {
+            Ok(Some(())) => {}
+            Ok(None) => return Err(DomainError::NotFound(format!("site {}", j.site)).into()),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                return Err(DomainError::AlreadyExists(format!(
+                    "a device named {} already exists in site {} and the hardware key does not name it",
+                    j.name, j.site
+                ))
+                .into());
+            }
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
+                return Err(
+                    DomainError::NotFound(format!("pool or tenant of device {}", j.name)).into(),
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+        sqlx::query(
+            "UPDATE devices SET hardware_key = $2, hardware_key_trusted = $3, gpu_count = $4 WHERE id = $1",
+        )
+        .bind(&id)
+        .bind(&j.hardware_key)
+        .bind(j.trusted)
+        .bind(j.gpu_count)
+        .execute(&mut *tx)
+        .await?;
+        let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+        if let Some(t) = work.devices.get_mut(&id) {
+            t.born = true;
+            t.cause = cause.to_string();
+        }
+        let (_, work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        tx.commit().await?;
+        let t = &work.devices[&id];
+        let mut v = device_json(&t.after);
+        v["rejoined"] = false.into();
+        v["hardware_key_trusted"] = j.trusted.into();
+        Ok(reply(v, t.after.record.version))
+    }
+}
