@@ -200,8 +200,8 @@ impl Hub {
         let now = Utc::now();
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
-            C::Triage(t) => {
             C::Join(j) => self.join(j, &cause).await,
+            C::Triage(t) => {
                 if t.device_ids.is_empty() {
                     return Err(invalid("device_ids is required"));
                 }
@@ -406,9 +406,9 @@ fn device_id(c: &C) -> &str {
         C::EnrollmentProof(x) => &x.device_id,
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
+        C::Join(_) => "",
         C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => "",
     }
-        C::Join(_) => "",
 }
 
 fn apply_device_command(
@@ -454,11 +454,11 @@ fn apply_device_command(
             cmd::enrollment_proof(r, outcome, now).map(|_| ())
         }
         C::ImpairmentHold(x) => cmd::impairment_hold(r, &x.event_id, x.set),
-        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => Err(
-            DomainError::InvalidArgument("not a single-device command".into()),
         C::Join(_) => Err(DomainError::InvalidArgument(
             "not a single-device command".into(),
         )),
+        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => Err(
+            DomainError::InvalidArgument("not a single-device command".into()),
         ),
     }
 }
