@@ -49,7 +49,7 @@ impl TestEnv {
         config.nats.stream_prefix = format!("T{}_", id.to_uppercase());
         config.nats.partitions = 4;
         config.hub.listen = "127.0.0.1:0".into();
-        config.hub.fetch_wait_ms = 20;
+        config.hub.linger_ms = 2;
         config.hub.sweep_interval_ms = 200;
         fleet::ensure_database(&config.database.url).await.unwrap_or_else(|e| {
             panic!("PostgreSQL is needed at {admin}: {e:#}\nstart it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")

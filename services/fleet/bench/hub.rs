@@ -1,8 +1,561 @@
+//! `fleet bench hub` (`spec/quality.md`): sustained snapshots/s for a
+//! freshness-only resync and for a changing workload, publish ->
+//! StatusChanged latency at half rate, hub peak RSS, rows written per
+//! snapshot, and in the same run the naive per-condition path and the raw
+//! PostgreSQL and JetStream limits as ratios to the hub.
+//!
+//! The hub runs as its own process (`fleet hub`), so its RSS is its own.
+//! Throughput phases pre-load the stream while the hub is stopped and time
+//! how long the hub takes to drain it, so the publisher never limits them.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chrono::{DateTime, Utc};
+use fleet_bus::{StreamNames, Subjects};
+use fleet_proto::{timestamp, v1, Message, SchemaName};
 use fleet_runtime::FleetConfig;
+use futures::StreamExt;
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[derive(clap::Args)]
-pub struct HubBench {}
+#[derive(clap::Args, Debug)]
+pub struct HubBench {
+    /// Fleet size.
+    #[arg(long, default_value_t = 100_000)]
+    pub devices: usize,
+    /// Share of snapshots in the changing workload that flip a decisive condition.
+    #[arg(long, default_value_t = 0.5)]
+    pub flip_share: f64,
+    /// Conditions written by the naive per-condition reference.
+    #[arg(long, default_value_t = 6_000)]
+    pub naive_conditions: usize,
+    /// Devices flipped one by one for the latency phase.
+    #[arg(long, default_value_t = 5_000)]
+    pub latency_samples: usize,
+    /// Keep the benchmark database and streams afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
 
-pub async fn run(_config: FleetConfig, _b: HubBench) -> anyhow::Result<()> {
-    anyhow::bail!("not written yet")
+struct Bench {
+    config: FleetConfig,
+    db_name: String,
+    admin_url: String,
+    pool: PgPool,
+    nats: async_nats::Client,
+    js: async_nats::jetstream::Context,
+    subjects: Subjects,
+    streams: StreamNames,
+    metrics_addr: String,
+    names: Vec<String>,
+}
+
+const SITE: &str = "bench";
+
+/// The six openstack conditions; `maintenance` flips quarantine <-> in_use.
+fn snapshot(name: &str, at: DateTime<Utc>, maintenance: bool) -> v1::ConditionSnapshot {
+    let c = |t: &str, s: bool| v1::Condition {
+        r#type: t.into(),
+        status: if s { "True" } else { "False" }.into(),
+        reason: String::new(),
+        message: String::new(),
+    };
+    v1::ConditionSnapshot {
+        source: "openstack".into(),
+        device: Some(v1::DeviceKey { site: SITE.into(), kind: "name".into(), key: name.into() }),
+        observed_at: Some(timestamp(at)),
+        conditions: vec![
+            c("IronicProvisionHealthy", true),
+            c("IronicMaintenance", maintenance),
+            c("CustomerReady", true),
+            c("InstanceAllocated", true),
+            c("IronicAvailable", false),
+            c("InMaintenancePool", false),
+        ],
+        mirror: None,
+    }
+}
+
+pub async fn run(base: FleetConfig, args: HubBench) -> anyhow::Result<()> {
+    let mut b = Bench::setup(base, &args).await?;
+    let result = b.measure(&args).await;
+    if !args.keep {
+        b.teardown().await;
+    }
+    let report = result?;
+    println!("{report}");
+    Ok(())
+}
+
+impl Bench {
+    async fn setup(base: FleetConfig, args: &HubBench) -> anyhow::Result<Bench> {
+        let id = ulid::Ulid::new().to_string().to_lowercase();
+        let mut config = base.clone();
+        let db_name = format!("fleet_bench_{id}");
+        let (prefix, _) = base.database.url.rsplit_once('/').context("database.url has no database name")?;
+        config.database.url = format!("{prefix}/{db_name}");
+        let admin_url = format!("{prefix}/postgres");
+        config.nats.subject_root = format!("bench{id}.fleet");
+        config.nats.radar_root = format!("bench{id}.radar");
+        config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            l.local_addr()?.port()
+        };
+        let metrics_addr = format!("127.0.0.1:{port}");
+        config.hub.listen = metrics_addr.clone();
+
+        crate::migrate(&config).await?;
+        let pool = fleet_store::connect(&config.database.url, 8).await?;
+        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-bench").await?;
+        let js = async_nats::jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+
+        eprintln!("bench: inserting {} devices", args.devices);
+        sqlx::query("INSERT INTO sites (id, name) VALUES ($1, 'bench')").bind(SITE).execute(&pool).await?;
+        sqlx::query(
+            "INSERT INTO devices (id, name, site_id, role, provision_state, connectivity, no_schedule_reasons) \
+             SELECT 'dev_bench_' || lpad(g::text, 7, '0'), 'gpu-' || lpad(g::text, 7, '0'), $1, 'host', 'deployed', \
+             'disconnected', '{unreachable}' FROM generate_series(1, $2) g",
+        )
+        .bind(SITE)
+        .bind(args.devices as i64)
+        .execute(&pool)
+        .await?;
+        sqlx::query("ANALYZE devices").execute(&pool).await?;
+        let names = (1..=args.devices).map(|g| format!("gpu-{g:07}")).collect();
+        Ok(Bench { config, db_name, admin_url, pool, nats, js, subjects, streams, metrics_addr, names })
+    }
+
+    async fn teardown(&self) {
+        for s in [self.streams.observations(), self.streams.status(), self.streams.radar(), self.streams.jobs(), self.streams.dlq()] {
+            let _ = self.js.delete_stream(&s).await;
+        }
+        self.pool.close().await;
+        if let Ok(admin) = fleet_store::connect(&self.admin_url, 1).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name)).execute(&admin).await;
+        }
+    }
+
+    fn spawn_hub(&self) -> anyhow::Result<Child> {
+        let exe = std::env::current_exe()?;
+        let c = &self.config;
+        Command::new(exe)
+            .arg("hub")
+            .env("FLEET__DATABASE__URL", &c.database.url)
+            .env("FLEET__NATS__URL", &c.nats.url)
+            .env("FLEET__NATS__SUBJECT_ROOT", &c.nats.subject_root)
+            .env("FLEET__NATS__RADAR_ROOT", &c.nats.radar_root)
+            .env("FLEET__NATS__STREAM_PREFIX", &c.nats.stream_prefix)
+            .env("FLEET__NATS__PARTITIONS", c.nats.partitions.to_string())
+            .env("FLEET__HUB__LISTEN", &c.hub.listen)
+            .env("FLEET__HUB__DEFAULT_TTL_SECS", "86400")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting fleet hub")
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(body) = http_get(&self.metrics_addr, "/readyz").await {
+                if body.starts_with("ready") {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("the hub did not become ready")
+    }
+
+    /// Publishes every snapshot with pipelined PubAcks.
+    async fn publish_all(&self, snaps: &[v1::ConditionSnapshot]) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        let mut inflight = Vec::with_capacity(1024);
+        for s in snaps {
+            let key = s.device.clone().unwrap_or_default();
+            let at = s.observed_at.as_ref().map(|t| t.seconds * 1_000_000_000 + t.nanos as i64).unwrap_or(0);
+            let ack = fleet_bus::publish_observation(
+                &self.js,
+                &self.subjects,
+                self.config.nats.partitions,
+                "openstack",
+                &key,
+                at,
+                v1::ConditionSnapshot::NAME,
+                None,
+                s.encode_to_vec().into(),
+            )
+            .await?;
+            inflight.push(ack);
+            if inflight.len() >= 1024 {
+                for a in inflight.drain(..) {
+                    a.await?;
+                }
+            }
+        }
+        for a in inflight {
+            a.await?;
+        }
+        Ok(start.elapsed())
+    }
+
+    async fn pending(&self) -> anyhow::Result<u64> {
+        let mut s = self.js.get_stream(self.streams.observations()).await?;
+        Ok(s.info().await?.state.messages)
+    }
+
+    /// Starts the hub on a pre-loaded stream and times the drain.
+    async fn drain(&self, n: usize, label: &str) -> anyhow::Result<Phase> {
+        let before = self.scrape().await.unwrap_or_default();
+        let mut hub = self.spawn_hub()?;
+        let start = Instant::now();
+        let res: anyhow::Result<Phase> = async {
+            self.wait_ready().await?;
+            let before = if before.is_empty() { HashMap::new() } else { before };
+            loop {
+                let left = self.pending().await?;
+                if left == 0 {
+                    let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&self.pool).await?;
+                    if outbox == 0 {
+                        break;
+                    }
+                }
+                if start.elapsed() > Duration::from_secs(1800) {
+                    bail!("{label}: {left} messages still pending after 30 minutes");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // The phase ends when every observation is applied and every
+            // status change is on STATUS.
+            let elapsed = start.elapsed();
+            let after = self.scrape().await?;
+            let rows = ["devices", "device_conditions", "device_source_freshness", "device_lifecycle_events"]
+                .iter()
+                .map(|t| {
+                    let k = format!("fleet_hub_rows_written_total{{table=\"{t}\"}}");
+                    after.get(&k).copied().unwrap_or(0.0) - before.get(&k).copied().unwrap_or(0.0)
+                })
+                .sum::<f64>();
+            let rss = rss_peak_kib(hub.id()).unwrap_or(0);
+            let cpu = cpu_seconds(hub.id()).unwrap_or(0.0);
+            Ok(Phase { label: label.into(), snapshots: n, elapsed, rows_per_snapshot: rows / n as f64, rss_kib: rss, cpu })
+        }
+        .await;
+        stop(&mut hub);
+        res
+    }
+
+    async fn scrape(&self) -> anyhow::Result<HashMap<String, f64>> {
+        let body = http_get(&self.metrics_addr, "/metrics").await?;
+        Ok(body
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v))))
+            .collect())
+    }
+
+    async fn measure(&mut self, args: &HubBench) -> anyhow::Result<String> {
+        let n = self.names.len();
+        let t0 = Utc::now() - chrono::Duration::hours(1);
+        let phase_snaps = |offset: i64, flip: &dyn Fn(usize) -> bool| -> Vec<v1::ConditionSnapshot> {
+            self.names.iter().enumerate().map(|(i, name)| snapshot(name, t0 + chrono::Duration::seconds(offset), flip(i))).collect()
+        };
+
+        eprintln!("bench: initial load ({n} snapshots creating 6 conditions each)");
+        let pubd = self.publish_all(&phase_snaps(0, &|_| false)).await?;
+        let initial = self.drain(n, "initial load (creates every row)").await?;
+        eprintln!("bench: published at {:.0}/s; {}", n as f64 / pubd.as_secs_f64(), initial.line());
+
+        eprintln!("bench: freshness-only resync");
+        self.publish_all(&phase_snaps(60, &|_| false)).await?;
+        let fresh = self.drain(n, "freshness-only resync").await?;
+        eprintln!("bench: {}", fresh.line());
+
+        eprintln!("bench: changing workload ({:.0}% flip IronicMaintenance)", args.flip_share * 100.0);
+        let every = (1.0 / args.flip_share.clamp(0.01, 1.0)).round() as usize;
+        self.publish_all(&phase_snaps(120, &|i| i % every == 0)).await?;
+        let changing = self.drain(n, "changing (flips decisive)").await?;
+        eprintln!("bench: {}", changing.line());
+
+        eprintln!("bench: latency at half the changing rate");
+        let rate = changing.rate() / 2.0;
+        // Devices the changing phase left in_use flip to quarantine.
+        let in_use: Vec<String> = self.names.iter().enumerate().filter(|(i, _)| i % every != 0).map(|(_, n)| n.clone()).collect();
+        let samples: Vec<String> = in_use.into_iter().take(args.latency_samples).collect();
+        let latency = self.latency(&samples, rate, t0 + chrono::Duration::seconds(180)).await?;
+
+        eprintln!("bench: naive per-condition reference");
+        let naive = self.naive(args.naive_conditions).await?;
+        eprintln!("bench: raw PostgreSQL batched upsert");
+        let raw_pg = self.raw_pg(n).await?;
+        eprintln!("bench: raw JetStream publish+consume");
+        let raw_js = self.raw_js(n.min(100_000)).await?;
+
+        let peak_rss = [initial.rss_kib, fresh.rss_kib, changing.rss_kib, latency.rss_kib].into_iter().max().unwrap_or(0);
+        let slower_raw = raw_pg.min(raw_js);
+        let mut out = String::new();
+        out += &format!("fleet bench hub: {n} devices, 6 conditions per snapshot, {} partitions, batch {}\n", self.config.nats.partitions, self.config.hub.batch_size);
+        out += "| figure | value | target |\n|---|---|---|\n";
+        out += &format!("| initial load snapshots/s (all rows new) | {:.0} | - |\n", initial.rate());
+        out += &format!("| freshness-only snapshots/s | {:.0} ({:.0} conditions/s) | >= 5,000 |\n", fresh.rate(), fresh.rate() * 6.0);
+        out += &format!("| changing snapshots/s ({:.0}% flip) | {:.0} ({:.0} conditions/s) | >= 2,000 |\n", args.flip_share * 100.0, changing.rate(), changing.rate() * 6.0);
+        out += &format!(
+            "| publish -> StatusChanged at {:.0}/s (p50 / p99 / max) | {:.1} / {:.1} / {:.1} ms | p99 <= 250 ms |\n",
+            latency.rate, latency.p50, latency.p99, latency.max
+        );
+        out += &format!("| hub peak RSS | {:.1} MiB | <= 256 MiB |\n", peak_rss as f64 / 1024.0);
+        out += &format!(
+            "| hub CPU while draining (freshness / changing), share of one core | {:.0}% / {:.0}% | - |\n",
+            fresh.cpu_share() * 100.0,
+            changing.cpu_share() * 100.0
+        );
+        out += &format!(
+            "| rows written per snapshot (initial / freshness / changing) | {:.2} / {:.2} / {:.2} | O(1) for freshness |\n",
+            initial.rows_per_snapshot, fresh.rows_per_snapshot, changing.rows_per_snapshot
+        );
+        out += &format!("| naive per-condition path, snapshots/s | {:.0} ({:.0} conditions/s) | - |\n", naive / 6.0, naive);
+        out += &format!("| hub (changing) vs naive | {:.1}x | >= 10x |\n", changing.rate() / (naive / 6.0));
+        out += &format!("| raw PostgreSQL batched upsert, snapshots/s | {:.0} | - |\n", raw_pg);
+        out += &format!("| raw JetStream publish+consume, msgs/s | {:.0} | - |\n", raw_js);
+        out += &format!("| hub (freshness) vs the slower raw limit | {:.2} | >= 0.5 |\n", fresh.rate() / slower_raw);
+        Ok(out)
+    }
+
+    /// Flips `samples` devices one at a time at `rate`/s and times each
+    /// publish to the `StatusChanged` of that device on a subscriber.
+    async fn latency(&self, names: &[String], rate: f64, at: DateTime<Utc>) -> anyhow::Result<Latency> {
+        let samples = names.len();
+        let mut hub = self.spawn_hub()?;
+        let res = async {
+            self.wait_ready().await?;
+            let mut sub = self.nats.subscribe(self.subjects.status_axis("operational")).await?;
+            self.nats.flush().await?;
+            let wanted: std::collections::HashSet<String> = names.iter().map(|n| format!("dev_bench_{}", &n[4..])).collect();
+            let collector = tokio::spawn(async move {
+                let mut seen = HashMap::new();
+                while let Some(m) = sub.next().await {
+                    if let Ok(e) = v1::StatusChanged::decode(m.payload.as_ref()) {
+                        if wanted.contains(&e.device_id) && e.to == "quarantine" {
+                            seen.entry(e.device_id).or_insert_with(Instant::now);
+                        }
+                    }
+                    if seen.len() >= samples {
+                        break;
+                    }
+                }
+                seen
+            });
+            let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
+            let mut sent: HashMap<String, Instant> = HashMap::new();
+            let start = Instant::now();
+            for (i, name) in names.iter().enumerate() {
+                let due = start + interval * i as u32;
+                tokio::time::sleep_until(due.into()).await;
+                // Maintenance off -> on: in_use -> quarantine.
+                let s = snapshot(name, at, true);
+                let key = s.device.clone().unwrap_or_default();
+                let id = format!("dev_bench_{}", &name[4..]);
+                sent.insert(id.clone(), Instant::now());
+                fleet_bus::publish_observation(&self.js, &self.subjects, self.config.nats.partitions, "openstack", &key, i as i64, v1::ConditionSnapshot::NAME, None, s.encode_to_vec().into())
+                    .await?
+                    .await?;
+            }
+            let seen = match tokio::time::timeout(Duration::from_secs(60), collector).await {
+                Ok(seen) => seen?,
+                Err(_) => bail!("status changes did not all arrive within 60 s"),
+            };
+            let mut ms: Vec<f64> = sent
+                .iter()
+                .filter_map(|(id, t)| seen.get(id).map(|r| r.saturating_duration_since(*t).as_secs_f64() * 1000.0))
+                .collect();
+            if ms.len() < samples {
+                bail!("only {} of {samples} status changes arrived", ms.len());
+            }
+            ms.sort_by(|a, b| a.total_cmp(b));
+            let q = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+            Ok(Latency { rate, p50: q(0.5), p99: q(0.99), max: *ms.last().unwrap_or(&0.0), rss_kib: rss_peak_kib(hub.id()).unwrap_or(0) })
+        }
+        .await;
+        stop(&mut hub);
+        res
+    }
+
+    /// One transaction per condition, the way a per-row REST apply works:
+    /// lock the device, upsert the row, re-read its conditions, write the
+    /// device. Returns conditions/s.
+    async fn naive(&self, conditions: usize) -> anyhow::Result<f64> {
+        let types = ["IronicProvisionHealthy", "IronicMaintenance", "CustomerReady", "InstanceAllocated", "IronicAvailable", "InMaintenancePool"];
+        let start = Instant::now();
+        for i in 0..conditions {
+            let id = format!("dev_bench_{:07}", (i / 6) % self.names.len() + 1);
+            let t = types[i % 6];
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SELECT id FROM devices WHERE id = $1 FOR UPDATE").bind(&id).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, \
+                 observed_at, received_at, last_transition_at) VALUES ($1, $2, 'True', '', '', 'openstack', 'operational', \
+                 false, now(), now(), now()) ON CONFLICT (device_id, type) DO UPDATE SET observed_at = now(), received_at = now()",
+            )
+            .bind(&id)
+            .bind(t)
+            .execute(&mut *tx)
+            .await?;
+            let _rows: Vec<(String, String)> = sqlx::query_as("SELECT type, status FROM device_conditions WHERE device_id = $1")
+                .bind(&id)
+                .fetch_all(&mut *tx)
+                .await?;
+            sqlx::query("UPDATE devices SET updated_at = now() WHERE id = $1").bind(&id).execute(&mut *tx).await?;
+            tx.commit().await?;
+        }
+        Ok(conditions as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// The freshness write of a snapshot, batched 256 to a statement, with
+    /// nothing else: snapshots/s.
+    async fn raw_pg(&self, n: usize) -> anyhow::Result<f64> {
+        let start = Instant::now();
+        for chunk in (1..=n).collect::<Vec<_>>().chunks(256) {
+            let ids: Vec<String> = chunk.iter().map(|g| format!("dev_bench_{g:07}")).collect();
+            sqlx::query(
+                "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, received_at) \
+                 SELECT i, 'raw', now(), '\\x00', now() FROM UNNEST($1::text[]) AS u(i) \
+                 ON CONFLICT (device_id, source) DO UPDATE SET observed_at = EXCLUDED.observed_at",
+            )
+            .bind(&ids)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Publish `n` snapshot-sized messages and consume+ack them from a pull
+    /// consumer: msgs/s over the whole loop.
+    async fn raw_js(&self, n: usize) -> anyhow::Result<f64> {
+        let name = format!("{}RAW", self.config.nats.stream_prefix);
+        let subject = format!("{}.raw.>", self.config.nats.subject_root);
+        let stream = self
+            .js
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: name.clone(),
+                subjects: vec![subject],
+                retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+                storage: async_nats::jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await?;
+        let payload: bytes::Bytes = snapshot("gpu-0000001", Utc::now(), false).encode_to_vec().into();
+        let start = Instant::now();
+        let consumer = fleet_bus::pull_consumer(&self.js, &name, "raw", format!("{}.raw.>", self.config.nats.subject_root), Duration::from_secs(30)).await?;
+        let js = self.js.clone();
+        let root = self.config.nats.subject_root.clone();
+        let publisher = tokio::spawn(async move {
+            let mut inflight = Vec::with_capacity(1024);
+            for i in 0..n {
+                let ack = fleet_bus::publish(&js, format!("{root}.raw.{}", i % 16), &format!("raw-{i}"), fleet_bus::headers("raw", None), payload.clone()).await?;
+                inflight.push(ack);
+                if inflight.len() >= 1024 {
+                    for a in inflight.drain(..) {
+                        a.await.map_err(|e| fleet_bus::BusError::js("ack", e))?;
+                    }
+                }
+            }
+            for a in inflight {
+                a.await.map_err(|e| fleet_bus::BusError::js("ack", e))?;
+            }
+            Ok::<_, fleet_bus::BusError>(())
+        });
+        let mut got = 0;
+        while got < n {
+            let mut batch = consumer.batch().max_messages(256).expires(Duration::from_millis(50)).messages().await?;
+            while let Some(Ok(m)) = batch.next().await {
+                m.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
+                got += 1;
+            }
+        }
+        publisher.await??;
+        let rate = n as f64 / start.elapsed().as_secs_f64();
+        drop(stream);
+        let _ = self.js.delete_stream(&name).await;
+        Ok(rate)
+    }
+}
+
+struct Phase {
+    label: String,
+    snapshots: usize,
+    elapsed: Duration,
+    rows_per_snapshot: f64,
+    rss_kib: u64,
+    /// CPU seconds the hub process used in the phase.
+    cpu: f64,
+}
+
+impl Phase {
+    /// The hub's share of one core while it drained the phase.
+    fn cpu_share(&self) -> f64 {
+        self.cpu / self.elapsed.as_secs_f64()
+    }
+    fn rate(&self) -> f64 {
+        self.snapshots as f64 / self.elapsed.as_secs_f64()
+    }
+    fn line(&self) -> String {
+        format!(
+            "{}: {} snapshots in {:.2}s = {:.0}/s, {:.2} rows/snapshot, hub RSS {:.1} MiB, hub CPU {:.0}% of a core",
+            self.label,
+            self.snapshots,
+            self.elapsed.as_secs_f64(),
+            self.rate(),
+            self.rows_per_snapshot,
+            self.rss_kib as f64 / 1024.0,
+            self.cpu_share() * 100.0
+        )
+    }
+}
+
+struct Latency {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    rss_kib: u64,
+}
+
+fn stop(hub: &mut Child) {
+    // SIGTERM would be gentler, but the bench only needs the process gone;
+    // its work is committed and acked already.
+    let _ = hub.kill();
+    let _ = hub.wait();
+}
+
+/// User plus system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Peak resident set (VmHWM) of a process, in KiB.
+fn rss_peak_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A minimal HTTP/1.0 GET (no client library in the binary for this).
+async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await?;
+    Ok(buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
 }

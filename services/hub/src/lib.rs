@@ -24,7 +24,7 @@ use fleet_runtime::http::{self, Ops};
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
 use sqlx::PgPool;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 
 pub use metrics::HubMetrics;
 
@@ -118,9 +118,11 @@ impl Hub {
         }
     }
 
-    /// One partition's consumer loop: fetch a batch, apply, ack; re-create
-    /// the consumer when it vanishes (it can across a reconnect).
-    async fn consume_partition(self: Arc<Self>, partition: u32, mut shutdown: Shutdown) {
+    /// One partition's fetcher: a continuous pull from its durable
+    /// consumer into the lane that owns the partition, so one device's
+    /// messages always go through the same lane in order. The consumer is
+    /// re-created when it vanishes (it can across a reconnect).
+    async fn fetch_partition(self: Arc<Self>, partition: u32, lane: mpsc::Sender<observations::Item>, mut shutdown: Shutdown) {
         let durable = format!("hub-p{partition}");
         let filter = self.subjects.obs_partition(partition);
         let mut backoff = Duration::from_millis(200);
@@ -134,10 +136,7 @@ impl Hub {
             )
             .await
             {
-                Ok(c) => {
-                    backoff = Duration::from_millis(200);
-                    c
-                }
+                Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(partition, error = %e, "cannot bind consumer; retrying");
                     tokio::select! { _ = tokio::time::sleep(backoff) => {}, _ = shutdown.wait() => return }
@@ -145,45 +144,63 @@ impl Hub {
                     continue;
                 }
             };
-            loop {
-                if shutdown.is_triggered() {
-                    return;
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(self.config.hub.batch_size)
+                .heartbeat(Duration::from_secs(5))
+                .messages()
+                .await;
+            let mut messages = match messages {
+                Ok(m) => {
+                    backoff = Duration::from_millis(200);
+                    m
                 }
-                let batch = consumer
-                    .batch()
-                    .max_messages(self.config.hub.batch_size)
-                    .expires(Duration::from_millis(self.config.hub.fetch_wait_ms.max(10)))
-                    .messages()
-                    .await;
-                let mut batch = match batch {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::warn!(partition, error = %e, "fetch failed; re-binding consumer");
-                        tokio::time::sleep(backoff).await;
-                        break;
-                    }
-                };
-                let mut items = Vec::new();
-                let mut broken = false;
-                while let Some(m) = batch.next().await {
-                    match m {
-                        Ok(m) => items.push(observations::parse(m)),
-                        Err(e) => {
-                            tracing::debug!(partition, error = %e, "batch ended with an error");
-                            broken = true;
-                            break;
+                Err(e) => {
+                    tracing::warn!(partition, error = %e, "cannot start pulling; retrying");
+                    tokio::select! { _ = tokio::time::sleep(backoff) => {}, _ = shutdown.wait() => return }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            };
+            loop {
+                let next = tokio::select! { m = messages.next() => m, _ = shutdown.wait() => return };
+                match next {
+                    Some(Ok(m)) => {
+                        if lane.send(observations::parse(m)).await.is_err() {
+                            return;
                         }
                     }
-                }
-                if !items.is_empty() {
-                    // The batch in hand is finished and acked even when
-                    // shutdown arrives meanwhile.
-                    self.handle_batch(items).await;
-                }
-                if broken {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Some(Err(e)) => {
+                        tracing::warn!(partition, error = %e, "pull stream failed; re-binding the consumer");
+                        break;
+                    }
+                    None => break,
                 }
             }
+        }
+    }
+
+    /// One lane: takes what its partitions fetched, up to `batch_size`
+    /// messages or `linger_ms` after the first, and applies them in one
+    /// transaction. It stops when its fetchers are gone and its queue is
+    /// empty, so the batch in hand is always finished and acked.
+    async fn apply_lane(self: Arc<Self>, mut rx: mpsc::Receiver<observations::Item>) {
+        let linger = Duration::from_millis(self.config.hub.linger_ms);
+        let max = self.config.hub.batch_size;
+        while let Some(first) = rx.recv().await {
+            let mut items = vec![first];
+            let deadline = tokio::time::Instant::now() + linger;
+            while items.len() < max {
+                match rx.try_recv() {
+                    Ok(i) => items.push(i),
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, rx.recv()).await {
+                        Ok(Some(i)) => items.push(i),
+                        Ok(None) | Err(_) => break,
+                    },
+                }
+            }
+            self.handle_batch(items).await;
         }
     }
 
@@ -221,16 +238,28 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
 
     let mut tasks = tokio::task::JoinSet::new();
-    for p in hub.partitions() {
-        tasks.spawn(hub.clone().consume_partition(p, shutdown.clone()));
+    let lanes = hub.config.hub.lanes.max(1);
+    let mut senders = Vec::with_capacity(lanes);
+    let mut appliers = tokio::task::JoinSet::new();
+    for _ in 0..lanes {
+        let (tx, rx) = mpsc::channel(hub.config.hub.batch_size * 2);
+        senders.push(tx);
+        appliers.spawn(hub.clone().apply_lane(rx));
     }
+    for p in hub.partitions() {
+        let lane = senders[p as usize % lanes].clone();
+        tasks.spawn(hub.clone().fetch_partition(p, lane, shutdown.clone()));
+    }
+    drop(senders);
     tasks.spawn(hub.clone().serve_commands(shutdown.clone()));
     tasks.spawn(hub.clone().sweep_loop(shutdown.clone()));
     let relay = tokio::spawn(hub.clone().relay_loop(shutdown.clone()));
 
     shutdown.wait().await;
-    // Consumers finish the batch in hand; then the relay flushes.
+    // Fetchers stop; lanes finish and ack what they hold; then the relay
+    // flushes.
     while tasks.join_next().await.is_some() {}
+    while appliers.join_next().await.is_some() {}
     hub.relay_wake.notify_one();
     let _ = relay.await;
     hub.nats.flush().await.ok();

@@ -46,9 +46,12 @@ pub struct HubConfig {
     /// The partitions this replica consumes; empty means all of them.
     #[serde(default)]
     pub partitions: Vec<u32>,
-    /// Messages fetched and applied in one transaction.
+    /// Messages applied in one transaction at most.
     pub batch_size: usize,
-    pub fetch_wait_ms: u64,
+    /// Concurrent appliers; each owns the partitions `p mod lanes`.
+    pub lanes: usize,
+    /// How long a lane waits after a first message to fill its batch.
+    pub linger_ms: u64,
     pub ack_wait_secs: u64,
     /// Deliveries after which a message that fails to apply is dead-lettered.
     pub max_deliver: u64,
@@ -90,7 +93,8 @@ impl Default for FleetConfig {
                 listen: "127.0.0.1:9401".into(),
                 partitions: vec![],
                 batch_size: 256,
-                fetch_wait_ms: 50,
+                lanes: 4,
+                linger_ms: 5,
                 ack_wait_secs: 30,
                 max_deliver: 5,
                 default_ttl_secs: 180,
