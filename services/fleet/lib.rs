@@ -1,6 +1,7 @@
 //! The `fleet` binary's library side: what several subcommands (and the
 //! integration tests) share.
 
+pub mod api_cmd;
 pub mod bench;
 
 use anyhow::Context;

@@ -35,6 +35,13 @@ enum Command {
     },
     /// Print the effective configuration (secrets redacted).
     Config,
+    /// Run the operator HTTP API.
+    Api,
+    /// API tokens: create (printed once), list, revoke.
+    Token {
+        #[command(subcommand)]
+        what: fleet::api_cmd::TokenCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +58,8 @@ fn main() -> anyhow::Result<()> {
                 fleet_hub::run(config, shutdown).await
             }
             Command::Migrate => migrate(&config).await,
+            Command::Api => fleet::api_cmd::api(config).await,
+            Command::Token { what } => fleet::api_cmd::token(config, what).await,
             Command::Bench { what } => bench::run(config, what).await,
             Command::Config => {
                 let mut c = config.clone();

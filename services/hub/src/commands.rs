@@ -20,6 +20,9 @@ use crate::decode;
 use crate::work::Work;
 use crate::Hub;
 
+#[path = "apply_cmd.rs"]
+mod apply_cmd;
+
 /// A command failure: the domain's typed errors, or the store's.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -62,6 +65,7 @@ pub fn verb(c: &C) -> &'static str {
         C::ImpairmentHold(_) => "impairment_hold",
         C::Join(_) => "join",
         C::SetMaintenance(_) => "set_maintenance",
+        C::ApplySnapshot(_) => "apply_snapshot",
     }
 }
 
@@ -201,6 +205,7 @@ impl Hub {
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
             C::Join(j) => self.join(j, &cause).await,
+            C::ApplySnapshot(s) => self.apply_snapshot_command(s, c.expected_version).await,
             C::Triage(t) => {
                 if t.device_ids.is_empty() {
                     return Err(invalid("device_ids is required"));
@@ -407,7 +412,7 @@ fn device_id(c: &C) -> &str {
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
         C::Join(_) => "",
-        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => "",
+        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) | C::ApplySnapshot(_) => "",
     }
 }
 
@@ -457,7 +462,7 @@ fn apply_device_command(
         C::Join(_) => Err(DomainError::InvalidArgument(
             "not a single-device command".into(),
         )),
-        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) => Err(
+        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) | C::ApplySnapshot(_) => Err(
             DomainError::InvalidArgument("not a single-device command".into()),
         ),
     }

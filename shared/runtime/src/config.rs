@@ -18,6 +18,41 @@ pub struct FleetConfig {
     /// Connector services (`fleet connector <name>`); see `connectors.rs`.
     #[serde(default)]
     pub connectors: ConnectorsConfig,
+    /// The operator HTTP API (`fleet api`).
+    #[serde(default)]
+    pub api: ApiConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApiConfig {
+    /// Address of the API (and its `/healthz`, `/readyz`, `/metrics`).
+    pub listen: String,
+    /// How long a mutation waits for the hub's reply before answering 503.
+    pub hub_timeout_ms: u64,
+    /// How long a read waits for a database connection before answering 503.
+    pub db_timeout_ms: u64,
+    /// Page size when a request names none, and the largest one accepted.
+    pub default_page_size: i64,
+    pub max_page_size: i64,
+    /// Seconds a verified token (and its scopes) is cached in memory.
+    pub token_cache_secs: u64,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: "127.0.0.1:9402".into(),
+            hub_timeout_ms: 5000,
+            db_timeout_ms: 3000,
+            default_page_size: 100,
+            max_page_size: 1000,
+            token_cache_secs: 10,
+            max_body_bytes: 1 << 20,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -110,6 +145,7 @@ impl Default for FleetConfig {
                 filter: "info".into(),
             },
             connectors: ConnectorsConfig::default(),
+            api: ApiConfig::default(),
         }
     }
 }

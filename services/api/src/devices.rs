@@ -1,0 +1,608 @@
+//! Devices: the filtered list, the detail, the lifecycle log, and the
+//! device commands (each a hub command carrying the version the caller read).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use fleet_domain::predicates::{CUSTOMER_READY_SQL, SCHEDULABLE_BUCKET_SQL, SCHEDULABLE_SQL};
+use fleet_domain::slurm::SlurmState;
+use fleet_domain::*;
+use fleet_proto::v1;
+use serde::Deserialize;
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, Postgres, QueryBuilder, Row};
+use utoipa::{IntoParams, ToSchema};
+use v1::hub_command::Command as C;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, J, P, Q};
+use crate::model::*;
+use crate::{conditions, page, App};
+
+/// The list and detail columns over `devices d LEFT JOIN pools p`, with the
+/// predicates derived by the domain's SQL.
+pub fn summary_columns() -> String {
+    format!(
+        "d.id, d.name, d.site_id, d.pool_id, d.rack, d.device_class, d.role, d.trust, d.version, \
+         d.provision_state, d.maintenance, d.cordoned, d.power, d.connectivity, d.inventory_status, \
+         d.operational_status, d.health_status, d.in_triage, d.inventory_only, d.impairment_hold, \
+         d.slurm_states, d.no_schedule_reasons, d.updated_at, \
+         {CUSTOMER_READY_SQL} AS customer_ready, \
+         {SCHEDULABLE_BUCKET_SQL} AS capacity_bucket, \
+         ({SCHEDULABLE_BUCKET_SQL} = 'schedulable') AS schedulable"
+    )
+}
+
+const DETAIL_COLUMNS: &str = "d.serial, d.netbox_id, d.bmc_address, d.infrastructure_ref, \
+    d.owner_tenant_id, d.adapter, d.drivers, d.hardware_key_trusted, d.generation, \
+    d.observed_generation, d.identity_generation, d.labels, d.annotations, d.failed_from, \
+    d.maintenance_reason, d.cordon_reason, d.draining, d.taints, d.triage_ticket_url, \
+    d.parent_ticket_url, d.entered_triage_at, d.custody, d.enrollment_validated_ref, \
+    d.enrollment_proof_source, d.enrollment_proof_at, d.entered_service_at, d.failure_state, \
+    d.failed_at, d.ironic_provision_state, d.ironic_maintenance, d.ironic_maintenance_reason, \
+    d.ironic_instance_uuid, d.ironic_lessee, d.netbox_tags, d.chassis_health, d.session_epoch, \
+    d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, d.session_last_seen, \
+    d.created_at";
+
+/// Filters of `GET /api/v1/devices/`. Status filters take one value or a
+/// comma-separated list (any of them matches).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeviceFilter {
+    pub site: Option<String>,
+    pub pool: Option<String>,
+    #[param(schema_with = inventory_status_schema)]
+    pub inventory_status: Option<String>,
+    #[param(schema_with = operational_status_schema)]
+    pub operational_status: Option<String>,
+    #[param(schema_with = health_status_schema)]
+    pub health_status: Option<String>,
+    /// SLURM state tokens, comma-separated: devices carrying any of them.
+    #[param(schema_with = slurm_state_schema)]
+    pub slurm_states: Option<String>,
+    pub in_triage: Option<bool>,
+    pub inventory_only: Option<bool>,
+    pub customer_ready: Option<bool>,
+    pub schedulable: Option<bool>,
+    pub cordoned: Option<bool>,
+    pub maintenance: Option<bool>,
+    #[param(schema_with = connectivity_schema)]
+    pub connectivity: Option<String>,
+    /// Page size (default `api.default_page_size`, at most `api.max_page_size`).
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A comma-separated list of one vocabulary, each value checked.
+fn values<T>(
+    raw: &Option<String>,
+    parse: impl Fn(&str) -> Result<T, DomainError>,
+) -> ApiResult<Option<Vec<String>>> {
+    let Some(raw) = raw else { return Ok(None) };
+    let mut out = Vec::new();
+    for v in raw.split(',').map(str::trim) {
+        parse(v)?;
+        out.push(v.to_string());
+    }
+    Ok(Some(out))
+}
+
+fn push_bool(qb: &mut QueryBuilder<'_, Postgres>, expr: &str, v: Option<bool>) {
+    if let Some(v) = v {
+        qb.push(" AND ");
+        if !v {
+            qb.push("NOT ");
+        }
+        qb.push(expr);
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/devices/", params(DeviceFilter),
+    responses((status = 200, body = DevicePage), (status = 400, body = crate::error::ErrorBody)),
+    tag = "devices")]
+pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Json<DevicePage>> {
+    let limit = page::limit(&app, f.limit)?;
+    let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
+    let inventory = values(&f.inventory_status, InventoryStatus::parse)?;
+    let operational = values(&f.operational_status, OperationalStatus::parse)?;
+    let health = values(&f.health_status, HealthStatus::parse)?;
+    let connectivity = values(&f.connectivity, Connectivity::parse)?;
+    let slurm = values(&f.slurm_states, SlurmState::parse)?;
+
+    let mut qb = QueryBuilder::<Postgres>::new("SELECT ");
+    qb.push(summary_columns());
+    qb.push(" FROM devices d LEFT JOIN pools p ON p.id = d.pool_id WHERE d.deleted_at IS NULL");
+    if let Some(site) = &f.site {
+        qb.push(" AND d.site_id = ").push_bind(site.clone());
+    }
+    if let Some(pool) = &f.pool {
+        qb.push(" AND d.pool_id = ").push_bind(pool.clone());
+    }
+    for (column, vals) in [
+        ("d.inventory_status", inventory),
+        ("d.operational_status", operational),
+        ("d.health_status", health),
+        ("d.connectivity", connectivity),
+    ] {
+        if let Some(vals) = vals {
+            qb.push(format!(" AND {column} = ANY("))
+                .push_bind(vals)
+                .push(")");
+        }
+    }
+    if let Some(tokens) = slurm {
+        qb.push(" AND d.slurm_states && ")
+            .push_bind(tokens)
+            .push("::text[]");
+    }
+    push_bool(&mut qb, "d.in_triage", f.in_triage);
+    push_bool(&mut qb, "d.inventory_only", f.inventory_only);
+    push_bool(&mut qb, "d.cordoned", f.cordoned);
+    push_bool(&mut qb, "d.maintenance", f.maintenance);
+    push_bool(&mut qb, CUSTOMER_READY_SQL, f.customer_ready);
+    push_bool(&mut qb, SCHEDULABLE_SQL, f.schedulable);
+    if let Some((id,)) = after {
+        qb.push(" AND d.id > ").push_bind(id);
+    }
+    qb.push(" ORDER BY d.id LIMIT ").push_bind(limit + 1);
+    let rows: Vec<DeviceSummary> = qb.build_query_as().fetch_all(&app.pool).await?;
+    let (items, next_cursor) = page::finish(rows, limit, |d| (d.id.clone(),));
+    Ok(Json(DevicePage { items, next_cursor }))
+}
+
+fn detail_from_row(row: &PgRow, decisive: Vec<ConditionOut>) -> Result<DeviceDetail, sqlx::Error> {
+    Ok(DeviceDetail {
+        summary: DeviceSummary::from_row(row)?,
+        serial: row.try_get("serial")?,
+        netbox_id: row.try_get("netbox_id")?,
+        bmc_address: row.try_get("bmc_address")?,
+        infrastructure_ref: row.try_get("infrastructure_ref")?,
+        owner_tenant_id: row.try_get("owner_tenant_id")?,
+        adapter: row.try_get("adapter")?,
+        drivers: row.try_get("drivers")?,
+        hardware_key_trusted: row.try_get("hardware_key_trusted")?,
+        generation: row.try_get("generation")?,
+        observed_generation: row.try_get("observed_generation")?,
+        identity_generation: row.try_get("identity_generation")?,
+        labels: row.try_get("labels")?,
+        annotations: row.try_get("annotations")?,
+        failed_from: row.try_get("failed_from")?,
+        maintenance_reason: row.try_get("maintenance_reason")?,
+        cordon_reason: row.try_get("cordon_reason")?,
+        draining: row.try_get("draining")?,
+        taints: row.try_get("taints")?,
+        triage_ticket_url: row.try_get("triage_ticket_url")?,
+        parent_ticket_url: row.try_get("parent_ticket_url")?,
+        entered_triage_at: row.try_get("entered_triage_at")?,
+        custody: row.try_get("custody")?,
+        enrollment_validated_ref: row.try_get("enrollment_validated_ref")?,
+        enrollment_proof_source: row.try_get("enrollment_proof_source")?,
+        enrollment_proof_at: row.try_get("enrollment_proof_at")?,
+        entered_service_at: row.try_get("entered_service_at")?,
+        failure_state: row.try_get("failure_state")?,
+        failed_at: row.try_get("failed_at")?,
+        mirrors: MirrorsOut {
+            ironic_provision_state: row.try_get("ironic_provision_state")?,
+            ironic_maintenance: row.try_get("ironic_maintenance")?,
+            ironic_maintenance_reason: row.try_get("ironic_maintenance_reason")?,
+            ironic_instance_uuid: row.try_get("ironic_instance_uuid")?,
+            ironic_lessee: row.try_get("ironic_lessee")?,
+            netbox_tags: row.try_get("netbox_tags")?,
+            chassis_health: row.try_get("chassis_health")?,
+        },
+        session: SessionOut {
+            epoch: row.try_get("session_epoch")?,
+            gateway_id: row.try_get("session_gateway_id")?,
+            connected_at: row.try_get("session_connected_at")?,
+            disconnected_at: row.try_get("session_disconnected_at")?,
+            last_seen: row.try_get("session_last_seen")?,
+        },
+        created_at: row.try_get("created_at")?,
+        operational_status_conditions: decisive,
+    })
+}
+
+/// The device as the read model holds it, or `NOT_FOUND`.
+pub async fn read_detail(app: &App, id: &str) -> ApiResult<DeviceDetail> {
+    let sql = format!(
+        "SELECT {}, {DETAIL_COLUMNS} FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
+         WHERE d.id = $1 AND d.deleted_at IS NULL",
+        summary_columns()
+    );
+    let row = sqlx::query(&sql)
+        .bind(id)
+        .fetch_optional(&app.pool)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("device {id}")))?;
+    let decisive = conditions::decisive_rows(app, id).await?;
+    Ok(detail_from_row(&row, decisive)?)
+}
+
+#[utoipa::path(get, path = "/api/v1/devices/{id}/", params(("id" = String, Path)),
+    responses((status = 200, body = DeviceDetail), (status = 404, body = crate::error::ErrorBody)),
+    tag = "devices")]
+pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<DeviceDetail>> {
+    Ok(Json(read_detail(&app, &id).await?))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LifecycleQuery {
+    #[param(schema_with = axis_schema)]
+    pub kind: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// Newest first; `ended_at` is the next row of the same kind, computed by a
+/// window over the whole (kind-filtered) history before paging, so it is
+/// right on every page.
+#[utoipa::path(get, path = "/api/v1/devices/{id}/lifecycle-events/",
+    params(("id" = String, Path), LifecycleQuery),
+    responses((status = 200, body = LifecyclePage), (status = 404, body = crate::error::ErrorBody)),
+    tag = "devices")]
+pub async fn lifecycle(
+    State(app): State<App>,
+    P(id): P<String>,
+    Q(q): Q<LifecycleQuery>,
+) -> ApiResult<Json<LifecyclePage>> {
+    let limit = page::limit(&app, q.limit)?;
+    if let Some(k) = &q.kind {
+        Axis::parse(k)?;
+    }
+    let after: Option<(DateTime<Utc>, i64)> = page::decode(q.cursor.as_deref())?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM devices WHERE id = $1)")
+        .bind(&id)
+        .fetch_one(&app.pool)
+        .await?;
+    if !exists {
+        return Err(ApiError::not_found(format!("device {id}")));
+    }
+    let mut qb = QueryBuilder::<Postgres>::new(
+        "SELECT * FROM (SELECT id, kind, value, cause, created_at, \
+         lead(created_at) OVER (PARTITION BY kind ORDER BY created_at, id) AS ended_at \
+         FROM device_lifecycle_events WHERE device_id = ",
+    );
+    qb.push_bind(id.clone());
+    if let Some(k) = &q.kind {
+        qb.push(" AND kind = ").push_bind(k.clone());
+    }
+    qb.push(") e");
+    if let Some((at, last)) = after {
+        qb.push(" WHERE (e.created_at, e.id) < (")
+            .push_bind(at)
+            .push(", ")
+            .push_bind(last)
+            .push(")");
+    }
+    qb.push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
+        .push_bind(limit + 1);
+    let rows: Vec<LifecycleEvent> = qb.build_query_as().fetch_all(&app.pool).await?;
+    let (items, next_cursor) = page::finish(rows, limit, |e| (e.created_at, e.id));
+    Ok(Json(LifecyclePage { items, next_cursor }))
+}
+
+// ------------------------------------------------------------- commands
+
+/// The version the caller read.
+#[derive(Debug, Deserialize, ToSchema, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct VersionBody {
+    pub version: i64,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonBody {
+    pub version: i64,
+    pub reason: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaintBody {
+    pub version: i64,
+    /// `[a-z0-9][a-z0-9._/-]*`, at most 63 characters.
+    pub key: String,
+    #[schema(schema_with = taint_action_schema)]
+    pub action: String,
+}
+
+pub fn taint_action_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["add", "remove"]))
+        .build()
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProvisionBody {
+    pub version: i64,
+    #[schema(schema_with = provision_state_schema)]
+    pub to: String,
+}
+
+fn version(v: i64) -> ApiResult<i64> {
+    if v < 1 {
+        return Err(ApiError::invalid(
+            "version is required: pass the version you read (at least 1)",
+        ));
+    }
+    Ok(v)
+}
+
+/// Parses the hub's device record.
+pub fn device_change(record: Value) -> ApiResult<DeviceChange> {
+    serde_json::from_value(record).map_err(|e| {
+        tracing::error!(error = %e, "hub device record does not parse");
+        ApiError::unavailable("the hub answered something unreadable")
+    })
+}
+
+async fn device_command(
+    app: &App,
+    caller: &Caller,
+    expected_version: i64,
+    command: C,
+) -> ApiResult<Json<DeviceChange>> {
+    let reply = app
+        .hub
+        .command(&caller.token_id, expected_version, command)
+        .await?;
+    Ok(Json(device_change(reply.record)?))
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/cordon", params(("id" = String, Path)),
+    request_body = ReasonBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn cordon(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ReasonBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let c = C::Cordon(v1::Cordon {
+        device_id: id,
+        reason: b.reason,
+    });
+    device_command(&app, &caller, v, c).await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/uncordon", params(("id" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn uncordon(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<VersionBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    device_command(
+        &app,
+        &caller,
+        v,
+        C::Uncordon(v1::Uncordon { device_id: id }),
+    )
+    .await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/drain", params(("id" = String, Path)),
+    request_body = ReasonBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn drain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ReasonBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let c = C::Drain(v1::Drain {
+        device_id: id,
+        reason: b.reason,
+    });
+    device_command(&app, &caller, v, c).await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/taints", params(("id" = String, Path)),
+    request_body = TaintBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn taints(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<TaintBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let remove = match b.action.as_str() {
+        "add" => false,
+        "remove" => true,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "action must be add or remove, not {other:?}"
+            )))
+        }
+    };
+    let c = C::Taint(v1::Taint {
+        device_id: id,
+        key: b.key,
+        remove,
+    });
+    device_command(&app, &caller, v, c).await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/adopt", params(("id" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn adopt(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<VersionBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    device_command(&app, &caller, v, C::Adopt(v1::Adopt { device_id: id })).await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/provision", params(("id" = String, Path)),
+    request_body = ProvisionBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn provision(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ProvisionBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    ProvisionState::parse(&b.to)?;
+    let c = C::Provision(v1::ProvisionMove {
+        device_id: id,
+        to: b.to,
+    });
+    device_command(&app, &caller, v, c).await
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/revoke-identity", params(("id" = String, Path)),
+    request_body = VersionBody,
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn revoke_identity(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<VersionBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let c = C::RevokeIdentity(v1::RevokeIdentity { device_id: id });
+    device_command(&app, &caller, v, c).await
+}
+
+#[utoipa::path(delete, path = "/api/v1/devices/{id}/", params(("id" = String, Path), VersionBody),
+    responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn delete(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    Q(b): Q<VersionBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let c = C::DeleteDevice(v1::DeleteDevice { device_id: id });
+    device_command(&app, &caller, v, c).await
+}
+
+/// Set or clear `in_triage` for a list of devices, in one hub transaction.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriageBody {
+    pub device_ids: Vec<String>,
+    pub in_triage: bool,
+    pub triage_ticket_url: Option<String>,
+    /// Set once and left alone across triage cycles.
+    pub parent_ticket_url: Option<String>,
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/triage/", request_body = TriageBody,
+    responses((status = 200, body = Vec<DeviceChange>), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn triage(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    J(b): J<TriageBody>,
+) -> ApiResult<Json<Vec<DeviceChange>>> {
+    if b.device_ids.is_empty() || b.device_ids.len() > 1000 {
+        return Err(ApiError::invalid("device_ids must name 1 to 1000 devices"));
+    }
+    if b.device_ids.iter().any(|d| d.trim().is_empty()) {
+        return Err(ApiError::invalid("device_ids must not contain empty ids"));
+    }
+    let c = C::Triage(v1::Triage {
+        device_ids: b.device_ids,
+        in_triage: b.in_triage,
+        triage_ticket_url: b.triage_ticket_url.unwrap_or_default(),
+        parent_ticket_url: b.parent_ticket_url.unwrap_or_default(),
+    });
+    let reply = app.hub.command(&caller.token_id, 0, c).await?;
+    let list: Vec<Value> = match reply.record {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    Ok(Json(
+        list.into_iter()
+            .map(device_change)
+            .collect::<ApiResult<_>>()?,
+    ))
+}
+
+/// Seed 002, "Enrollment identity proof": written by the workflow service.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollmentProofBody {
+    /// `enrolled` (a qualifying typed completion) or `failed` (a started
+    /// non-success, guarded by the pinned identity).
+    #[schema(schema_with = proof_outcome_schema)]
+    pub outcome: String,
+    /// The validated infrastructure_ref (for `enrolled`).
+    pub result_ref: Option<String>,
+    pub proof_source: Option<String>,
+    /// The identity the workflow pinned (for `failed`).
+    pub pinned_infrastructure_ref: Option<String>,
+    /// Optional: when given, a changed device is `CONFLICT`.
+    pub version: Option<i64>,
+}
+
+pub fn proof_outcome_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["enrolled", "failed"]))
+        .build()
+}
+
+#[utoipa::path(post, path = "/api/v1/devices/{id}/enrollment-proof", params(("id" = String, Path)),
+    request_body = EnrollmentProofBody,
+    responses((status = 200, body = DeviceChange), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn enrollment_proof(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<EnrollmentProofBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    if !matches!(b.outcome.as_str(), "enrolled" | "failed") {
+        return Err(ApiError::invalid(format!(
+            "outcome must be enrolled or failed, not {:?}",
+            b.outcome
+        )));
+    }
+    let v = match b.version {
+        Some(v) => version(v)?,
+        None => 0,
+    };
+    let c = C::EnrollmentProof(v1::EnrollmentProof {
+        device_id: id,
+        outcome: b.outcome,
+        result_ref: b.result_ref.unwrap_or_default(),
+        proof_source: b.proof_source.unwrap_or_default(),
+        pinned_infrastructure_ref: b.pinned_infrastructure_ref.unwrap_or_default(),
+    });
+    device_command(&app, &caller, v, c).await
+}
+
+/// 201 for creations.
+pub fn created<T>(v: T) -> (StatusCode, Json<T>) {
+    (StatusCode::CREATED, Json(v))
+}

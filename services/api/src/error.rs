@@ -1,0 +1,203 @@
+//! One error shape, `{"error": {"code", "message", "details"}}`, with the
+//! stable codes of `spec/api.md`. Database and bus errors are logged here and
+//! answered as `UNAVAILABLE` without their text.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use fleet_domain::DomainError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+/// The stable codes of `spec/api.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    InvalidArgument,
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    Conflict,
+    InvalidState,
+    FutureObservation,
+    ForbiddenSource,
+    Unavailable,
+}
+
+impl Code {
+    pub const ALL: &'static [Code] = &[
+        Code::InvalidArgument,
+        Code::Unauthenticated,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::Conflict,
+        Code::InvalidState,
+        Code::FutureObservation,
+        Code::ForbiddenSource,
+        Code::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::Forbidden => "FORBIDDEN",
+            Code::NotFound => "NOT_FOUND",
+            Code::Conflict => "CONFLICT",
+            Code::InvalidState => "INVALID_STATE",
+            Code::FutureObservation => "FUTURE_OBSERVATION",
+            Code::ForbiddenSource => "FORBIDDEN_SOURCE",
+            Code::Unavailable => "UNAVAILABLE",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            Code::InvalidArgument | Code::FutureObservation => StatusCode::BAD_REQUEST,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::Forbidden | Code::ForbiddenSource => StatusCode::FORBIDDEN,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::Conflict | Code::InvalidState => StatusCode::CONFLICT,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// A code as the hub's reply carries it.
+    pub fn parse(s: &str) -> Option<Code> {
+        Code::ALL.iter().copied().find(|c| c.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub code: Code,
+    pub message: String,
+    pub details: Value,
+}
+
+/// The error body, for the OpenAPI document.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// One of INVALID_ARGUMENT, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
+    /// CONFLICT, INVALID_STATE, FUTURE_OBSERVATION, FORBIDDEN_SOURCE,
+    /// UNAVAILABLE.
+    #[schema(schema_with = crate::model::error_code_schema)]
+    pub code: String,
+    pub message: String,
+    #[schema(value_type = Object)]
+    pub details: Value,
+}
+
+impl ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            details: json!({}),
+        }
+    }
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(Code::InvalidArgument, message)
+    }
+    pub fn not_found(what: impl Into<String>) -> Self {
+        ApiError::new(Code::NotFound, format!("{} not found", what.into()))
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError::new(Code::Unavailable, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {
+            "code": self.code.as_str(),
+            "message": self.message,
+            "details": self.details,
+        }});
+        (self.code.status(), axum::Json(body)).into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        tracing::warn!(error = %e, "database read failed");
+        ApiError::unavailable("the database is unavailable; retry later")
+    }
+}
+
+impl From<DomainError> for ApiError {
+    fn from(e: DomainError) -> Self {
+        let code = Code::parse(e.code()).unwrap_or(Code::InvalidArgument);
+        ApiError::new(code, e.to_string())
+    }
+}
+
+/// `Json` whose rejections are `INVALID_ARGUMENT` in the one error shape.
+pub struct J<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for J<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(J(v)),
+            Err(r) => Err(json_rejection(r)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    match r {
+        JsonRejection::MissingJsonContentType(_) => {
+            ApiError::invalid("the body must be JSON (content-type: application/json)")
+        }
+        other => ApiError::invalid(format!("invalid JSON body: {}", other.body_text())),
+    }
+}
+
+/// `Query` whose rejections are `INVALID_ARGUMENT`.
+pub struct Q<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Q(v)),
+            Err(r) => Err(query_rejection(r)),
+        }
+    }
+}
+
+fn query_rejection(r: QueryRejection) -> ApiError {
+    ApiError::invalid(format!("invalid query: {}", r.body_text()))
+}
+
+/// `Path` whose rejections are `INVALID_ARGUMENT`.
+pub struct P<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for P<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(P(v)),
+            Err(r) => Err(path_rejection(r)),
+        }
+    }
+}
+
+fn path_rejection(r: PathRejection) -> ApiError {
+    ApiError::invalid(format!("invalid path: {}", r.body_text()))
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,144 @@
+//! The operator HTTP API (`spec/api.md`). Reads go to PostgreSQL; every
+//! mutation is a hub command over NATS request/reply, and no answer in time
+//! is 503, never a guess. Every route comes from one table
+//! ([`routes::table`]) that names its scope; the router and the OpenAPI
+//! document are both built from it.
+
+pub mod auth;
+pub mod conditions;
+pub mod devices;
+pub mod error;
+pub mod hub;
+pub mod impairment;
+pub mod metrics;
+pub mod model;
+pub mod openapi;
+pub mod page;
+pub mod routes;
+pub mod sites;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use fleet_bus::Subjects;
+use fleet_runtime::config::ApiConfig;
+use fleet_runtime::{FleetConfig, Shutdown};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+pub use auth::{create_token, Scope};
+
+pub struct Inner {
+    pub config: ApiConfig,
+    pub pool: PgPool,
+    pub hub: hub::HubClient,
+    pub tokens: auth::TokenCache,
+    pub ttls: TtlConfig,
+    pub metrics: metrics::ApiMetrics,
+}
+
+/// The state every handler gets; cheap to clone.
+#[derive(Clone)]
+pub struct App(pub Arc<Inner>);
+
+impl Deref for App {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// Freshness TTLs as the hub applies them (`hub.default_ttl_secs`,
+/// `hub.ttl_secs.<source>`), for `stale` at read time.
+#[derive(Debug, Clone)]
+pub struct TtlConfig {
+    pub default_secs: i64,
+    pub sources: Vec<String>,
+    pub secs: Vec<i64>,
+}
+
+impl TtlConfig {
+    pub fn new(default_secs: u64, per_source: &BTreeMap<String, u64>) -> Self {
+        TtlConfig {
+            default_secs: default_secs as i64,
+            sources: per_source.keys().cloned().collect(),
+            secs: per_source.values().map(|v| *v as i64).collect(),
+        }
+    }
+}
+
+impl App {
+    /// Connects lazily: the API starts while PostgreSQL or NATS are away
+    /// and answers 503 for what needs them until they are back.
+    pub async fn connect(config: &FleetConfig) -> anyhow::Result<App> {
+        let options = PgConnectOptions::from_str_url(&config.database.url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.database.max_connections)
+            .acquire_timeout(Duration::from_millis(config.api.db_timeout_ms))
+            .connect_lazy_with(options);
+        let nats = fleet_bus::connect(&config.nats.url, "fleet-api").await?;
+        Ok(App::new(config, pool, nats))
+    }
+
+    pub fn new(config: &FleetConfig, pool: PgPool, nats: async_nats::Client) -> App {
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        App(Arc::new(Inner {
+            config: config.api.clone(),
+            pool,
+            hub: hub::HubClient {
+                nats,
+                subjects,
+                timeout: Duration::from_millis(config.api.hub_timeout_ms),
+            },
+            tokens: auth::TokenCache::default(),
+            ttls: TtlConfig::new(config.hub.default_ttl_secs, &config.hub.ttl_secs),
+            metrics: metrics::ApiMetrics::new(),
+        }))
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        if !self.hub.connected() {
+            return Err("nats disconnected".into());
+        }
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|_| "postgres unavailable".to_string())?;
+        Ok(())
+    }
+}
+
+trait FromStrUrl: Sized {
+    fn from_str_url(url: &str) -> anyhow::Result<Self>;
+}
+
+impl FromStrUrl for PgConnectOptions {
+    fn from_str_url(url: &str) -> anyhow::Result<Self> {
+        use std::str::FromStr;
+        PgConnectOptions::from_str(url)
+            .with_context(|| format!("database.url {}", fleet_store::redact(url)))
+    }
+}
+
+/// Binds `api.listen` and serves until shutdown; returns the bound address.
+pub async fn serve(app: App, listen: &str, shutdown: Shutdown) -> anyhow::Result<SocketAddr> {
+    let router = routes::router(app);
+    fleet_runtime::http::serve(listen, router, shutdown)
+        .await
+        .with_context(|| format!("binding api.listen {listen}"))
+}
+
+/// Runs the API until shutdown. Refuses a schema that is behind.
+pub async fn run(config: FleetConfig, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let app = App::connect(&config).await?;
+    fleet_store::check_schema(&app.pool).await?;
+    let addr = serve(app, &config.api.listen, shutdown.clone()).await?;
+    tracing::info!(%addr, "api running");
+    shutdown.wait().await;
+    tracing::info!("api stopped");
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Requests by route template and status, and their latency.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::App;
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Clone)]
+pub struct ApiMetrics {
+    pub requests: Family<Labels, Counter>,
+    pub latency: Family<Labels, Histogram>,
+    pub registry: Arc<Mutex<Registry>>,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ApiMetrics {
+    pub fn new() -> Self {
+        let m = ApiMetrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+            }),
+            registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_api"))),
+        };
+        {
+            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
+            r.register(
+                "requests",
+                "Requests by method, route and status",
+                m.requests.clone(),
+            );
+            r.register(
+                "request_seconds",
+                "Request latency by method and route",
+                m.latency.clone(),
+            );
+        }
+        m
+    }
+}
+
+pub async fn track(State(app): State<App>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let res = next.run(req).await;
+    let status = res.status().as_u16().to_string();
+    app.metrics
+        .requests
+        .get_or_create(&vec![
+            ("method".into(), method.clone()),
+            ("route".into(), route.clone()),
+            ("status".into(), status),
+        ])
+        .inc();
+    app.metrics
+        .latency
+        .get_or_create(&vec![("method".into(), method), ("route".into(), route)])
+        .observe(start.elapsed().as_secs_f64());
+    res
+}

@@ -1,0 +1,125 @@
+//! The OpenAPI document, generated from the handlers' annotations and the
+//! route table (which supplies each operation's required scope). Served at
+//! `/api/v1/openapi.json` and committed as `docs/openapi.json`; a test
+//! fails when the committed file is out of date.
+
+use std::sync::OnceLock;
+
+use axum::http::{header, Method};
+use axum::response::IntoResponse;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::OpenApi;
+
+use crate::{conditions, devices, error, impairment, model, routes, sites};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "fleet operator API",
+        description = "Reads from PostgreSQL; every mutation is a hub command. Errors are {\"error\": {\"code\", \"message\", \"details\"}}."
+    ),
+    paths(
+        devices::list,
+        devices::detail,
+        devices::delete,
+        devices::lifecycle,
+        devices::cordon,
+        devices::uncordon,
+        devices::drain,
+        devices::taints,
+        devices::adopt,
+        devices::provision,
+        devices::revoke_identity,
+        devices::triage,
+        devices::enrollment_proof,
+        conditions::list,
+        conditions::write,
+        conditions::apply,
+        impairment::create,
+        impairment::list,
+        impairment::detail,
+        impairment::clear,
+        sites::summary,
+        sites::unresolved,
+        openapi_json,
+    ),
+    components(schemas(error::ErrorBody, model::DeviceSummary, model::DeviceDetail))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document itself.
+#[utoipa::path(get, path = "/api/v1/openapi.json",
+    responses((status = 200, description = "this document", content_type = "application/json")),
+    tag = "meta")]
+#[allow(dead_code)]
+fn openapi_json() {}
+
+fn operation<'a>(item: &'a mut PathItem, method: &Method) -> Option<&'a mut Operation> {
+    match *method {
+        Method::GET => item.get.as_mut(),
+        Method::POST => item.post.as_mut(),
+        Method::PUT => item.put.as_mut(),
+        Method::DELETE => item.delete.as_mut(),
+        Method::PATCH => item.patch.as_mut(),
+        _ => None,
+    }
+}
+
+/// Builds the document; every table route gets its scope as a bearer
+/// security requirement plus the 401/403 answers every scoped route has.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+    );
+    for route in routes::table() {
+        let Some(item) = doc.paths.paths.get_mut(route.path) else {
+            continue;
+        };
+        let Some(op) = operation(item, &route.method) else {
+            continue;
+        };
+        op.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            [route.scope.as_str()],
+        )]);
+        for (status, what) in [
+            ("401", "missing or unknown token (UNAUTHENTICATED)"),
+            ("403", "the token lacks the scope (FORBIDDEN)"),
+        ] {
+            op.responses
+                .responses
+                .entry(status.to_string())
+                .or_insert_with(|| {
+                    utoipa::openapi::ResponseBuilder::new()
+                        .description(what)
+                        .content(
+                            "application/json",
+                            utoipa::openapi::ContentBuilder::new()
+                                .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+                                .build(),
+                        )
+                        .build()
+                        .into()
+                });
+        }
+    }
+    doc
+}
+
+/// The document as pretty JSON with a trailing newline (the committed form).
+pub fn json() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut s = serde_json::to_string_pretty(&document()).unwrap_or_else(|_| "{}".into());
+        s.push('\n');
+        s
+    })
+}
+
+pub async fn serve() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], json())
+}

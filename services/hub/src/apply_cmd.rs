@@ -1,0 +1,79 @@
+//! `apply_snapshot`: one source's full snapshot over request/reply, for
+//! `POST /api/v1/device-conditions/apply/`. The same decoding, ordering and
+//! derivation as the NATS path, in one transaction, and the caller learns
+//! what happened (applied, stale or duplicate) and what is now stored.
+
+use chrono::Utc;
+use fleet_domain::state::Outcome;
+use fleet_domain::DomainError;
+use fleet_proto::v1;
+use fleet_store::devices;
+
+use super::{device_json, invalid, CommandError};
+use crate::decode;
+use crate::work::Work;
+use crate::Hub;
+
+impl Hub {
+    pub(crate) async fn apply_snapshot_command(
+        &self,
+        s: v1::ConditionSnapshot,
+        expected_version: i64,
+    ) -> Result<v1::HubReply, CommandError> {
+        let now = Utc::now();
+        let (key, snap) = decode::snapshot(&s, now)?;
+        let mut tx = self.pool.begin().await?;
+        let found =
+            devices::resolve(&mut tx, key.kind, &[(key.site.clone(), key.key.clone())]).await?;
+        let id = found
+            .into_iter()
+            .next()
+            .map(|(_, id)| id)
+            .ok_or_else(|| DomainError::NotFound(format!("device {} {}", key.kind, key.key)))?;
+        let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+        let state = work
+            .device(&id, &format!("source:{}", snap.source), None)
+            .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
+        if expected_version > 0 {
+            fleet_domain::commands::check_version(&state.record, expected_version)?;
+        }
+        let (outcome, notes) = state.apply_snapshot(&snap, now);
+        if notes.handover_breach {
+            tracing::error!(device_id = %id, "HandoverBreach: custody entry with no verified front-end VRF flip on record");
+        }
+        let (_, work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        tx.commit().await?;
+        let t = work
+            .devices
+            .get(&id)
+            .ok_or_else(|| invalid(format!("device {id} vanished")))?;
+        let conditions: Vec<serde_json::Value> = t
+            .after
+            .conditions
+            .values()
+            .filter(|row| row.source == snap.source)
+            .map(|row| {
+                let mut v = serde_json::to_value(row).unwrap_or_default();
+                v["device_id"] = id.clone().into();
+                v["stale"] = t.after.is_stale(row, now, &self.ttls).into();
+                v
+            })
+            .collect();
+        let record = serde_json::json!({
+            "outcome": match outcome {
+                Outcome::Applied => "applied",
+                Outcome::Stale => "stale",
+                Outcome::Duplicate => "duplicate",
+            },
+            "device": device_json(&t.after),
+            "conditions": conditions,
+        });
+        Ok(v1::HubReply {
+            error: None,
+            record_json: serde_json::to_vec(&record).unwrap_or_default(),
+            version: t.after.record.version,
+        })
+    }
+}
