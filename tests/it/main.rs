@@ -1,5 +1,6 @@
 //! Integration tests against the real NATS JetStream and PostgreSQL.
 
+mod api;
 mod crash;
 mod hub_behaviour;
 mod hub_e2e;
