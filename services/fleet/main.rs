@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use fleet::{bench, migrate};
 use fleet_runtime::{FleetConfig, Shutdown};
 
+mod connector_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "fleet",
@@ -42,6 +44,11 @@ enum Command {
         #[command(subcommand)]
         what: fleet::api_cmd::TokenCommand,
     },
+    /// Run a connector: poll a source system, publish its observations.
+    Connector {
+        #[command(subcommand)]
+        which: connector_cmd::ConnectorCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,6 +67,10 @@ fn main() -> anyhow::Result<()> {
             Command::Migrate => migrate(&config).await,
             Command::Api => fleet::api_cmd::api(config).await,
             Command::Token { what } => fleet::api_cmd::token(config, what).await,
+            Command::Connector { which } => {
+                let (_trigger, shutdown) = Shutdown::from_signals();
+                connector_cmd::run(config, which, shutdown).await
+            }
             Command::Bench { what } => bench::run(config, what).await,
             Command::Config => {
                 let mut c = config.clone();

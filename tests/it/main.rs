@@ -1,6 +1,7 @@
 //! Integration tests against the real NATS JetStream and PostgreSQL.
 
 mod api;
+mod connectors;
 mod crash;
 mod hub_behaviour;
 mod hub_e2e;

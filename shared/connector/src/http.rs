@@ -155,12 +155,17 @@ impl HttpClient {
                 timeout_ms: self.timeout_ms,
             };
         }
+        // reqwest repeats the URL in its message; the error names it already.
+        let message = match e.url() {
+            Some(u) => chain(e).replace(&format!(" for url ({u})"), ""),
+            None => chain(e),
+        };
         if e.is_decode() {
-            return SourceError::malformed(url, chain(e));
+            return SourceError::malformed(url, message);
         }
         SourceError::Connect {
             url: url.to_string(),
-            message: chain(e),
+            message,
         }
     }
 }
@@ -177,6 +182,5 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         }
         cur = s.source();
     }
-    // reqwest repeats the URL in its own message; the error names it already.
     parts.join(": ")
 }

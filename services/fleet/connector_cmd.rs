@@ -1,0 +1,26 @@
+//! `fleet connector <netbox|openstack|slurm>`: one subcommand per connector
+//! service, each a library crate with `run(config, shutdown)`.
+
+use fleet_runtime::{FleetConfig, Shutdown};
+
+#[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectorCommand {
+    /// NetBox devices: inventory status, provisioning tags, device creation.
+    Netbox,
+    /// Keystone, Ironic and Placement: the six openstack conditions.
+    Openstack,
+    /// slurmrestd nodes: SlurmRegistered, SlurmNodeHealthy, state tokens.
+    Slurm,
+}
+
+pub async fn run(
+    config: FleetConfig,
+    which: ConnectorCommand,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    match which {
+        ConnectorCommand::Netbox => fleet_connector_netbox::run(config, shutdown).await,
+        ConnectorCommand::Openstack => fleet_connector_openstack::run(config, shutdown).await,
+        ConnectorCommand::Slurm => fleet_connector_slurm::run(config, shutdown).await,
+    }
+}

@@ -1,0 +1,378 @@
+//! connector-netbox against a fake NetBox 4 speaking `/api/dcim/devices/`.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use fleet_proto::v1::condition_snapshot::Mirror;
+use fleet_runtime::connectors::{Credential, Secret};
+
+use super::fake::*;
+use crate::hub_e2e::start_hub;
+use crate::support::*;
+
+const SAMPLE: &str =
+    include_str!("../../../services/connector-netbox/testdata/netbox-devices.json");
+const V1_TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
+const V2_TOKEN: &str = "nbt_peerskey0001.peerssecret0123456789abcdefghijklmnopqrst";
+
+pub struct NetboxFake {
+    /// The `Authorization` header NetBox accepts.
+    pub authorization: Mutex<String>,
+    pub devices: Vec<serde_json::Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    site: Option<String>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn devices(
+    State(f): State<Arc<NetboxFake>>,
+    Query(q): Query<ListQuery>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "authorization") != *f.authorization.lock().unwrap() {
+        return json(
+            StatusCode::FORBIDDEN,
+            serde_json::json!({"detail": "Invalid v1 token"}),
+        );
+    }
+    let all: Vec<&serde_json::Value> = f
+        .devices
+        .iter()
+        .filter(|d| q.site.as_deref().is_none_or(|s| d["site"]["slug"] == s))
+        .collect();
+    let limit = q.limit.unwrap_or(50);
+    let offset = q.offset.unwrap_or(0);
+    let page: Vec<&serde_json::Value> = all.iter().skip(offset).take(limit).copied().collect();
+    // NetBox builds `next` from the host it believes it is: here not the
+    // one the connector calls.
+    let next = (offset + limit < all.len()).then(|| {
+        format!(
+            "http://netbox.internal:8000/api/dcim/devices/?limit={limit}&offset={}&site={}",
+            offset + limit,
+            q.site.clone().unwrap_or_default()
+        )
+    });
+    json(
+        StatusCode::OK,
+        serde_json::json!({"count": all.len(), "next": next, "previous": null, "results": page}),
+    )
+}
+
+fn device(
+    id: i64,
+    name: Option<&str>,
+    site: &str,
+    status: &str,
+    tags: &[(&str, &str)],
+    rack: Option<&str>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "id": id, "url": format!("http://netbox.internal:8000/api/dcim/devices/{id}/"),
+        "display": name.unwrap_or("unnamed"), "name": name,
+        "role": {"id": 1, "name": "GPU Server", "slug": "gpu-server"},
+        "serial": format!("SN-{id:04}"), "asset_tag": null,
+        "site": {"id": 1, "name": site.to_uppercase(), "slug": site},
+        "rack": rack.map(|r| serde_json::json!({"id": 9, "name": r})),
+        "status": {"value": status, "label": status},
+        "tags": tags.iter().map(|(n, s)| serde_json::json!({"id": 1, "name": n, "slug": s, "color": "9e9e9e"})).collect::<Vec<_>>(),
+        "custom_fields": {}, "primary_ip4": null, "oob_ip": null,
+        "last_updated": "2026-11-29T16:00:09.854406Z"
+    })
+}
+
+/// The three devices of the sample (dc1) and synthesized ones: more dc1
+/// devices with provisioning tags, one without a name, one in dc2 and one
+/// in dc3 (an inventory-only site).
+fn fleet_of_devices() -> Vec<serde_json::Value> {
+    let sample: serde_json::Value = serde_json::from_str(SAMPLE).unwrap();
+    let mut out: Vec<serde_json::Value> = sample["results"].as_array().unwrap().clone();
+    out.push(device(
+        4,
+        Some("gpu04"),
+        "dc1",
+        "staged",
+        &[
+            ("Not Started", "not-started"),
+            ("x", "dhcp-configured"),
+            ("slurm", "slurm"),
+        ],
+        None,
+    ));
+    out.push(device(
+        5,
+        Some("gpu05"),
+        "dc1",
+        "failed",
+        &[("Provisioned", "provisioned")],
+        Some("r7"),
+    ));
+    out.push(device(6, None, "dc1", "active", &[], None));
+    out.push(device(
+        10,
+        Some("gpu10"),
+        "dc2",
+        "active",
+        &[("BMC Configured", "bmc-configured")],
+        None,
+    ));
+    out.push(device(20, Some("gpu20"), "dc3", "inventory", &[], None));
+    out
+}
+
+async fn netbox_fake(authorization: &str) -> (String, Arc<NetboxFake>, Arc<Control>) {
+    let fake = Arc::new(NetboxFake {
+        authorization: Mutex::new(authorization.to_string()),
+        devices: fleet_of_devices(),
+    });
+    let control = Arc::new(Control::default());
+    let router = Router::new()
+        .route("/api/dcim/devices/", get(devices))
+        .with_state(fake.clone());
+    (serve(router, control.clone()).await, fake, control)
+}
+
+fn netbox_config(env: &TestEnv, url: &str, token: Credential) -> fleet_runtime::FleetConfig {
+    let mut config = env.config.clone();
+    let c = &mut config.connectors.netbox;
+    c.listen = "127.0.0.1:0".into();
+    c.poll = fast_poll();
+    c.url = url.into();
+    c.token = token;
+    c.page_size = 2;
+    c.sites = [("s1", "dc1"), ("s2", "dc2"), ("inv", "dc3")]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    config
+}
+
+fn run_netbox(config: fleet_runtime::FleetConfig) -> Running {
+    Running::start(|shutdown| tokio::spawn(fleet_connector_netbox::run(config, shutdown)))
+}
+
+#[derive(Debug, PartialEq, Eq, sqlx::FromRow)]
+struct Row {
+    site_id: String,
+    inventory_status: String,
+    netbox_tags: Vec<String>,
+    netbox_id: Option<i64>,
+    serial: Option<String>,
+    rack: Option<String>,
+    inventory_only: bool,
+    operational_status: String,
+}
+
+async fn rows(env: &TestEnv, name: &str) -> Vec<Row> {
+    sqlx::query_as(
+        "SELECT site_id, inventory_status, netbox_tags, netbox_id, serial, rack, inventory_only, operational_status \
+         FROM devices WHERE name = $1",
+    )
+    .bind(name)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_hub() {
+    let env = TestEnv::new().await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    // Known to the hub already: create_device answers CONFLICT.
+    env.create_device("s1", "gpu01").await;
+    let (url, _fake, control) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
+    let connector = run_netbox(netbox_config(
+        &env,
+        &url,
+        Credential {
+            value: Secret::new(V1_TOKEN),
+            ..Default::default()
+        },
+    ));
+
+    let gpu05 = eventually("gpu05 created from netbox", || async {
+        let r = rows(&env, "gpu05").await;
+        (r.len() == 1 && r[0].netbox_tags == ["Provisioned"]).then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert_eq!(
+        gpu05,
+        Row {
+            site_id: "s1".into(),
+            inventory_status: "failed".into(),
+            netbox_tags: vec!["Provisioned".into()],
+            netbox_id: Some(5),
+            serial: Some("SN-0005".into()),
+            rack: Some("r7".into()),
+            inventory_only: false,
+            operational_status: "unknown".into(),
+        }
+    );
+    let gpu04 = eventually("gpu04 tags", || async {
+        let r = rows(&env, "gpu04").await;
+        (r.len() == 1 && !r[0].netbox_tags.is_empty()).then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert_eq!(gpu04.netbox_tags, vec!["Not Started", "DHCP Configured"]);
+    assert_eq!(gpu04.inventory_status, "staged");
+    // The device the hub knew gets NetBox's status through the mirror.
+    eventually("gpu01 active", || async {
+        let r = rows(&env, "gpu01").await;
+        (r.len() == 1 && r[0].inventory_status == "active").then_some(())
+    })
+    .await;
+    for (name, site, status) in [
+        ("gpu02", "s1", "planned"),
+        ("gpu03", "s1", "offline"),
+        ("gpu10", "s2", "active"),
+    ] {
+        let r = eventually(&format!("{name} created"), || async {
+            let r = rows(&env, name).await;
+            (r.len() == 1).then(|| r.into_iter().next().unwrap())
+        })
+        .await;
+        assert_eq!(
+            (r.site_id.as_str(), r.inventory_status.as_str()),
+            (site, status),
+            "{name}"
+        );
+    }
+    // The hub gives a device of an inventory-only site its flag.
+    let gpu20 = eventually("gpu20 created", || async {
+        let r = rows(&env, "gpu20").await;
+        (r.len() == 1).then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert_eq!(
+        (gpu20.site_id.as_str(), gpu20.inventory_only),
+        ("inv", true)
+    );
+
+    // Pagination followed, rebased onto the configured origin, with the token.
+    let dc1: Vec<Seen> = control
+        .seen()
+        .into_iter()
+        .filter(|s| s.uri.contains("site=dc1"))
+        .collect();
+    assert!(
+        dc1.iter().any(|s| s.uri.contains("offset=4")),
+        "third page read"
+    );
+    assert!(dc1
+        .iter()
+        .all(|s| s.headers["authorization"] == format!("Token {V1_TOKEN}")));
+    // Several polls later, still one device per name.
+    let polls = control.count("/api/dcim/devices/");
+    eventually("more polls", || async {
+        (control.count("/api/dcim/devices/") > polls + 6).then_some(())
+    })
+    .await;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        n, 7,
+        "gpu01-05, gpu10, gpu20; the unnamed device is skipped"
+    );
+
+    // NetBox down: it owns no conditions, so nothing changes and nothing fails.
+    control.fail("/api/", Fault::Status(503, r#"{"detail": "maintenance"}"#));
+    let polls = control.count("/api/dcim/devices/");
+    eventually("failing polls", || async {
+        (control.count("/api/dcim/devices/") > polls + 4).then_some(())
+    })
+    .await;
+    connector.assert_alive();
+    assert_eq!(rows(&env, "gpu05").await[0].inventory_status, "failed");
+    let bad: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM devices WHERE operational_status IN ('failed', 'quarantine')",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(bad, 0);
+
+    connector.stop().await;
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
+
+/// A v2 token goes as `Bearer`; a revoked token is an auth failure that is
+/// logged and counted, never a crash, and publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
+    let env = TestEnv::new().await;
+    let reader = ObsReader::new(&env, "netbox").await;
+    let (url, fake, control) = netbox_fake(&format!("Bearer {V2_TOKEN}")).await;
+    let var = format!("FLEET_TEST_NETBOX_TOKEN_{}", env.db_name.to_uppercase());
+    std::env::set_var(&var, V2_TOKEN);
+    let port = free_port();
+    let mut config = netbox_config(
+        &env,
+        &url,
+        Credential {
+            env: var.clone(),
+            ..Default::default()
+        },
+    );
+    config.connectors.netbox.listen = format!("127.0.0.1:{port}");
+    let connector = run_netbox(config);
+    // No hub runs: creation gets no reply, and the snapshots are published anyway.
+    let s = reader.until("gpu10", |s| key_of(s) == "gpu10").await;
+    let k = s.device.as_ref().unwrap();
+    assert_eq!((k.site.as_str(), k.kind.as_str()), ("s2", "name"));
+    assert!(s.conditions.is_empty());
+    match &s.mirror {
+        Some(Mirror::Netbox(m)) => {
+            assert_eq!(m.status, "active");
+            assert_eq!(m.tags, vec!["BMC Configured"]);
+            assert_eq!(m.netbox_id, 10);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(control
+        .seen()
+        .iter()
+        .all(|s| s.headers["authorization"] == format!("Bearer {V2_TOKEN}")));
+
+    *fake.authorization.lock().unwrap() = "Bearer nbt_rotated.other".into();
+    let polls = control.count("/api/dcim/devices/");
+    eventually("refused polls", || async {
+        (control.count("/api/dcim/devices/") > polls + 4).then_some(())
+    })
+    .await;
+    reader.drain().await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        reader.drain().await.is_empty(),
+        "an unreadable netbox publishes nothing"
+    );
+    connector.assert_alive();
+    let m = metrics(port).await;
+    assert!(
+        m.contains(r#"fleet_connector_errors_total{source="netbox",site="s1",kind="auth"}"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(
+            r#"fleet_connector_mapping_warnings_total{source="netbox",kind="unnamed_device"}"#
+        ),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"fleet_connector_errors_total{source="netbox",site="s1",kind="hub_command"}"#),
+        "{m}"
+    );
+    connector.stop().await;
+    std::env::remove_var(&var);
+    env.cleanup().await;
+}
