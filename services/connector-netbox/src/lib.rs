@@ -220,3 +220,44 @@ mod tests {
         assert!(AuthScheme::parse("basic").is_err());
     }
 }
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn configuration_errors_name_their_key() {
+        let http = HttpClient::new(
+            &Default::default(),
+            fleet_connector::ConnectorMetrics::new(),
+            "netbox",
+        )
+        .unwrap();
+        let err = |c: NetboxConnectorConfig| targets(&c, &http).err().unwrap().to_string();
+        assert!(err(NetboxConnectorConfig::default()).contains("connectors.netbox.url"));
+        let base = NetboxConnectorConfig {
+            url: "http://netbox:8000".into(),
+            ..Default::default()
+        };
+        assert!(err(base.clone()).contains("connectors.netbox.sites"));
+        let e = err(NetboxConnectorConfig {
+            auth_scheme: "basic".into(),
+            ..base.clone()
+        });
+        assert!(e.contains("connectors.netbox.auth_scheme"), "{e}");
+        let sites = [("s1".to_string(), String::new())].into_iter().collect();
+        let t = targets(
+            &NetboxConnectorConfig {
+                sites,
+                ..base.clone()
+            },
+            &http,
+        )
+        .unwrap();
+        assert_eq!(t[0].slug, "s1", "an empty slug is the site id");
+        assert_eq!(
+            t[0].devices_url.as_str(),
+            "http://netbox:8000/api/dcim/devices/"
+        );
+    }
+}

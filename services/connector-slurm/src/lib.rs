@@ -68,7 +68,7 @@ impl SlurmSite {
             )
         };
         anyhow::ensure!(
-            c.token.is_configured() == !c.user_name.trim().is_empty(),
+            c.token.is_configured() != c.user_name.trim().is_empty(),
             "configuration keys {key}.user_name and {key}.token go together: slurmrestd rejects a token without a user name"
         );
         if c.token.is_configured() {
@@ -239,4 +239,66 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
     let http = rt.http(&c.poll)?;
     let targets = targets(c, &http)?;
     rt.run(targets, &c.poll, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleet_runtime::connectors::{PollConfig, Secret};
+
+    fn http() -> HttpClient {
+        HttpClient::new(
+            &PollConfig::default(),
+            fleet_connector::ConnectorMetrics::new(),
+            "slurm",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn site_configuration_errors_name_their_key() {
+        let err = |c: SlurmSiteConfig| SlurmSite::new("s1", &c, http()).err().unwrap().to_string();
+        assert!(err(SlurmSiteConfig::default()).contains("connectors.slurm.sites.s1.url"));
+        let with_url = |c: SlurmSiteConfig| SlurmSiteConfig {
+            url: "http://slurm:6820".into(),
+            ..c
+        };
+        let e = err(with_url(SlurmSiteConfig {
+            user_name: "root".into(),
+            ..Default::default()
+        }));
+        assert!(
+            e.contains("user_name and") && e.contains(".token go together"),
+            "{e}"
+        );
+        let e = err(with_url(SlurmSiteConfig {
+            token: Credential {
+                value: Secret::new("jwt"),
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        assert!(e.contains("go together"), "{e}");
+        let e = err(with_url(SlurmSiteConfig {
+            api_version: "38".into(),
+            ..Default::default()
+        }));
+        assert!(e.contains("connectors.slurm.sites.s1.api_version"), "{e}");
+        let ok = SlurmSite::new(
+            "s1",
+            &with_url(SlurmSiteConfig {
+                api_version: "v0.0.38".into(),
+                user_name: "root".into(),
+                token: Credential {
+                    value: Secret::new("jwt"),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            http(),
+        )
+        .unwrap();
+        assert_eq!(ok.version, Some(ApiVersion(38)));
+        assert!(ok.configured);
+    }
 }
