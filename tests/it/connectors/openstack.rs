@@ -25,6 +25,7 @@ pub struct OpenstackFake {
     /// The one token Ironic and Placement accept; empty: none.
     valid_token: Mutex<String>,
     issued: Mutex<u32>,
+    locked_out: Mutex<bool>,
     /// false: a standalone Ironic with `auth_strategy = noauth`.
     require_auth: bool,
     nodes: Mutex<Vec<serde_json::Value>>,
@@ -38,6 +39,7 @@ impl OpenstackFake {
             base: OnceLock::new(),
             valid_token: Mutex::new(String::new()),
             issued: Mutex::new(0),
+            locked_out: Mutex::new(false),
             require_auth,
             nodes: Mutex::new(nodes),
             ready: Mutex::new(ready.iter().map(|s| s.to_string()).collect()),
@@ -47,6 +49,12 @@ impl OpenstackFake {
     /// Keystone revokes the current token.
     fn revoke(&self) {
         self.valid_token.lock().unwrap().clear();
+    }
+
+    /// Keystone revokes the token and refuses the connector's password.
+    fn lock_out(&self) {
+        *self.locked_out.lock().unwrap() = true;
+        self.revoke();
     }
 
     fn authorised(&self, h: &HeaderMap) -> bool {
@@ -62,7 +70,8 @@ async fn issue_token(
     axum::Json(body): axum::Json<serde_json::Value>,
 ) -> Response {
     let user = &body["auth"]["identity"]["password"]["user"];
-    if user["name"] != "fleet"
+    if *f.locked_out.lock().unwrap()
+        || user["name"] != "fleet"
         || user["password"] != PASSWORD
         || body["auth"]["scope"]["project"]["name"] != "service"
     {
@@ -622,6 +631,23 @@ async fn openstack_placement_outage_and_a_vanished_node() {
         reader.drain().await.iter().all(|s| key_of(s) != "gpu-b"),
         "published once, then forgotten"
     );
+
+    // Keystone refuses the password: an auth outage of the whole site.
+    fake.lock_out();
+    let s = reader
+        .until("keystone auth outage", |s| {
+            key_of(s) == "gpu-a"
+                && snap_cond(s, "IronicProvisionHealthy")
+                    .is_some_and(|c| c.reason == "IronicUnreachable")
+        })
+        .await;
+    let m = &snap_cond(&s, "CustomerReady").unwrap().message;
+    assert!(
+        m.contains("/v3/auth/tokens refused the credentials (HTTP 401)")
+            && m.contains("requires authentication"),
+        "{m}"
+    );
+    assert!(!m.contains(PASSWORD));
     connector.assert_alive();
     connector.stop().await;
     env.cleanup().await;

@@ -301,6 +301,26 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
     assert!(slurm_states(&env, &ids[2]).await.is_empty(), "mode clear");
     assert_eq!(slurm_states(&env, &ids[1]).await, vec!["IDLE", "DRAIN"]);
 
+    // A token slurmrestd refuses is an auth outage; the token file is read
+    // at every poll, so writing the right token back heals it.
+    std::fs::write(&token_file, "not-the-token\n").unwrap();
+    eventually("auth outage", || async {
+        let (s, r, m) = condition_row(&env, &ids[0], "SlurmRegistered").await?;
+        (s == "Unknown"
+            && r == "SchedulerUnreachable"
+            && m.contains("refused the credentials (HTTP 401)"))
+        .then_some(())
+    })
+    .await;
+    expect_statuses(&env, &ids, ["validation", "validation", "quarantine"]).await;
+    std::fs::write(&token_file, TOKEN).unwrap();
+    eventually("token accepted again", || async {
+        let (s, _, _) = condition_row(&env, &ids[0], "SlurmRegistered").await?;
+        (s == "True").then_some(())
+    })
+    .await;
+    connector.assert_alive();
+
     connector.stop().await;
     let _ = std::fs::remove_file(token_file);
     hub_trigger.trigger();
