@@ -32,6 +32,25 @@ pub use metrics::ConnectorMetrics;
 pub use poll::{PollContext, Target, Tracker};
 pub use publish::Bus;
 
+/// Creates or updates `OBSERVATIONS`, the one stream a connector writes
+/// (the others belong to the services that use them, and one of them
+/// failing must not stop a connector).
+async fn ensure_observations(
+    js: &jetstream::Context,
+    streams: &StreamNames,
+    subjects: &Subjects,
+) -> anyhow::Result<()> {
+    let name = streams.observations();
+    let config = fleet_bus::streams::stream_configs(streams, subjects)
+        .into_iter()
+        .find(|c| c.name == name)
+        .with_context(|| format!("no configuration for stream {name}"))?;
+    js.create_or_update_stream(config)
+        .await
+        .with_context(|| format!("creating or updating stream {name}"))?;
+    Ok(())
+}
+
 /// A started connector: connected to NATS, streams ensured, `/healthz`,
 /// `/readyz` and `/metrics` served.
 pub struct Runtime {
@@ -54,7 +73,7 @@ impl Runtime {
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        ensure_observations(&js, &streams, &subjects).await?;
         let metrics = ConnectorMetrics::new();
         let ready_nats = nats.clone();
         let ops = Ops {
