@@ -30,8 +30,11 @@ CREATE TABLE allocations (
     impaired_reason text,
     impaired_at    timestamptz,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    released_at    timestamptz
+    released_at    timestamptz,
+    -- The caller's idempotency key: a retried request gets the first answer.
+    request_id     text
 );
+CREATE UNIQUE INDEX allocations_request ON allocations (tenant_id, request_id) WHERE request_id IS NOT NULL;
 CREATE INDEX allocations_pool ON allocations (pool_id) WHERE status <> 'released';
 CREATE INDEX allocations_tenant ON allocations (tenant_id, created_at);
 

@@ -5,4 +5,6 @@ mod connectors;
 mod crash;
 mod hub_behaviour;
 mod hub_e2e;
+mod placer;
+mod predicates;
 mod support;

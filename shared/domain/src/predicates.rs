@@ -58,8 +58,8 @@ pub fn schedulable(f: &SchedulingFacts) -> CapacityBucket {
 /// as a `CASE` naming the bucket.
 pub const SCHEDULABLE_BUCKET_SQL: &str = "(CASE \
     WHEN d.role <> 'host' THEN 'excluded' \
-    WHEN NOT (d.trust = 'platform' OR (d.trust = 'tenant-owned' AND d.owner_tenant_id IS NOT NULL \
-         AND d.owner_tenant_id = p.owner_tenant_id)) THEN 'excluded' \
+    WHEN NOT COALESCE(d.trust = 'platform' OR (d.trust = 'tenant-owned' AND d.owner_tenant_id IS NOT NULL \
+         AND d.owner_tenant_id = p.owner_tenant_id), false) THEN 'excluded' \
     WHEN d.maintenance OR d.cordoned THEN 'maintenance' \
     WHEN d.provision_state NOT IN ('adopted', 'deployed') THEN 'provisioning' \
     WHEN d.observed_generation < 1 THEN 'provisioning' \
@@ -70,8 +70,8 @@ pub const SCHEDULABLE_BUCKET_SQL: &str = "(CASE \
 /// The predicate alone, for `WHERE` clauses over the same join (the placer
 /// applies it to rows it locks).
 pub const SCHEDULABLE_SQL: &str = "(d.role = 'host' \
-    AND (d.trust = 'platform' OR (d.trust = 'tenant-owned' AND d.owner_tenant_id IS NOT NULL \
-         AND d.owner_tenant_id = p.owner_tenant_id)) \
+    AND COALESCE(d.trust = 'platform' OR (d.trust = 'tenant-owned' AND d.owner_tenant_id IS NOT NULL \
+         AND d.owner_tenant_id = p.owner_tenant_id), false) \
     AND NOT d.maintenance AND NOT d.cordoned \
     AND d.provision_state IN ('adopted', 'deployed') \
     AND d.observed_generation >= 1 \

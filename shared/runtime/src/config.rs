@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use crate::connectors::ConnectorsConfig;
+pub use crate::consumers::{GatewayConfig, PlacerConfig, RadarConfig};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FleetConfig {
@@ -15,6 +16,15 @@ pub struct FleetConfig {
     pub nats: NatsConfig,
     pub hub: HubConfig,
     pub log: LogConfig,
+    /// The placer (`fleet placer`); see `consumers.rs`.
+    #[serde(default)]
+    pub placer: PlacerConfig,
+    /// The node agent gateway (`fleet gateway`).
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    /// The Radar projection (`fleet radar`).
+    #[serde(default)]
+    pub radar: RadarConfig,
     /// Connector services (`fleet connector <name>`); see `connectors.rs`.
     #[serde(default)]
     pub connectors: ConnectorsConfig,
@@ -144,6 +154,9 @@ impl Default for FleetConfig {
                 format: "text".into(),
                 filter: "info".into(),
             },
+            placer: PlacerConfig::default(),
+            gateway: GatewayConfig::default(),
+            radar: RadarConfig::default(),
             connectors: ConnectorsConfig::default(),
             api: ApiConfig::default(),
         }

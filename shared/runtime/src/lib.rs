@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod connectors;
+pub mod consumers;
 pub mod http;
 pub mod shutdown;
 

@@ -1,0 +1,557 @@
+//! The requests the gateway answers: join, open, heartbeat, close (from
+//! agents) and relay (from operators). Each decodes its payload, never
+//! panics on input, and answers a typed error.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use fleet_bus::subjects::token;
+use fleet_bus::Subjects;
+use fleet_domain::hardware::{self, HardwareIds, IdKind};
+use fleet_domain::ConnectivityEvent;
+use fleet_proto::{timestamp, v1, Message};
+
+use crate::policy::{self, Acceptance, AgentCommandKind, Inventory};
+use crate::sessions::Session;
+use crate::{store, Gateway, GatewayError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Join,
+    Open,
+    Heartbeat,
+    Close,
+    Relay,
+}
+
+impl Route {
+    pub const ALL: [Route; 5] = [
+        Route::Join,
+        Route::Open,
+        Route::Heartbeat,
+        Route::Close,
+        Route::Relay,
+    ];
+
+    pub fn subject(self, s: &Subjects) -> String {
+        match self {
+            Route::Join => s.agent_join(),
+            Route::Open => s.agent_all("open"),
+            Route::Heartbeat => s.agent_all("heartbeat"),
+            Route::Close => s.agent_all("close"),
+            Route::Relay => s.gateway_cmd("relay"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Route::Join => "join",
+            Route::Open => "open",
+            Route::Heartbeat => "heartbeat",
+            Route::Close => "close",
+            Route::Relay => "relay",
+        }
+    }
+}
+
+fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, GatewayError> {
+    M::decode(payload).map_err(|e| GatewayError::invalid(format!("undecodable {what}: {e}")))
+}
+
+/// `<root>.agent.<device>.<verb>`: the device token of the subject, which
+/// is what NATS permissions guard; the payload must name the same device.
+fn subject_device(subject: &str) -> &str {
+    let mut it = subject.rsplit('.');
+    it.next();
+    it.next().unwrap_or("")
+}
+
+fn check_device(subject: &str, device_id: &str) -> Result<(), GatewayError> {
+    if device_id.is_empty() {
+        return Err(GatewayError::invalid("device_id is required"));
+    }
+    if token(device_id) != subject_device(subject) {
+        return Err(GatewayError::new(
+            "FORBIDDEN",
+            "the payload names another device than the subject",
+        ));
+    }
+    Ok(())
+}
+
+fn inventory(i: Option<&v1::Inventory>) -> Inventory {
+    i.map(|i| Inventory {
+        gpu_count: i.gpu_count.max(0) as u32,
+        gpu_model: i.gpu_model.clone(),
+    })
+    .unwrap_or_default()
+}
+
+impl Gateway {
+    pub(crate) async fn route(&self, route: Route, subject: &str, payload: &[u8]) -> Vec<u8> {
+        let started = Instant::now();
+        let (bytes, code) = match route {
+            Route::Join => {
+                let r = self.join(payload).await;
+                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
+                (
+                    r.unwrap_or_else(|e| v1::JoinReply {
+                        error: Some(e.to_proto()),
+                        ..Default::default()
+                    })
+                    .encode_to_vec(),
+                    code,
+                )
+            }
+            Route::Open => {
+                let r = self.open(subject, payload).await;
+                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
+                (
+                    r.unwrap_or_else(|e| v1::SessionOpened {
+                        error: Some(e.to_proto()),
+                        ..Default::default()
+                    })
+                    .encode_to_vec(),
+                    code,
+                )
+            }
+            Route::Heartbeat => {
+                let r = self.heartbeat(subject, payload).await;
+                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
+                (
+                    v1::HeartbeatAck {
+                        error: r.err().map(|e| e.to_proto()),
+                    }
+                    .encode_to_vec(),
+                    code,
+                )
+            }
+            Route::Close => {
+                let r = self.close_request(subject, payload).await;
+                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
+                (
+                    v1::SessionClosed {
+                        error: r.err().map(|e| e.to_proto()),
+                    }
+                    .encode_to_vec(),
+                    code,
+                )
+            }
+            Route::Relay => {
+                let r = self.relay(payload).await;
+                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
+                (
+                    r.unwrap_or_else(|e| v1::RelayReply {
+                        error: Some(e.to_proto()),
+                        result: None,
+                    })
+                    .encode_to_vec(),
+                    code,
+                )
+            }
+        };
+        self.metrics.request(route.name(), code, started.elapsed());
+        bytes
+    }
+
+    /// Join: token, hardware key, the hub's `join`, a credential for the
+    /// identity generation, then acceptance.
+    async fn join(&self, payload: &[u8]) -> Result<v1::JoinReply, GatewayError> {
+        let req: v1::JoinRequest = decode(payload, "JoinRequest")?;
+        if req.join_token.is_empty() {
+            return Err(GatewayError::new(
+                "UNAUTHENTICATED",
+                "a join token is required",
+            ));
+        }
+        let hostname = req.hostname.trim();
+        if hostname.is_empty() || hostname.len() > 253 {
+            return Err(GatewayError::invalid(
+                "hostname is required (at most 253 characters)",
+            ));
+        }
+        let grant = store::join_grant(&self.pool, &req.join_token)
+            .await?
+            .ok_or_else(|| {
+                GatewayError::new("UNAUTHENTICATED", "unknown, revoked or expired join token")
+            })?;
+        let hw = req.hardware.unwrap_or_default();
+        let ids = HardwareIds {
+            system_serial: hw.system_serial,
+            board_serial: hw.board_serial,
+            bmc_mac: hw.bmc_mac,
+            nic_macs: hw.nic_macs,
+            tpm_ek_hash: hw.tpm_ek_hash,
+        };
+        let key = hardware::hardware_key(&ids).ok_or_else(|| {
+            GatewayError::invalid("no hardware identifier survived normalisation")
+        })?;
+        let serial = key
+            .survivors
+            .iter()
+            .find(|s| s.kind == IdKind::SystemSerial)
+            .map(|s| s.value.clone())
+            .unwrap_or_default();
+        let inv = inventory(req.inventory.as_ref());
+        let record = self
+            .hub(
+                "join",
+                0,
+                v1::hub_command::Command::Join(v1::JoinDevice {
+                    site: grant.site_id.clone(),
+                    pool_id: grant.pool_id.clone().unwrap_or_default(),
+                    name: hostname.to_string(),
+                    hardware_key: key.key.clone(),
+                    hardware_key_trusted: key.trusted,
+                    serial,
+                    trust: grant.trust.as_str().into(),
+                    owner_tenant_id: grant.owner_tenant_id.clone().unwrap_or_default(),
+                    gpu_count: inv.gpu_count.min(256) as i32,
+                }),
+            )
+            .await?;
+        let device_id = record["id"].as_str().unwrap_or_default().to_string();
+        let generation = record["identity_generation"].as_i64().unwrap_or(0);
+        let version = record["version"].as_i64().unwrap_or(0);
+        let rejoined = record["rejoined"].as_bool().unwrap_or(false);
+        let mut provision_state = record["provision_state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if device_id.is_empty() || generation < 1 {
+            return Err(GatewayError::new(
+                "UNAVAILABLE",
+                "the hub's join reply names no device",
+            ));
+        }
+        let credential = store::issue_credential(&self.pool, &device_id, generation).await?;
+        tracing::info!(device_id = %device_id, rejoined, trusted = key.trusted, generation, "agent joined");
+
+        // Acceptance: inventory against the pool's hardware profile.
+        if let Some(pool_id) = &grant.pool_id {
+            let profile = store::profile(&self.pool, pool_id).await?;
+            self.publish_gpu_condition(&grant.site_id, &device_id, &inv, profile.as_ref())
+                .await?;
+            match policy::acceptance(&inv, profile.as_ref()) {
+                Acceptance::Accept if provision_state == "adopting" => {
+                    if self.adopt(&device_id, version).await? {
+                        provision_state = "adopted".into();
+                    }
+                }
+                Acceptance::Accept => {}
+                other => {
+                    tracing::info!(device_id = %device_id, acceptance = ?other, "acceptance did not pass; the device stays adopting")
+                }
+            }
+        }
+        self.metrics.joins.inc();
+        Ok(v1::JoinReply {
+            error: None,
+            device_id,
+            credential,
+            identity_generation: generation,
+            rejoined,
+            hardware_key_trusted: key.trusted,
+            provision_state,
+        })
+    }
+
+    /// The hub's `adopt`, with the version just read; a concurrent change
+    /// is read again once.
+    async fn adopt(&self, device_id: &str, mut version: i64) -> Result<bool, GatewayError> {
+        for _ in 0..3 {
+            let r = self
+                .hub(
+                    "adopt",
+                    version,
+                    v1::hub_command::Command::Adopt(v1::Adopt {
+                        device_id: device_id.to_string(),
+                    }),
+                )
+                .await;
+            match r {
+                Ok(_) => return Ok(true),
+                Err(e) if e.code == "CONFLICT" => {
+                    let Some(d) = store::device(&self.pool, device_id).await? else {
+                        return Ok(false);
+                    };
+                    if d.provision_state != "adopting" {
+                        return Ok(false);
+                    }
+                    version = d.version;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Open: the credential must be of the device's current identity
+    /// generation; each open takes a new epoch.
+    async fn open(&self, subject: &str, payload: &[u8]) -> Result<v1::SessionOpened, GatewayError> {
+        let req: v1::OpenSession = decode(payload, "OpenSession")?;
+        check_device(subject, &req.device_id)?;
+        let generation = store::credential_generation(&self.pool, &req.device_id, &req.credential)
+            .await?
+            .ok_or_else(|| GatewayError::new("UNAUTHENTICATED", "unknown credential"))?;
+        let device = store::device(&self.pool, &req.device_id)
+            .await?
+            .ok_or_else(|| GatewayError::new("NOT_FOUND", "no such device"))?;
+        if device.deleted || device.identity_generation != generation {
+            return Err(GatewayError::new(
+                "IDENTITY_REVOKED",
+                "the credential is of an earlier identity generation: join again",
+            ));
+        }
+        let session_token = store::new_secret();
+        let token_sha = store::sha256_hex(&session_token);
+        let inv = {
+            // The inventory this replica last heard, else what the hub stored at join.
+            let cached = self
+                .sessions()
+                .get(&req.device_id)
+                .map(|s| s.inventory.clone());
+            cached.unwrap_or(Inventory {
+                gpu_count: device.gpu_count.unwrap_or(0).max(0) as u32,
+                gpu_model: String::new(),
+            })
+        };
+        let epoch = store::open_session(
+            &self.pool,
+            &req.device_id,
+            device.session_epoch,
+            generation,
+            &token_sha,
+            &self.gateway_id,
+            &device.site_id,
+            device.trust,
+            &inv,
+        )
+        .await?;
+        self.sessions().insert(
+            req.device_id.clone(),
+            Session {
+                epoch,
+                token_sha256: token_sha,
+                identity_generation: generation,
+                site_id: device.site_id.clone(),
+                pool_id: device.pool_id.clone(),
+                trust: device.trust,
+                inventory: inv,
+                last_heartbeat: Instant::now(),
+                closed: None,
+            },
+        );
+        self.publish_connectivity(
+            &device.site_id,
+            &req.device_id,
+            epoch,
+            ConnectivityEvent::Opened,
+        )
+        .await?;
+        self.metrics.sessions.set(self.open_sessions() as i64);
+        let platform_secrets = if policy::gets_platform_secrets(device.trust) {
+            self.config
+                .gateway
+                .platform_secrets
+                .clone()
+                .into_iter()
+                .collect()
+        } else {
+            Default::default()
+        };
+        Ok(v1::SessionOpened {
+            error: None,
+            epoch,
+            session_token,
+            heartbeat_interval_secs: self.config.gateway.heartbeat_interval_secs as i32,
+            platform_secrets,
+            gateway_id: self.gateway_id.clone(),
+        })
+    }
+
+    /// The live session a heartbeat or close names, or why there is none.
+    async fn live_session(
+        &self,
+        device_id: &str,
+        epoch: i64,
+        session_token: &str,
+    ) -> Result<Session, GatewayError> {
+        let s = self
+            .session(device_id)
+            .await?
+            .ok_or_else(|| GatewayError::new("SESSION_CLOSED", "no session: open one"))?;
+        if s.token_sha256 != store::sha256_hex(session_token) {
+            if s.epoch == epoch {
+                return Err(GatewayError::new("UNAUTHENTICATED", "wrong session token"));
+            }
+            return Err(GatewayError::new(
+                "SESSION_CLOSED",
+                "a newer session replaced this one",
+            ));
+        }
+        if let Some(reason) = s.closed {
+            return Err(GatewayError::new(reason, "the session is closed"));
+        }
+        Ok(s)
+    }
+
+    async fn heartbeat(&self, subject: &str, payload: &[u8]) -> Result<(), GatewayError> {
+        let req: v1::Heartbeat = decode(payload, "Heartbeat")?;
+        check_device(subject, &req.device_id)?;
+        let s = self
+            .live_session(&req.device_id, req.epoch, &req.session_token)
+            .await?;
+        self.publish_connectivity(
+            &s.site_id,
+            &req.device_id,
+            s.epoch,
+            ConnectivityEvent::Heartbeat,
+        )
+        .await?;
+        if let Some(c) = self.sessions().get_mut(&req.device_id) {
+            if c.epoch == s.epoch {
+                c.last_heartbeat = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    async fn close_request(&self, subject: &str, payload: &[u8]) -> Result<(), GatewayError> {
+        let req: v1::CloseSession = decode(payload, "CloseSession")?;
+        check_device(subject, &req.device_id)?;
+        let s = self
+            .live_session(&req.device_id, req.epoch, &req.session_token)
+            .await?;
+        self.close(&req.device_id, s.epoch, "SESSION_CLOSED").await
+    }
+
+    /// Relay: the policy first (nothing destructive reaches a
+    /// tenant-controlled device), then the live session, then the agent
+    /// with the deadline.
+    async fn relay(&self, payload: &[u8]) -> Result<v1::RelayReply, GatewayError> {
+        let req: v1::RelayCommand = decode(payload, "RelayCommand")?;
+        let kind = AgentCommandKind::parse(&req.command)
+            .ok_or_else(|| GatewayError::invalid(format!("unknown command {:?}", req.command)))?;
+        let device = store::device(&self.pool, &req.device_id)
+            .await?
+            .filter(|d| !d.deleted)
+            .ok_or_else(|| GatewayError::new("NOT_FOUND", format!("device {}", req.device_id)))?;
+        if let Err(r) = policy::may_relay(device.trust, kind) {
+            tracing::warn!(device_id = %req.device_id, command = kind.as_str(), actor = %req.actor, "refused: {}", r.0);
+            return Err(GatewayError::new("FORBIDDEN", r.0));
+        }
+        let s = self
+            .session(&req.device_id)
+            .await?
+            .filter(|s| s.closed.is_none() && s.identity_generation == device.identity_generation)
+            .ok_or_else(|| GatewayError::new("NOT_CONNECTED", "the device has no live session"))?;
+        let max = self.config.gateway.max_command_deadline_ms.max(1);
+        let deadline_ms = match req.deadline_ms {
+            d if d <= 0 => self.config.gateway.command_deadline_ms,
+            d => d as u64,
+        }
+        .min(max);
+        let deadline = Duration::from_millis(deadline_ms);
+        let request_id = format!("cmd_{}", ulid::Ulid::new());
+        let cmd = v1::AgentCommand {
+            request_id: request_id.clone(),
+            command: kind.as_str().into(),
+            args: req.args.clone(),
+            deadline: Some(timestamp(
+                Utc::now() + chrono::Duration::milliseconds(deadline_ms as i64),
+            )),
+            epoch: s.epoch,
+        };
+        let asked = self.nats.request(
+            self.subjects.agent(&req.device_id, "cmd"),
+            cmd.encode_to_vec().into(),
+        );
+        let msg = match tokio::time::timeout(deadline, asked).await {
+            Err(_) => {
+                return Err(GatewayError::new(
+                    "DEADLINE_EXCEEDED",
+                    format!("{} got no answer within {deadline_ms} ms", kind.as_str()),
+                ))
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(GatewayError::new(
+                    "NOT_CONNECTED",
+                    "the agent is not listening",
+                ))
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
+                return Err(GatewayError::new(
+                    "DEADLINE_EXCEEDED",
+                    format!("{} timed out", kind.as_str()),
+                ))
+            }
+            Ok(Err(e)) => return Err(GatewayError::new("UNAVAILABLE", format!("relay: {e}"))),
+            Ok(Ok(m)) => m,
+        };
+        let result: v1::AgentCommandResult = v1::AgentCommandResult::decode(msg.payload.as_ref())
+            .map_err(|e| {
+            GatewayError::new("AGENT_ERROR", format!("undecodable agent result: {e}"))
+        })?;
+        if result.request_id != request_id {
+            return Err(GatewayError::new(
+                "AGENT_ERROR",
+                "the agent answered another request",
+            ));
+        }
+        if kind == AgentCommandKind::InventoryRefresh && result.status == "ok" {
+            if let Some(inv) = result.inventory.as_ref() {
+                self.inventory_refreshed(&req.device_id, &s, inventory(Some(inv)))
+                    .await?;
+            }
+        }
+        Ok(v1::RelayReply {
+            error: None,
+            result: Some(result),
+        })
+    }
+
+    /// A fresh inventory: stored with the session and re-asserted at once.
+    async fn inventory_refreshed(
+        &self,
+        device_id: &str,
+        s: &Session,
+        inv: Inventory,
+    ) -> Result<(), GatewayError> {
+        store::set_inventory(&self.pool, device_id, s.epoch, &inv).await?;
+        if let Some(c) = self.sessions().get_mut(device_id) {
+            if c.epoch == s.epoch {
+                c.inventory = inv.clone();
+            }
+        }
+        if let Some(pool_id) = &s.pool_id {
+            let profile = store::profile(&self.pool, pool_id).await?;
+            self.publish_gpu_condition(&s.site_id, device_id, &inv, profile.as_ref())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subject_names_the_device() {
+        assert_eq!(subject_device("t.fleet.agent.dev_01.heartbeat"), "dev_01");
+        assert!(check_device("t.fleet.agent.dev_01.open", "dev_01").is_ok());
+        assert_eq!(
+            check_device("t.fleet.agent.dev_01.open", "dev_02")
+                .unwrap_err()
+                .code,
+            "FORBIDDEN"
+        );
+        assert_eq!(
+            check_device("t.fleet.agent.dev_01.open", "")
+                .unwrap_err()
+                .code,
+            "INVALID_ARGUMENT"
+        );
+    }
+}

@@ -1,0 +1,383 @@
+//! The gateway (`spec/consumers.md`, "gateway"): node agent sessions over
+//! NATS. An agent joins with a join token and its hardware identifiers; the
+//! gateway normalises them into the hardware key
+//! (`fleet_domain::hardware`), asks the hub to create the device or
+//! re-join it in place, issues a credential bound to the identity
+//! generation, and runs acceptance against the pool's hardware profile.
+//! Sessions get a new epoch on every open; opens, heartbeats and closes
+//! become `ConnectivityObservation`s on `OBSERVATIONS` (the hub writes
+//! `connectivity` and applies the liveness timeouts). Commands are relayed
+//! to the agent with a deadline and a typed result; a tenant-controlled
+//! device never receives platform secrets or destructive commands. Live
+//! sessions are checked against PostgreSQL for identity-generation bumps,
+//! and the sessions of an earlier generation are closed.
+//!
+//! [`sim`] is a simulated agent speaking the same protocol.
+
+pub mod metrics;
+pub mod policy;
+pub mod sim;
+pub mod store;
+
+mod handlers;
+mod sessions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream;
+use chrono::Utc;
+use fleet_bus::{StreamNames, Subjects};
+use fleet_domain::{ConnectivityEvent, Trust};
+use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_runtime::http::{self, Ops};
+use fleet_runtime::{FleetConfig, Shutdown};
+use futures::StreamExt;
+use sqlx::PgPool;
+
+pub use metrics::GatewayMetrics;
+use policy::{Inventory, Profile};
+use sessions::Session;
+
+/// A typed failure, answered to the agent or operator as `AgentError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct GatewayError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl GatewayError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        GatewayError {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(m: impl Into<String>) -> Self {
+        Self::new("INVALID_ARGUMENT", m)
+    }
+    pub fn to_proto(&self) -> v1::AgentError {
+        v1::AgentError {
+            code: self.code.to_string(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+impl From<sqlx::Error> for GatewayError {
+    fn from(e: sqlx::Error) -> Self {
+        tracing::error!(error = %e, "gateway database error");
+        GatewayError::new("UNAVAILABLE", "the gateway's database is unavailable")
+    }
+}
+
+impl From<fleet_bus::BusError> for GatewayError {
+    fn from(e: fleet_bus::BusError) -> Self {
+        tracing::error!(error = %e, "gateway bus error");
+        GatewayError::new("UNAVAILABLE", "the gateway cannot publish")
+    }
+}
+
+pub struct Gateway {
+    pub config: FleetConfig,
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+    pub streams: StreamNames,
+    pub gateway_id: String,
+    pub metrics: GatewayMetrics,
+    sessions: Mutex<HashMap<String, Session>>,
+}
+
+impl Gateway {
+    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Gateway>> {
+        let pool =
+            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        fleet_store::check_schema(&pool).await?;
+        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-gateway").await?;
+        let js = jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        let gateway_id = if config.gateway.gateway_id.trim().is_empty() {
+            format!(
+                "gw-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into())
+            )
+        } else {
+            config.gateway.gateway_id.clone()
+        };
+        Ok(Arc::new(Gateway {
+            config,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+            gateway_id,
+            metrics: GatewayMetrics::new(),
+            sessions: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A hub command over request/reply.
+    async fn hub(
+        &self,
+        verb: &str,
+        expected_version: i64,
+        command: v1::hub_command::Command,
+    ) -> Result<serde_json::Value, GatewayError> {
+        let c = v1::HubCommand {
+            actor: format!("gateway:{}", self.gateway_id),
+            expected_version,
+            command: Some(command),
+        };
+        let timeout = Duration::from_secs(self.config.hub.command_timeout_secs.max(1) * 2);
+        let reply = tokio::time::timeout(
+            timeout,
+            self.nats
+                .request(self.subjects.hub_cmd(verb), c.encode_to_vec().into()),
+        )
+        .await
+        .map_err(|_| GatewayError::new("UNAVAILABLE", "the hub did not answer in time"))?
+        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("hub {verb}: {e}")))?;
+        let reply = v1::HubReply::decode(reply.payload.as_ref())
+            .map_err(|e| GatewayError::new("UNAVAILABLE", format!("undecodable hub reply: {e}")))?;
+        if let Some(e) = reply.error {
+            let code = match e.code.as_str() {
+                "CONFLICT" => "CONFLICT",
+                "NOT_FOUND" => "NOT_FOUND",
+                "INVALID_ARGUMENT" => "INVALID_ARGUMENT",
+                "INVALID_STATE" => "CONFLICT",
+                _ => "UNAVAILABLE",
+            };
+            return Err(GatewayError::new(code, e.message));
+        }
+        serde_json::from_slice(&reply.record_json)
+            .map_err(|e| GatewayError::new("UNAVAILABLE", format!("hub record: {e}")))
+    }
+
+    fn device_key(site: &str, device_id: &str) -> v1::DeviceKey {
+        v1::DeviceKey {
+            site: site.to_string(),
+            kind: "device_id".into(),
+            key: device_id.to_string(),
+        }
+    }
+
+    /// A session event for the hub (source `gateway`, key kind `device_id`).
+    async fn publish_connectivity(
+        &self,
+        site: &str,
+        device_id: &str,
+        epoch: i64,
+        event: ConnectivityEvent,
+    ) -> Result<(), GatewayError> {
+        let now = Utc::now();
+        let obs = v1::ConnectivityObservation {
+            device_id: device_id.to_string(),
+            epoch,
+            gateway_id: self.gateway_id.clone(),
+            event: event.as_str().to_string(),
+            observed_at: Some(timestamp(now)),
+        };
+        fleet_bus::publish_observation(
+            &self.js,
+            &self.subjects,
+            self.config.nats.partitions,
+            "gateway",
+            &Self::device_key(site, device_id),
+            now.timestamp_nanos_opt().unwrap_or_default(),
+            v1::ConnectivityObservation::NAME,
+            None,
+            obs.encode_to_vec().into(),
+        )
+        .await?
+        .await
+        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("connectivity publish: {e}")))?;
+        Ok(())
+    }
+
+    /// The gateway's snapshot: `GpuCountMismatch`, the one type it owns.
+    async fn publish_gpu_condition(
+        &self,
+        site: &str,
+        device_id: &str,
+        inv: &Inventory,
+        profile: Option<&Profile>,
+    ) -> Result<(), GatewayError> {
+        let Some((status, reason, message)) = policy::gpu_count_mismatch(inv, profile) else {
+            return Ok(());
+        };
+        let now = Utc::now();
+        let snap = v1::ConditionSnapshot {
+            source: "gateway".into(),
+            device: Some(Self::device_key(site, device_id)),
+            observed_at: Some(timestamp(now)),
+            conditions: vec![v1::Condition {
+                r#type: "GpuCountMismatch".into(),
+                status: status.as_str().into(),
+                reason,
+                message,
+            }],
+            mirror: None,
+        };
+        fleet_bus::publish_observation(
+            &self.js,
+            &self.subjects,
+            self.config.nats.partitions,
+            "gateway",
+            &Self::device_key(site, device_id),
+            now.timestamp_nanos_opt().unwrap_or_default(),
+            v1::ConditionSnapshot::NAME,
+            None,
+            snap.encode_to_vec().into(),
+        )
+        .await?
+        .await
+        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("snapshot publish: {e}")))?;
+        Ok(())
+    }
+
+    async fn ready(self: Arc<Self>) -> Result<(), String> {
+        if self.nats.connection_state() != async_nats::connection::State::Connected {
+            return Err("nats disconnected".into());
+        }
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| format!("postgres: {e}"))?;
+        Ok(())
+    }
+
+    /// Serves one subject (queue group `gateway`) until shutdown.
+    async fn serve(self: Arc<Self>, route: handlers::Route, mut shutdown: Shutdown) {
+        let subject = route.subject(&self.subjects);
+        let mut sub = loop {
+            match self
+                .nats
+                .queue_subscribe(subject.clone(), "gateway".into())
+                .await
+            {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(%subject, error = %e, "cannot subscribe; retrying");
+                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
+                }
+            }
+        };
+        let limit = Arc::new(tokio::sync::Semaphore::new(
+            self.config.gateway.concurrency.max(1),
+        ));
+        loop {
+            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
+            let Some(msg) = msg else { break };
+            let Some(reply_to) = msg.reply.clone() else {
+                continue;
+            };
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                break;
+            };
+            let gw = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let reply = gw.route(route, msg.subject.as_str(), &msg.payload).await;
+                if let Err(e) = gw.nats.publish(reply_to, reply.into()).await {
+                    tracing::warn!(error = %e, "could not send a gateway reply");
+                }
+            });
+        }
+        let _ = sub.unsubscribe().await;
+    }
+
+    /// How long a session may be silent before the gateway forgets it (the
+    /// hub has called it `lost` by then).
+    fn forget_after(&self) -> Duration {
+        Duration::from_secs(self.config.hub.lost_after_secs.max(1))
+    }
+
+    async fn identity_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        let every = Duration::from_millis(self.config.gateway.identity_check_ms.max(50));
+        loop {
+            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            if let Err(e) = self.check_identities().await {
+                tracing::warn!(error = %e, "identity check failed; next interval retries");
+            }
+        }
+    }
+
+    async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        let every = Duration::from_secs(self.config.gateway.snapshot_resync_secs.max(1));
+        loop {
+            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            if let Err(e) = self.resync_conditions().await {
+                tracing::warn!(error = %e, "condition resync failed; next interval retries");
+            }
+        }
+    }
+}
+
+/// Runs the gateway until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let gw = Gateway::connect(config).await?;
+    run_with(gw, shutdown).await
+}
+
+pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let ready = gw.clone();
+    let ops = Ops {
+        registry: gw.metrics.registry.clone(),
+        ready: Arc::new(move || {
+            let g = ready.clone();
+            Box::pin(async move { g.ready().await })
+        }),
+    };
+    let addr = http::serve(
+        &gw.config.gateway.listen,
+        http::router(ops),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("binding gateway.listen {}", gw.config.gateway.listen))?;
+    tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
+    let mut tasks = tokio::task::JoinSet::new();
+    for route in handlers::Route::ALL {
+        tasks.spawn(gw.clone().serve(route, shutdown.clone()));
+    }
+    tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
+    tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
+    shutdown.wait().await;
+    while tasks.join_next().await.is_some() {}
+    gw.nats.flush().await.ok();
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// Issues a join token for a site (and pool); the token is shown once.
+pub async fn issue_join_token(
+    pool: &PgPool,
+    site_id: &str,
+    pool_id: Option<&str>,
+    trust: Trust,
+    owner_tenant_id: Option<&str>,
+    description: &str,
+) -> Result<String, sqlx::Error> {
+    store::issue_join_token(
+        pool,
+        site_id,
+        pool_id,
+        trust,
+        owner_tenant_id,
+        description,
+        None,
+    )
+    .await
+}

@@ -1,0 +1,105 @@
+//! The placer's client, for the API (`POST /api/v1/allocations`,
+//! `DELETE /api/v1/allocations/{id}`, `GET /api/v1/pools/{id}/capacity`)
+//! and any other caller: core NATS request/reply with a timeout; no
+//! answer in time is `UNAVAILABLE` (the API answers 503, never a guess).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fleet_bus::Subjects;
+use fleet_proto::{v1, Message};
+
+use crate::error::PlacerError;
+use crate::model::{AllocateRequest, Allocation, Capacity};
+
+#[derive(Clone)]
+pub struct PlacerClient {
+    nats: async_nats::Client,
+    subjects: Subjects,
+    timeout: Duration,
+}
+
+impl PlacerClient {
+    pub fn new(nats: async_nats::Client, subjects: Subjects, timeout: Duration) -> Self {
+        PlacerClient {
+            nats,
+            subjects,
+            timeout,
+        }
+    }
+
+    async fn call(
+        &self,
+        verb: &str,
+        payload: Vec<u8>,
+    ) -> Result<v1::placer_reply::Result, PlacerError> {
+        let request = self
+            .nats
+            .request(self.subjects.placer_cmd(verb), Bytes::from(payload));
+        let msg = match tokio::time::timeout(self.timeout, request).await {
+            Err(_) => {
+                return Err(PlacerError::Unavailable(
+                    "the placer did not answer in time".into(),
+                ))
+            }
+            Ok(Err(e)) => return Err(PlacerError::Unavailable(format!("placer request: {e}"))),
+            Ok(Ok(m)) => m,
+        };
+        let reply = v1::PlacerReply::decode(msg.payload.as_ref())
+            .map_err(|e| PlacerError::Unavailable(format!("undecodable placer reply: {e}")))?;
+        if let Some(e) = &reply.error {
+            return Err(PlacerError::from_proto(e));
+        }
+        reply
+            .result
+            .ok_or_else(|| PlacerError::Unavailable("empty placer reply".into()))
+    }
+
+    fn allocation(r: v1::placer_reply::Result) -> Result<Allocation, PlacerError> {
+        match r {
+            v1::placer_reply::Result::Allocation(a) => Ok(Allocation::from_proto(&a)),
+            _ => Err(PlacerError::Unavailable(
+                "placer answered with no allocation".into(),
+            )),
+        }
+    }
+
+    pub async fn allocate(&self, req: &AllocateRequest) -> Result<Allocation, PlacerError> {
+        Self::allocation(
+            self.call("allocate", req.to_proto().encode_to_vec())
+                .await?,
+        )
+    }
+
+    /// `tenant_id`: when set, another tenant's allocation is `NOT_FOUND`.
+    pub async fn release(
+        &self,
+        allocation_id: &str,
+        tenant_id: Option<&str>,
+    ) -> Result<Allocation, PlacerError> {
+        let r = v1::ReleaseRequest {
+            allocation_id: allocation_id.to_string(),
+            tenant_id: tenant_id.unwrap_or_default().to_string(),
+        };
+        Self::allocation(self.call("release", r.encode_to_vec()).await?)
+    }
+
+    pub async fn get(&self, allocation_id: &str) -> Result<Allocation, PlacerError> {
+        let r = v1::GetAllocationRequest {
+            allocation_id: allocation_id.to_string(),
+        };
+        Self::allocation(self.call("get", r.encode_to_vec()).await?)
+    }
+
+    pub async fn capacity(&self, pool_id: &str) -> Result<Capacity, PlacerError> {
+        let r = v1::CapacityRequest {
+            pool_id: pool_id.to_string(),
+        };
+        match self.call("capacity", r.encode_to_vec()).await? {
+            v1::placer_reply::Result::Capacity(c) => Ok(Capacity::from_proto(&c)),
+            _ => Err(PlacerError::Unavailable(
+                "placer answered with no capacity".into(),
+            )),
+        }
+    }
+}

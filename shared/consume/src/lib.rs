@@ -1,0 +1,178 @@
+//! A durable consumer of `STATUS` for the services that read status
+//! (`spec/consumers.md`): bind (re-created in a retry loop, since a pull
+//! consumer can vanish across a reconnect), fetch batches, decode
+//! `StatusChanged`, hand each batch to the service, and ack only after the
+//! service says its effect is done. An undecodable message is copied to
+//! `DLQ` (`<root>.dlq.status.<reason>`) and terminated, never retried.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use fleet_bus::Subjects;
+use fleet_proto::{v1, Message};
+use fleet_runtime::Shutdown;
+use futures::StreamExt;
+
+/// One decoded `StatusChanged` and the message it came in.
+pub struct StatusEvent {
+    pub msg: jetstream::Message,
+    pub event: v1::StatusChanged,
+}
+
+/// Where and how to consume.
+#[derive(Debug, Clone)]
+pub struct StatusConsumer {
+    pub stream: String,
+    pub durable: String,
+    /// One filter subject (nats-server 2.9 has no multi-filter consumers).
+    pub filter: String,
+    pub ack_wait: Duration,
+    pub batch: usize,
+    pub fetch_wait: Duration,
+}
+
+/// Copies a message to `DLQ` with its reason, then terminates it; when the
+/// copy cannot be stored the message is left for redelivery.
+pub async fn dead_letter(
+    js: &jetstream::Context,
+    subjects: &Subjects,
+    stream: &str,
+    msg: &jetstream::Message,
+    reason: &str,
+    error: &str,
+) {
+    let mut headers = msg.headers.clone().unwrap_or_default();
+    headers.insert(fleet_bus::HEADER_DLQ_REASON, reason);
+    headers.insert(
+        fleet_bus::HEADER_DLQ_ERROR,
+        error.replace(['\r', '\n'], " ").as_str(),
+    );
+    headers.insert(fleet_bus::HEADER_DLQ_SUBJECT, msg.subject.as_str());
+    let id = msg
+        .info()
+        .map(|i| format!("dlq-{}-{}", i.stream, i.stream_sequence))
+        .unwrap_or_else(|_| format!("dlq-{}", ulid::Ulid::new()));
+    let subject = subjects.dlq(stream, reason);
+    match fleet_bus::publish_acked(js, subject, &id, headers, msg.payload.clone()).await {
+        Ok(()) => {
+            tracing::warn!(subject = %msg.subject, reason, error, "dead-lettered");
+            let _ = msg.ack_with(AckKind::Term).await;
+        }
+        Err(e) => {
+            tracing::error!(subject = %msg.subject, error = %e, "could not dead-letter; leaving for redelivery");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                .await;
+        }
+    }
+}
+
+impl StatusConsumer {
+    /// Runs until shutdown. `handle` gets each batch of decoded events; on
+    /// `Ok` they are acked, on `Err` they are redelivered after a pause.
+    /// The batch in hand is finished even when shutdown arrives meanwhile.
+    pub async fn run<F, Fut, E>(
+        self,
+        js: jetstream::Context,
+        subjects: Subjects,
+        mut shutdown: Shutdown,
+        mut handle: F,
+    ) where
+        F: FnMut(Vec<StatusEvent>) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let mut backoff = Duration::from_millis(200);
+        while !shutdown.is_triggered() {
+            let consumer = match fleet_bus::pull_consumer(
+                &js,
+                &self.stream,
+                &self.durable,
+                self.filter.clone(),
+                self.ack_wait,
+            )
+            .await
+            {
+                Ok(c) => {
+                    backoff = Duration::from_millis(200);
+                    c
+                }
+                Err(e) => {
+                    tracing::warn!(durable = %self.durable, error = %e, "cannot bind consumer; retrying");
+                    tokio::select! { _ = tokio::time::sleep(backoff) => {}, _ = shutdown.wait() => return }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    continue;
+                }
+            };
+            loop {
+                if shutdown.is_triggered() {
+                    return;
+                }
+                let batch = consumer
+                    .batch()
+                    .max_messages(self.batch)
+                    .expires(self.fetch_wait)
+                    .messages()
+                    .await;
+                let mut batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(durable = %self.durable, error = %e, "fetch failed; re-binding consumer");
+                        tokio::time::sleep(backoff).await;
+                        break;
+                    }
+                };
+                let mut events = Vec::new();
+                let mut broken = false;
+                while let Some(m) = batch.next().await {
+                    match m {
+                        Ok(msg) => match v1::StatusChanged::decode(msg.payload.as_ref()) {
+                            Ok(event) => events.push(StatusEvent { msg, event }),
+                            Err(e) => {
+                                dead_letter(
+                                    &js,
+                                    &subjects,
+                                    "status",
+                                    &msg,
+                                    "undecodable",
+                                    &format!("undecodable StatusChanged: {e}"),
+                                )
+                                .await
+                            }
+                        },
+                        Err(e) => {
+                            tracing::debug!(durable = %self.durable, error = %e, "batch ended with an error");
+                            broken = true;
+                            break;
+                        }
+                    }
+                }
+                if !events.is_empty() {
+                    let msgs: Vec<jetstream::Message> =
+                        events.iter().map(|e| e.msg.clone()).collect();
+                    match handle(events).await {
+                        Ok(()) => {
+                            for m in &msgs {
+                                if let Err(e) = m.ack().await {
+                                    tracing::warn!(error = %e, subject = %m.subject, "ack failed after the effect; a redelivery repeats it");
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(durable = %self.durable, error = %e, "handling a status batch failed; it will be redelivered");
+                            for m in &msgs {
+                                let _ =
+                                    m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                            }
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+                if broken {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
