@@ -1,0 +1,633 @@
+//! The gateway with simulated agents, the real hub, NATS and PostgreSQL:
+//! joins, acceptance, sessions and connectivity, identity generations,
+//! relayed commands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet_domain::Trust;
+use fleet_gateway::sim::{SimAgent, SimSpec};
+use fleet_gateway::Gateway;
+use fleet_proto::{v1, Message};
+use fleet_runtime::Shutdown;
+use futures::StreamExt;
+use v1::hub_command::Command as C;
+
+use crate::hub_e2e::start_hub;
+use crate::support::*;
+
+pub async fn start_gateway(
+    env: &TestEnv,
+) -> (
+    Arc<Gateway>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut config = env.config.clone();
+    config.gateway.listen = "127.0.0.1:0".into();
+    config.gateway.gateway_id = "gw-test".into();
+    let gw = Gateway::connect(config).await.expect("gateway connects");
+    let (trigger, shutdown) = Shutdown::new();
+    let g = gw.clone();
+    let task = tokio::spawn(async move {
+        fleet_gateway::run_with(g, shutdown)
+            .await
+            .expect("gateway runs");
+    });
+    // Every route answers before the test starts.
+    for subject in [
+        env.subjects.agent_join(),
+        env.subjects.agent("dev_probe", "open"),
+        env.subjects.agent("dev_probe", "heartbeat"),
+        env.subjects.agent("dev_probe", "close"),
+        env.subjects.gateway_cmd("relay"),
+    ] {
+        eventually("the gateway answers", || {
+            let (nats, subject) = (env.nats.clone(), subject.clone());
+            async move {
+                nats.request(subject, vec![0xff].into())
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        })
+        .await;
+    }
+    (gw, trigger, task)
+}
+
+/// Tenant t1, pool p1 (metal-host, 8 x H100), and a join token.
+async fn seed(env: &TestEnv, trust: Trust) -> String {
+    sqlx::query(
+        "INSERT INTO tenants (id, name) VALUES ('t1', 'tenant one') ON CONFLICT DO NOTHING",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO pools (id, site_id, kind) VALUES ('p1', 's1', 'metal-host') ON CONFLICT DO NOTHING")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO pool_hardware_profiles (pool_id, gpu_count, gpu_model) VALUES ('p1', 8, 'NVIDIA H100 80GB HBM3') \
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let owner = (trust != Trust::Platform).then_some("t1");
+    fleet_gateway::issue_join_token(&env.pool, "s1", Some("p1"), trust, owner, "test")
+        .await
+        .unwrap()
+}
+
+async fn count(env: &TestEnv, sql: &str, ids: &[String]) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(ids)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+}
+
+async fn relay(
+    env: &TestEnv,
+    device: &str,
+    command: &str,
+    args: &[(&str, &str)],
+    deadline_ms: i32,
+) -> v1::RelayReply {
+    let req = v1::RelayCommand {
+        device_id: device.into(),
+        command: command.into(),
+        args: args
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        deadline_ms,
+        actor: "test".into(),
+    };
+    let r = env
+        .nats
+        .request(
+            env.subjects.gateway_cmd("relay"),
+            req.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    v1::RelayReply::decode(r.payload.as_ref()).unwrap()
+}
+
+fn code(e: &Option<v1::AgentError>) -> &str {
+    e.as_ref().map(|e| e.code.as_str()).unwrap_or("OK")
+}
+
+/// Heartbeats every 500 ms until told to close cleanly or to go silent.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Then {
+    Close,
+    Silent,
+}
+
+fn heartbeat_loop(
+    mut agent: SimAgent,
+    mut stop: tokio::sync::watch::Receiver<Option<Then>>,
+) -> tokio::task::JoinHandle<(SimAgent, usize)> {
+    tokio::spawn(async move {
+        let mut failures = 0;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = stop.changed() => {}
+            }
+            let then = *stop.borrow();
+            match then {
+                Some(Then::Close) => {
+                    agent.close().await.expect("clean close");
+                    return (agent, failures);
+                }
+                Some(Then::Silent) => {
+                    agent.stop_listening();
+                    return (agent, failures);
+                }
+                None => {}
+            }
+            if agent.heartbeat().await.is_err() {
+                failures += 1;
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_agents_join_heartbeat_disconnect_and_go_silent() {
+    let mut env = TestEnv::new().await;
+    env.config.hub.unreachable_after_secs = 5;
+    env.config.hub.lost_after_secs = 10;
+    let token = seed(&env, Trust::Platform).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+
+    let n = 1000;
+    let short = 900..n; // these report 6 of the profile's 8 GPUs
+    let joined: Vec<(usize, SimAgent, v1::JoinReply)> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (nats, subjects, token) = (env.nats.clone(), env.subjects.clone(), token.clone());
+            let gpus = if i >= 900 { 6 } else { 8 };
+            async move {
+                let mut a = SimAgent::new(nats, subjects, SimSpec::numbered("sim", i, gpus));
+                let r = a
+                    .join(&token)
+                    .await
+                    .unwrap_or_else(|e| panic!("agent {i} join: {e}"));
+                a.open()
+                    .await
+                    .unwrap_or_else(|e| panic!("agent {i} open: {e}"));
+                (i, a, r)
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let mut agents: BTreeMap<usize, SimAgent> = BTreeMap::new();
+    for (i, a, r) in joined {
+        assert!(r.hardware_key_trusted && !r.rejoined, "agent {i}: {r:?}");
+        let want = if short.contains(&i) {
+            "adopting"
+        } else {
+            "adopted"
+        };
+        assert_eq!(r.provision_state, want, "agent {i}");
+        agents.insert(i, a);
+    }
+    let ids: Vec<String> = agents.values().map(|a| a.device_id.clone()).collect();
+    assert_eq!(
+        ids.iter().collect::<BTreeSet<_>>().len(),
+        n,
+        "one device per machine"
+    );
+    let group =
+        |r: std::ops::Range<usize>| r.map(|i| agents[&i].device_id.clone()).collect::<Vec<_>>();
+    let (closing, silent, staying, short_ids) =
+        (group(0..400), group(400..700), group(700..n), group(900..n));
+
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let (close_tx, close_rx) = tokio::sync::watch::channel(None);
+    let (silent_tx, silent_rx) = tokio::sync::watch::channel(None);
+    let mut loops = vec![];
+    for (i, a) in std::mem::take(&mut agents) {
+        let rx = match i {
+            0..400 => close_rx.clone(),
+            400..700 => silent_rx.clone(),
+            _ => rx.clone(),
+        };
+        loops.push((i, heartbeat_loop(a, rx)));
+    }
+
+    eventually_long("1000 connected in PostgreSQL", 120, || async {
+        let c = count(
+            &env,
+            "SELECT count(*) FROM devices WHERE id = ANY($1) AND connectivity = 'connected'",
+            &ids,
+        )
+        .await;
+        (c == n as i64).then_some(())
+    })
+    .await;
+    // Acceptance: 900 adopted; the 100 short of GPUs stay adopting with
+    // GpuCountMismatch (NoSchedule).
+    assert_eq!(
+        count(
+            &env,
+            "SELECT count(*) FROM devices WHERE id = ANY($1) AND provision_state = 'adopted'",
+            &ids
+        )
+        .await,
+        900
+    );
+    eventually_long("GpuCountMismatch on the short devices", 60, || async {
+        let c = count(
+            &env,
+            "SELECT count(*) FROM devices d JOIN device_conditions c ON c.device_id = d.id \
+             WHERE d.id = ANY($1) AND d.provision_state = 'adopting' AND c.type = 'GpuCountMismatch' \
+             AND c.status = 'True' AND 'GpuCountMismatch' = ANY(d.no_schedule_reasons)",
+            &short_ids,
+        )
+        .await;
+        (c == 100).then_some(())
+    })
+    .await;
+    let mismatched_full = count(
+        &env,
+        "SELECT count(*) FROM device_conditions WHERE device_id = ANY($1) AND type = 'GpuCountMismatch' AND status = 'True'",
+        &group_ids(&ids, &short_ids),
+    )
+    .await;
+    assert_eq!(
+        mismatched_full, 0,
+        "only the short devices carry GpuCountMismatch True"
+    );
+
+    close_tx.send(Some(Then::Close)).unwrap();
+    silent_tx.send(Some(Then::Silent)).unwrap();
+    eventually_long("400 cleanly disconnected", 60, || async {
+        let c = count(
+            &env,
+            "SELECT count(*) FROM devices WHERE id = ANY($1) AND connectivity = 'disconnected'",
+            &closing,
+        )
+        .await;
+        (c == 400).then_some(())
+    })
+    .await;
+    eventually_long("300 silent devices lost", 90, || async {
+        let c = count(
+            &env,
+            "SELECT count(*) FROM devices WHERE id = ANY($1) AND connectivity = 'lost'",
+            &silent,
+        )
+        .await;
+        (c == 300).then_some(())
+    })
+    .await;
+    // The silent ones passed through unreachable on the way.
+    let via_unreachable = count(
+        &env,
+        "SELECT count(DISTINCT device_id) FROM device_lifecycle_events WHERE device_id = ANY($1) \
+         AND kind = 'connectivity' AND value = 'unreachable'",
+        &silent,
+    )
+    .await;
+    assert_eq!(via_unreachable, 300);
+    // Those still heartbeating never left connected.
+    assert_eq!(
+        count(
+            &env,
+            "SELECT count(*) FROM devices WHERE id = ANY($1) AND connectivity = 'connected'",
+            &staying
+        )
+        .await,
+        300
+    );
+    let left = count(
+        &env,
+        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = ANY($1) AND kind = 'connectivity' \
+         AND value <> 'connected'",
+        &staying,
+    )
+    .await;
+    assert_eq!(
+        left, 300,
+        "only the birth rows (disconnected) are not 'connected'"
+    );
+    // Sessions are stored per device with their epoch; closes are recorded.
+    assert_eq!(
+        count(&env, "SELECT count(*) FROM agent_sessions WHERE device_id = ANY($1) AND closed_at IS NOT NULL", &closing).await,
+        400
+    );
+
+    tx.send(Some(Then::Close)).unwrap();
+    for (i, l) in loops {
+        let (_, failures) = l.await.unwrap();
+        assert_eq!(failures, 0, "agent {i} had failed heartbeats");
+    }
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
+
+fn group_ids(all: &[String], except: &[String]) -> Vec<String> {
+    let except: BTreeSet<&String> = except.iter().collect();
+    all.iter()
+        .filter(|i| !except.contains(i))
+        .cloned()
+        .collect()
+}
+
+/// `eventually` with a longer deadline, for a thousand agents on 2 cores.
+async fn eventually_long<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Heartbeats until the gateway refuses with `want`.
+async fn until_refused(agent: &mut SimAgent, want: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match agent.heartbeat().await {
+            Err(e) if e.code == want => return,
+            Err(e) => panic!("heartbeat refused with {e}, not {want}"),
+            Ok(()) => {}
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("heartbeats of {} were never refused", agent.device_id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
+    let mut env = TestEnv::new().await;
+    env.config.gateway.identity_check_ms = 200;
+    let token = seed(&env, Trust::Platform).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+
+    let spec = SimSpec::numbered("idn", 1, 8);
+    let mut first = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let r1 = first.join(&token).await.unwrap();
+    assert_eq!(r1.identity_generation, 1);
+    first.open().await.unwrap();
+    first.heartbeat().await.unwrap();
+    let id = first.device_id.clone();
+
+    // The same machine re-joins (re-imaged): in place, the next generation.
+    let mut second = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let r2 = second.join(&token).await.unwrap();
+    assert!(r2.rejoined);
+    assert_eq!(r2.device_id, id);
+    assert_eq!(r2.identity_generation, 2);
+    // The earlier generation's session is closed and its credential is dead.
+    until_refused(&mut first, "IDENTITY_REVOKED").await;
+    assert_eq!(first.open().await.unwrap_err().code, "IDENTITY_REVOKED");
+    let opened = second.open().await.unwrap();
+    assert!(opened.epoch > 1);
+    second.heartbeat().await.unwrap();
+    eventually("connected at the new epoch", || async {
+        let (c, e): (String, i64) =
+            sqlx::query_as("SELECT connectivity, session_epoch FROM devices WHERE id = $1")
+                .bind(&id)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        (c == "connected" && e == opened.epoch).then_some(())
+    })
+    .await;
+
+    // Revoke identity through the hub: the session closes, the hub writes
+    // disconnected, and the credential never works again.
+    let v: i64 = sqlx::query_scalar("SELECT version FROM devices WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    let r = env
+        .command(
+            "revoke_identity",
+            v,
+            C::RevokeIdentity(v1::RevokeIdentity {
+                device_id: id.clone(),
+            }),
+        )
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    until_refused(&mut second, "IDENTITY_REVOKED").await;
+    eventually("disconnected in PostgreSQL", || async {
+        (env.device_field(&id, "connectivity").await == "disconnected").then_some(())
+    })
+    .await;
+    assert_eq!(second.open().await.unwrap_err().code, "IDENTITY_REVOKED");
+    assert_eq!(
+        second.heartbeat().await.unwrap_err().code,
+        "IDENTITY_REVOKED"
+    );
+
+    // An untrusted key (one identifier survives) never re-joins in place.
+    let mut lone = SimSpec::numbered("idn", 2, 8);
+    lone.hardware = v1::HardwareIdentifiers {
+        system_serial: "LONE-0001".into(),
+        board_serial: "To be filled by O.E.M.".into(),
+        bmc_mac: "00:00:00:00:00:00".into(),
+        nic_macs: vec![],
+        tpm_ek_hash: String::new(),
+    };
+    let mut a = SimAgent::new(env.nats.clone(), env.subjects.clone(), lone.clone());
+    let r = a.join(&token).await.unwrap();
+    assert!(!r.hardware_key_trusted && !r.rejoined);
+    let mut b = SimAgent::new(env.nats.clone(), env.subjects.clone(), lone);
+    assert_eq!(b.join(&token).await.unwrap_err().code, "CONFLICT");
+
+    // Typed refusals.
+    let mut c = SimAgent::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        SimSpec::numbered("idn", 3, 8),
+    );
+    assert_eq!(
+        c.join("fjt_not-a-token").await.unwrap_err().code,
+        "UNAUTHENTICATED"
+    );
+    let mut blank = SimSpec::numbered("idn", 4, 8);
+    blank.hardware = v1::HardwareIdentifiers {
+        system_serial: "Default string".into(),
+        ..Default::default()
+    };
+    let mut d = SimAgent::new(env.nats.clone(), env.subjects.clone(), blank);
+    assert_eq!(d.join(&token).await.unwrap_err().code, "INVALID_ARGUMENT");
+    // A payload naming another device than its subject.
+    let open = v1::OpenSession {
+        device_id: id.clone(),
+        credential: r2.credential.clone(),
+    };
+    let reply = env
+        .nats
+        .request(
+            env.subjects.agent("dev_someone_else", "open"),
+            open.encode_to_vec().into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        code(
+            &v1::SessionOpened::decode(reply.payload.as_ref())
+                .unwrap()
+                .error
+        ),
+        "FORBIDDEN"
+    );
+    // Garbage is a typed error, not a crash.
+    let reply = env
+        .nats
+        .request(env.subjects.agent_join(), vec![0xff, 0x01].into())
+        .await
+        .unwrap();
+    assert_eq!(
+        code(&v1::JoinReply::decode(reply.payload.as_ref()).unwrap().error),
+        "INVALID_ARGUMENT"
+    );
+
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_tenant_controlled_device(
+) {
+    let mut env = TestEnv::new().await;
+    env.config.gateway.platform_secrets.insert(
+        "breakglass_ssh_key".into(),
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIbreakglass".into(),
+    );
+    let platform_token = seed(&env, Trust::Platform).await;
+    let tenant_token = seed(&env, Trust::TenantControlled).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+
+    let mut p = SimAgent::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        SimSpec::numbered("cmd", 1, 8),
+    );
+    p.join(&platform_token).await.unwrap();
+    let po = p.open().await.unwrap();
+    assert!(po.platform_secrets.contains_key("breakglass_ssh_key"));
+    let mut t = SimAgent::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        SimSpec::numbered("cmd", 2, 8),
+    );
+    t.join(&tenant_token).await.unwrap();
+    assert_eq!(
+        env.device_field(&t.device_id, "trust").await,
+        "tenant-controlled"
+    );
+    let to = t.open().await.unwrap();
+    assert!(
+        to.platform_secrets.is_empty(),
+        "a tenant-controlled device got platform secrets"
+    );
+
+    // Destructive platform commands are refused for the tenant-controlled
+    // device and never reach it; a diagnostic does.
+    for c in ["gpu.reset", "node.reboot"] {
+        let r = relay(&env, &t.device_id, c, &[], 0).await;
+        assert_eq!(code(&r.error), "FORBIDDEN", "{c}");
+    }
+    let r = relay(&env, &t.device_id, "diag.nvml", &[], 0).await;
+    assert_eq!(code(&r.error), "OK");
+    assert_eq!(r.result.as_ref().unwrap().status, "ok");
+    assert!(r.result.unwrap().output.contains("GPU 7"));
+    assert_eq!(t.received(), vec!["diag.nvml".to_string()]);
+    // The platform device takes them.
+    let r = relay(&env, &p.device_id, "gpu.reset", &[("gpu", "3")], 0).await;
+    assert_eq!(code(&r.error), "OK");
+    assert_eq!(r.result.unwrap().output, "reset GPU 3 (simulated)");
+    assert!(p.received().contains(&"gpu.reset".to_string()));
+
+    // A deadline the agent misses is a typed DEADLINE_EXCEEDED.
+    let r = relay(
+        &env,
+        &p.device_id,
+        "logs.collect",
+        &[("sleep_ms", "1500")],
+        200,
+    )
+    .await;
+    assert_eq!(code(&r.error), "DEADLINE_EXCEEDED");
+
+    // inventory.refresh reporting a lost GPU sets GpuCountMismatch (NoSchedule).
+    p.set_gpu_count(7);
+    let r = relay(&env, &p.device_id, "inventory.refresh", &[], 0).await;
+    assert_eq!(
+        r.result
+            .as_ref()
+            .unwrap()
+            .inventory
+            .as_ref()
+            .unwrap()
+            .gpu_count,
+        7
+    );
+    let id = p.device_id.clone();
+    eventually("GpuCountMismatch True", || async {
+        let reasons: Vec<String> =
+            sqlx::query_scalar("SELECT no_schedule_reasons FROM devices WHERE id = $1")
+                .bind(&id)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        reasons
+            .contains(&"GpuCountMismatch".to_string())
+            .then_some(())
+    })
+    .await;
+
+    // Typed errors: unknown command, unknown device, no live session.
+    assert_eq!(
+        code(&relay(&env, &p.device_id, "rm.rf", &[], 0).await.error),
+        "INVALID_ARGUMENT"
+    );
+    assert_eq!(
+        code(&relay(&env, "dev_nope", "diag.nvml", &[], 0).await.error),
+        "NOT_FOUND"
+    );
+    p.close().await.unwrap();
+    assert_eq!(
+        code(&relay(&env, &p.device_id, "diag.nvml", &[], 0).await.error),
+        "NOT_CONNECTED"
+    );
+
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
