@@ -8,4 +8,5 @@ mod hub_behaviour;
 mod hub_e2e;
 mod placer;
 mod predicates;
+mod radar;
 mod support;

@@ -92,9 +92,10 @@ pub struct RadarConfig {
     pub ack_wait_secs: u64,
     /// STATUS events handled per batch (one PostgreSQL read per batch).
     pub batch_size: usize,
-    /// How often tenant annotations are re-read, so an opt-out written
-    /// elsewhere takes effect.
-    pub tenant_refresh_secs: u64,
+    /// How often every projection is recomputed from PostgreSQL and the
+    /// differences published: picks up what no STATUS event announces
+    /// (tenant opt-outs written elsewhere, deleted devices).
+    pub resync_secs: u64,
 }
 
 impl Default for RadarConfig {
@@ -103,7 +104,7 @@ impl Default for RadarConfig {
             listen: "127.0.0.1:9412".into(),
             ack_wait_secs: 30,
             batch_size: 256,
-            tenant_refresh_secs: 30,
+            resync_secs: 30,
         }
     }
 }

@@ -1,0 +1,460 @@
+//! Radar (`spec/consumers.md`, "radar"): the Radar outbound projection.
+//! It reads `inventory`, `operational`, `health` and `triage` changes from
+//! `STATUS` and publishes one `RadarProjection` per device on
+//! `<radar root>.projection.v1.<site>.<device>` to the `RADAR` stream,
+//! which keeps the last message per subject, so a new reader gets the whole
+//! fleet. Devices of a tenant that opted out (`annotations.radar_ignore`
+//! with a reason) get one tombstone each; inventory-only devices are
+//! projected for inventory only. At start, every projection is recomputed
+//! from PostgreSQL and compared with what the stream holds; only
+//! differences are published. Radar never writes a device field.
+
+pub mod mapping;
+pub mod metrics;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::jetstream::{self, consumer};
+use chrono::Utc;
+use fleet_bus::{StreamNames, Subjects};
+use fleet_consume::{StatusConsumer, StatusEvent};
+use fleet_domain::Axis;
+use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_runtime::http::{self, Ops};
+use fleet_runtime::{FleetConfig, Shutdown};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use mapping::Decision;
+pub use metrics::RadarMetrics;
+
+/// What a projection says, without its version and time: two projections
+/// with the same key are the same to a Radar reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    site: String,
+    name: String,
+    availability: String,
+    health: String,
+    inventory_only: bool,
+    inventory_status: String,
+    tombstone: bool,
+    tombstone_reason: String,
+}
+
+impl Key {
+    fn of(p: &v1::RadarProjection) -> Key {
+        Key {
+            site: p.site.clone(),
+            name: p.name.clone(),
+            availability: p.availability.clone(),
+            health: p.health.clone(),
+            inventory_only: p.inventory_only,
+            inventory_status: p.inventory_status.clone(),
+            tombstone: p.tombstone,
+            tombstone_reason: p.tombstone_reason.clone(),
+        }
+    }
+
+    fn digest(&self) -> String {
+        let s = format!("{self:?}");
+        hex::encode(&Sha256::digest(s.as_bytes())[..6])
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Published {
+    key: Key,
+    version: i64,
+}
+
+pub struct Radar {
+    pub config: FleetConfig,
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub js: jetstream::Context,
+    pub subjects: Subjects,
+    pub streams: StreamNames,
+    pub metrics: RadarMetrics,
+    /// What the stream holds per device; the lock also serialises
+    /// publishing, so an older read never overwrites a newer projection.
+    published: tokio::sync::Mutex<HashMap<String, Published>>,
+}
+
+/// The projection of one device row.
+pub fn projection(row: &store::Row, at: chrono::DateTime<Utc>) -> v1::RadarProjection {
+    let mut p = v1::RadarProjection {
+        device_id: row.id.clone(),
+        site: row.site.clone(),
+        name: row.name.clone(),
+        availability: String::new(),
+        health: String::new(),
+        inventory_only: row.device.inventory_only,
+        inventory_status: row.device.inventory.as_str().into(),
+        tombstone: false,
+        tombstone_reason: String::new(),
+        version: row.version,
+        at: Some(timestamp(at)),
+    };
+    match mapping::decide(&row.device) {
+        Decision::Project {
+            availability,
+            health,
+        } => {
+            p.availability = availability.as_str().into();
+            p.health = health.as_str().into();
+        }
+        Decision::InventoryOnly => {}
+        Decision::Tombstone(reason) => {
+            p.tombstone = true;
+            p.tombstone_reason = reason.as_str().into();
+        }
+    }
+    p
+}
+
+impl Radar {
+    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Radar>> {
+        let pool =
+            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        fleet_store::check_schema(&pool).await?;
+        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-radar").await?;
+        let js = jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        Ok(Arc::new(Radar {
+            config,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+            metrics: RadarMetrics::new(),
+            published: tokio::sync::Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Reads what the stream holds (its last message per subject).
+    pub async fn load_published(&self) -> anyhow::Result<usize> {
+        let stream = self.js.get_stream(self.streams.radar()).await?;
+        let c = stream
+            .create_consumer(consumer::pull::Config {
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                filter_subject: self.subjects.radar_all(),
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .context("radar reader")?;
+        let name = c.cached_info().name.clone();
+        let mut pending = c.cached_info().num_pending;
+        let mut seen = HashMap::new();
+        while pending > 0 {
+            let mut batch = c
+                .fetch()
+                .max_messages(pending.min(1000) as usize)
+                .expires(Duration::from_secs(2))
+                .messages()
+                .await?;
+            let mut n = 0;
+            while let Some(m) = batch.next().await {
+                let m = m.map_err(|e| anyhow::anyhow!("radar read: {e}"))?;
+                n += 1;
+                match v1::RadarProjection::decode(m.payload.as_ref()) {
+                    Ok(p) => {
+                        seen.insert(
+                            p.device_id.clone(),
+                            Published {
+                                key: Key::of(&p),
+                                version: p.version,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(subject = %m.subject, error = %e, "undecodable projection on RADAR; it will be replaced")
+                    }
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            pending = pending.saturating_sub(n);
+        }
+        let _ = stream.delete_consumer(&name).await;
+        let n = seen.len();
+        *self.published.lock().await = seen;
+        Ok(n)
+    }
+
+    /// Publishes the projections of `rows` that differ from what the
+    /// stream holds; returns how many were published.
+    pub async fn project(&self, rows: Vec<store::Row>) -> anyhow::Result<usize> {
+        let now = Utc::now();
+        let mut published = self.published.lock().await;
+        let mut inflight = Vec::new();
+        for row in &rows {
+            let p = projection(row, now);
+            let key = Key::of(&p);
+            let before = published.get(&row.id);
+            match before {
+                // An older read than what is out there.
+                Some(b) if row.version < b.version => continue,
+                Some(b) if b.key == key => continue,
+                // A deleted device that was never projected needs nothing.
+                None if row.device.deleted => continue,
+                _ => {}
+            }
+            if let Some(b) = before.filter(|b| b.key.site != key.site && !b.key.tombstone) {
+                // Moved to another site: the old subject is retired.
+                let mut t = p.clone();
+                t.site = b.key.site.clone();
+                t.tombstone = true;
+                t.tombstone_reason = "moved".into();
+                t.availability.clear();
+                t.health.clear();
+                inflight.push((None, self.send(&t).await?));
+            }
+            inflight.push((
+                Some((row.id.clone(), key, row.version)),
+                self.send(&p).await?,
+            ));
+        }
+        let mut n = 0;
+        for (done, ack) in inflight {
+            ack.await
+                .map_err(|e| anyhow::anyhow!("radar PubAck: {e}"))?;
+            if let Some((id, key, version)) = done {
+                self.metrics.published(if key.tombstone {
+                    "tombstone"
+                } else {
+                    "projection"
+                });
+                published.insert(id, Published { key, version });
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn send(
+        &self,
+        p: &v1::RadarProjection,
+    ) -> anyhow::Result<async_nats::jetstream::context::PublishAckFuture> {
+        let subject = self.subjects.radar(&p.site, &p.device_id);
+        let msg_id = format!(
+            "radar-{}-{}-{}",
+            p.device_id,
+            p.version,
+            Key::of(p).digest()
+        );
+        let headers = fleet_bus::headers(v1::RadarProjection::NAME, None);
+        Ok(fleet_bus::publish(
+            &self.js,
+            subject,
+            &msg_id,
+            headers,
+            p.encode_to_vec().into(),
+        )
+        .await?)
+    }
+
+    /// Every device from PostgreSQL; publishes the differences.
+    pub async fn rebuild(&self) -> anyhow::Result<usize> {
+        let rows = store::all(&self.pool).await?;
+        self.metrics.devices.set(rows.len() as i64);
+        self.project(rows).await
+    }
+
+    async fn on_events(&self, events: Vec<StatusEvent>) -> anyhow::Result<()> {
+        let mut ids: Vec<String> = events.iter().map(|e| e.event.device_id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        self.metrics.status_events.inc_by(events.len() as u64);
+        let rows = store::by_ids(&self.pool, &ids).await?;
+        self.project(rows).await?;
+        Ok(())
+    }
+
+    /// Sets or clears a tenant's opt-out (a reason is required to set it)
+    /// and re-projects the tenant's devices at once.
+    pub async fn radar_ignore(
+        &self,
+        req: &v1::RadarIgnore,
+    ) -> Result<(serde_json::Value, usize), (&'static str, String)> {
+        if req.tenant_id.trim().is_empty() {
+            return Err(("INVALID_ARGUMENT", "tenant_id is required".into()));
+        }
+        let reason = req.reason.trim();
+        if req.ignore {
+            let candidate = serde_json::json!({mapping::RADAR_IGNORE: true, mapping::RADAR_IGNORE_REASON: reason});
+            if let Err(e) = mapping::validate_annotations(&candidate) {
+                return Err(("INVALID_ARGUMENT", e.0));
+            }
+        }
+        let unavailable = |e: &dyn std::fmt::Display| {
+            tracing::error!(error = %e, "radar_ignore failed");
+            (
+                "UNAVAILABLE",
+                "the radar service cannot reach its database or NATS".to_string(),
+            )
+        };
+        let annotations = store::set_radar_ignore(&self.pool, &req.tenant_id, req.ignore, reason)
+            .await
+            .map_err(|e| unavailable(&e))?
+            .ok_or(("NOT_FOUND", format!("tenant {}", req.tenant_id)))?;
+        tracing::info!(tenant_id = %req.tenant_id, ignore = req.ignore, actor = %req.actor, "radar opt-out changed");
+        let rows = store::of_tenant(&self.pool, &req.tenant_id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let n = self.project(rows).await.map_err(|e| unavailable(&e))?;
+        Ok((annotations, n))
+    }
+
+    async fn serve_commands(self: Arc<Self>, mut shutdown: Shutdown) {
+        let mut sub = loop {
+            match self
+                .nats
+                .queue_subscribe(self.subjects.radar_cmd_all(), "radar".into())
+                .await
+            {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot subscribe to radar commands; retrying");
+                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
+                }
+            }
+        };
+        loop {
+            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
+            let Some(msg) = msg else { break };
+            let Some(reply_to) = msg.reply.clone() else {
+                continue;
+            };
+            let radar = self.clone();
+            tokio::spawn(async move {
+                let verb = msg.subject.as_str().rsplit('.').next().unwrap_or("");
+                let result = match verb {
+                    "radar_ignore" => match v1::RadarIgnore::decode(msg.payload.as_ref()) {
+                        Ok(r) => radar.radar_ignore(&r).await,
+                        Err(e) => {
+                            Err(("INVALID_ARGUMENT", format!("undecodable RadarIgnore: {e}")))
+                        }
+                    },
+                    other => Err(("INVALID_ARGUMENT", format!("unknown radar verb {other:?}"))),
+                };
+                let reply = match result {
+                    Ok((a, n)) => v1::RadarReply {
+                        error: None,
+                        annotations_json: serde_json::to_vec(&a).unwrap_or_default(),
+                        devices: n as i64,
+                    },
+                    Err((code, message)) => v1::RadarReply {
+                        error: Some(v1::RadarError {
+                            code: code.into(),
+                            message,
+                        }),
+                        annotations_json: vec![],
+                        devices: 0,
+                    },
+                };
+                if let Err(e) = radar
+                    .nats
+                    .publish(reply_to, reply.encode_to_vec().into())
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not send a radar reply");
+                }
+            });
+        }
+        let _ = sub.unsubscribe().await;
+    }
+
+    async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        let every = Duration::from_secs(self.config.radar.resync_secs.max(1));
+        loop {
+            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            match self.rebuild().await {
+                Ok(n) if n > 0 => {
+                    tracing::info!(published = n, "radar resync published differences")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "radar resync failed; next interval retries"),
+            }
+        }
+    }
+
+    async fn ready(self: Arc<Self>) -> Result<(), String> {
+        if self.nats.connection_state() != async_nats::connection::State::Connected {
+            return Err("nats disconnected".into());
+        }
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| format!("postgres: {e}"))?;
+        Ok(())
+    }
+}
+
+/// Runs Radar until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let radar = Radar::connect(config).await?;
+    run_with(radar, shutdown).await
+}
+
+pub async fn run_with(radar: Arc<Radar>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let held = radar.load_published().await?;
+    let published = radar.rebuild().await?;
+    tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
+    let ready = radar.clone();
+    let ops = Ops {
+        registry: radar.metrics.registry.clone(),
+        ready: Arc::new(move || {
+            let r = ready.clone();
+            Box::pin(async move { r.ready().await })
+        }),
+    };
+    let addr = http::serve(
+        &radar.config.radar.listen,
+        http::router(ops),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("binding radar.listen {}", radar.config.radar.listen))?;
+    tracing::info!(%addr, "radar running");
+    let mut tasks = tokio::task::JoinSet::new();
+    for axis in [
+        Axis::Inventory,
+        Axis::Operational,
+        Axis::Health,
+        Axis::Triage,
+    ] {
+        let c = StatusConsumer {
+            stream: radar.streams.status(),
+            durable: format!("radar-{axis}"),
+            filter: radar.subjects.status_axis(axis.as_str()),
+            ack_wait: Duration::from_secs(radar.config.radar.ack_wait_secs.max(1)),
+            batch: radar.config.radar.batch_size.max(1),
+            fetch_wait: Duration::from_millis(200),
+        };
+        let r = radar.clone();
+        let (js, subjects) = (r.js.clone(), r.subjects.clone());
+        tasks.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
+            let r = r.clone();
+            async move { r.on_events(events).await }
+        }));
+    }
+    tasks.spawn(radar.clone().serve_commands(shutdown.clone()));
+    tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
+    shutdown.wait().await;
+    while tasks.join_next().await.is_some() {}
+    radar.nats.flush().await.ok();
+    tracing::info!("radar stopped");
+    Ok(())
+}
