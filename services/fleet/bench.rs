@@ -8,12 +8,16 @@ pub enum BenchCommand {
     /// The hub: sustained snapshots/s, publish-to-StatusChanged latency,
     /// peak RSS, rows per snapshot, and the naive and raw references.
     Hub(crate::bench::hub::HubBench),
+    /// The placer: allocations/s with concurrent requesters, double bookings (must be 0).
+    Placer(crate::bench::placer::PlacerBench),
 }
 
 pub mod hub;
+pub mod placer;
 
 pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> {
     match what {
         BenchCommand::Hub(b) => hub::run(config, b).await,
+        BenchCommand::Placer(b) => placer::run(config, b).await,
     }
 }

@@ -9,6 +9,7 @@ use fleet::{bench, migrate};
 use fleet_runtime::{FleetConfig, Shutdown};
 
 mod connector_cmd;
+mod consumers_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -44,6 +45,20 @@ enum Command {
         #[command(subcommand)]
         what: fleet::api_cmd::TokenCommand,
     },
+    /// Run the placer: GPU allocations over NATS, capacity from STATUS.
+    Placer,
+    /// Run the node agent gateway, or issue a join token.
+    Gateway {
+        #[command(subcommand)]
+        what: Option<consumers_cmd::GatewayCommand>,
+    },
+    /// Run the Radar outbound projection.
+    Radar,
+    /// Simulated node agents (the agent protocol, no hardware).
+    Sim {
+        #[command(subcommand)]
+        what: consumers_cmd::SimCommand,
+    },
     /// Run a connector: poll a source system, publish its observations.
     Connector {
         #[command(subcommand)]
@@ -71,6 +86,10 @@ fn main() -> anyhow::Result<()> {
                 let (_trigger, shutdown) = Shutdown::from_signals();
                 connector_cmd::run(config, which, shutdown).await
             }
+            Command::Placer => consumers_cmd::placer(config).await,
+            Command::Gateway { what } => consumers_cmd::gateway(config, what).await,
+            Command::Radar => consumers_cmd::radar(config).await,
+            Command::Sim { what } => consumers_cmd::sim(config, what).await,
             Command::Bench { what } => bench::run(config, what).await,
             Command::Config => {
                 let mut c = config.clone();
