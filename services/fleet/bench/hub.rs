@@ -220,16 +220,17 @@ impl Bench {
         let res: anyhow::Result<Phase> = async {
             self.wait_ready().await?;
             let before = if before.is_empty() { HashMap::new() } else { before };
+            let mut last = (u64::MAX, i64::MAX, Instant::now());
             loop {
                 let left = self.pending().await?;
-                if left == 0 {
-                    let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&self.pool).await?;
-                    if outbox == 0 {
-                        break;
-                    }
+                let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&self.pool).await?;
+                if left == 0 && outbox == 0 {
+                    break;
                 }
-                if start.elapsed() > Duration::from_secs(1800) {
-                    bail!("{label}: {left} messages still pending after 30 minutes");
+                if (left, outbox) != (last.0, last.1) {
+                    last = (left, outbox, Instant::now());
+                } else if last.2.elapsed() > Duration::from_secs(60) {
+                    bail!("{label}: stalled for 60 s with {left} observations and {outbox} outbox rows pending");
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

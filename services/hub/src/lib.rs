@@ -38,6 +38,10 @@ pub struct Hub {
     pub ttls: Ttls,
     pub metrics: HubMetrics,
     pub relay_wake: Notify,
+    /// Outbox ids a lane is publishing itself.
+    pub outbox_claims: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// Outbox ids published and acked, for the relay to delete.
+    pub outbox_acked: std::sync::Mutex<Vec<i64>>,
 }
 
 pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
@@ -75,6 +79,8 @@ impl Hub {
             ttls,
             metrics: HubMetrics::new(),
             relay_wake: Notify::new(),
+            outbox_claims: Default::default(),
+            outbox_acked: Default::default(),
         }))
     }
 
@@ -257,12 +263,20 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
 
     shutdown.wait().await;
     // Fetchers stop; lanes finish and ack what they hold; then the relay
-    // flushes.
-    while tasks.join_next().await.is_some() {}
-    while appliers.join_next().await.is_some() {}
-    hub.relay_wake.notify_one();
-    let _ = relay.await;
-    hub.nats.flush().await.ok();
+    // flushes. A dependency that is gone must not hold the process: after
+    // the grace period it exits, and redelivery covers what was in hand.
+    let grace = Duration::from_secs(hub.config.hub.shutdown_grace_secs);
+    let drained = tokio::time::timeout(grace, async {
+        while tasks.join_next().await.is_some() {}
+        while appliers.join_next().await.is_some() {}
+        hub.relay_wake.notify_one();
+        let _ = relay.await;
+        hub.nats.flush().await.ok();
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over; exiting with work in hand (it is redelivered)");
+    }
     tracing::info!("hub stopped");
     Ok(())
 }

@@ -74,19 +74,21 @@ impl Hub {
             return stats;
         }
         match self.apply(&good).await {
-            Ok(s) => {
+            Ok((s, rows)) => {
                 merge(&mut stats, s);
                 for item in &good {
                     self.ack(&item.msg).await;
                 }
+                self.publish_committed(rows).await;
             }
             Err(e) if good.len() > 1 => {
                 tracing::warn!(error = %e, batch = good.len(), "batch failed; retrying its messages one at a time");
                 for item in good {
                     match self.apply(std::slice::from_ref(&item)).await {
-                        Ok(s) => {
+                        Ok((s, rows)) => {
                             merge(&mut stats, s);
                             self.ack(&item.msg).await;
+                            self.publish_committed(rows).await;
                         }
                         Err(e) => self.failed(&item.msg, &e).await,
                     }
@@ -119,8 +121,9 @@ impl Hub {
         }
     }
 
-    /// One transaction for the whole slice.
-    pub async fn apply(&self, items: &[Item]) -> Result<BatchStats, StoreError> {
+    /// One transaction for the whole slice; returns the outbox rows it
+    /// committed, claimed for the caller to publish.
+    pub async fn apply(&self, items: &[Item]) -> Result<(BatchStats, Vec<fleet_store::outbox::PendingRow>), StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
         let obs: Vec<(&Item, &Observation)> = items
@@ -203,12 +206,16 @@ impl Hub {
                 Outcome::Duplicate => stats.duplicate += 1,
             }
         }
-        let (summary, _) = work
+        let (summary, work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
-        tx.commit().await?;
+        self.claim(&work.outbox);
+        if let Err(e) = tx.commit().await {
+            self.unclaim(work.outbox.iter().map(|r| r.id));
+            return Err(e.into());
+        }
         stats.summary = summary;
-        Ok(stats)
+        Ok((stats, work.outbox))
     }
 }
 

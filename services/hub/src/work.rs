@@ -25,6 +25,8 @@ pub struct Touched {
 
 pub struct Work {
     pub devices: BTreeMap<String, Touched>,
+    /// The outbox rows `finish` wrote: publish them after the commit.
+    pub outbox: Vec<outbox::PendingRow>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -58,7 +60,7 @@ impl Work {
                 )
             })
             .collect();
-        Ok(Work { devices })
+        Ok(Work { devices, outbox: vec![] })
     }
 
     /// The live (not deleted) device, for an operation with `cause`.
@@ -106,10 +108,11 @@ impl Work {
             .collect();
         let written = devices::write_diffs(tx, &pairs, now).await?;
         devices::insert_lifecycle(tx, &lifecycle, now).await?;
-        outbox::insert(tx, &outbox_rows).await?;
+        let events = outbox_rows.len() as u64;
+        self.outbox = outbox::insert(tx, outbox_rows).await?;
         let summary = Summary {
             written,
-            events: outbox_rows.len() as u64,
+            events,
             lifecycle: lifecycle.len() as u64,
         };
         Ok((summary, self))

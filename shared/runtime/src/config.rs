@@ -111,6 +111,8 @@ pub struct HubConfig {
     pub outbox_batch: i64,
     /// Seconds a command handler waits for its transaction.
     pub command_timeout_secs: u64,
+    /// Seconds a SIGTERM waits for the batch in hand and the outbox flush.
+    pub shutdown_grace_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -149,6 +151,7 @@ impl Default for FleetConfig {
                 lost_after_secs: 600,
                 outbox_batch: 1000,
                 command_timeout_secs: 5,
+                shutdown_grace_secs: 20,
             },
             log: LogConfig {
                 format: "text".into(),

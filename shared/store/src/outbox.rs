@@ -20,40 +20,52 @@ pub struct PendingRow {
     pub traceparent: Option<String>,
 }
 
+/// Inserts the rows and returns them with their ids, in order.
 pub async fn insert(
     tx: &mut Transaction<'_, Postgres>,
-    rows: &[OutboxRow],
-) -> Result<(), sqlx::Error> {
+    rows: Vec<OutboxRow>,
+) -> Result<Vec<PendingRow>, sqlx::Error> {
     if rows.is_empty() {
-        return Ok(());
+        return Ok(vec![]);
     }
     let subjects: Vec<&str> = rows.iter().map(|r| r.subject.as_str()).collect();
     let schemas: Vec<&str> = rows.iter().map(|r| r.schema.as_str()).collect();
     let payloads: Vec<&[u8]> = rows.iter().map(|r| r.payload.as_slice()).collect();
     let traces: Vec<Option<&str>> = rows.iter().map(|r| r.traceparent.as_deref()).collect();
-    sqlx::query(
+    // Ids are drawn in the order of the ordered SELECT.
+    let mut ids: Vec<i64> = sqlx::query_scalar(
         "INSERT INTO outbox (subject, schema, payload, traceparent) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::text[])",
+         SELECT s, c, p, t FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::text[]) \
+         WITH ORDINALITY AS u(s, c, p, t, n) ORDER BY n RETURNING id",
     )
     .bind(&subjects)
     .bind(&schemas)
     .bind(&payloads)
     .bind(&traces)
-    .execute(&mut **tx)
+    .fetch_all(&mut **tx)
     .await?;
-    Ok(())
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .zip(rows)
+        .map(|(id, r)| PendingRow { id, subject: r.subject, schema: r.schema, payload: r.payload, traceparent: r.traceparent })
+        .collect())
 }
 
-/// The oldest pending rows, locked so that two relays (two hub replicas)
+/// The oldest pending rows but those the caller's own writers are
+/// publishing (`claimed`), locked so that two relays (two hub replicas)
 /// never publish the same row at once.
 pub async fn pending(
     tx: &mut Transaction<'_, Postgres>,
     limit: i64,
+    claimed: &[i64],
 ) -> Result<Vec<PendingRow>, sqlx::Error> {
     let rows: Vec<(i64, String, String, Vec<u8>, Option<String>)> = sqlx::query_as(
-        "SELECT id, subject, schema, payload, traceparent FROM outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        "SELECT id, subject, schema, payload, traceparent FROM outbox \
+         WHERE id <> ALL($2) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(limit)
+    .bind(claimed)
     .fetch_all(&mut **tx)
     .await?;
     Ok(rows
@@ -68,10 +80,13 @@ pub async fn pending(
         .collect())
 }
 
-pub async fn delete(tx: &mut Transaction<'_, Postgres>, ids: &[i64]) -> Result<(), sqlx::Error> {
+pub async fn delete<'e, E: sqlx::PgExecutor<'e>>(executor: E, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
     sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
         .bind(ids)
-        .execute(&mut **tx)
+        .execute(executor)
         .await?;
     Ok(())
 }
