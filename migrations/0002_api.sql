@@ -37,3 +37,15 @@ CREATE TABLE impairment_event_devices (
 CREATE INDEX impairment_event_devices_device ON impairment_event_devices (device_id);
 CREATE INDEX impairment_event_devices_placement ON impairment_event_devices (placement_status)
     WHERE placement_status = 'pending';
+
+-- Device list pages are keyset-paged by id under equality filters; these
+-- let the common filters (site, site + operational status, health) reach
+-- the first page without walking the whole table, and the extended
+-- statistics tell the planner which status combinations a site really has
+-- (so a filter matching nothing is not planned as an early-exit id scan).
+CREATE INDEX devices_api_site ON devices (site_id, id) WHERE deleted_at IS NULL;
+CREATE INDEX devices_api_site_operational ON devices (site_id, operational_status, id)
+    WHERE deleted_at IS NULL;
+CREATE INDEX devices_api_health ON devices (health_status, id) WHERE deleted_at IS NULL;
+CREATE STATISTICS devices_api_status_mcv (mcv) ON site_id, operational_status, health_status,
+    inventory_status FROM devices;

@@ -10,8 +10,11 @@ pub enum BenchCommand {
     Hub(crate::bench::hub::HubBench),
     /// The placer: allocations/s with concurrent requesters, double bookings (must be 0).
     Placer(crate::bench::placer::PlacerBench),
+    /// The operator API: filtered device pages and details under load.
+    Api(crate::bench::api::ApiBench),
 }
 
+pub mod api;
 pub mod hub;
 pub mod placer;
 
@@ -19,5 +22,6 @@ pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> 
     match what {
         BenchCommand::Hub(b) => hub::run(config, b).await,
         BenchCommand::Placer(b) => placer::run(config, b).await,
+        BenchCommand::Api(b) => api::run(config, b).await,
     }
 }

@@ -662,6 +662,23 @@ async fn api_devices_conditions_and_errors() {
             "INVALID_ARGUMENT",
         ),
         (
+            get(addr, "/api/v1/devices/?site=a%00b", &all).await,
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            send(
+                addr,
+                "POST",
+                &format!("/api/v1/devices/{a}/cordon"),
+                &all,
+                json!({"version": 1, "reason": "nul\u{0}inside"}),
+            )
+            .await,
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
             http_raw(addr, "GET", "/api/v1/devices/", None, None, b"").await,
             401,
             "UNAUTHENTICATED",

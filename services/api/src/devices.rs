@@ -128,10 +128,17 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
         ("d.health_status", health),
         ("d.connectivity", connectivity),
     ] {
-        if let Some(vals) = vals {
-            qb.push(format!(" AND {column} = ANY("))
-                .push_bind(vals)
-                .push(")");
+        match vals.as_deref() {
+            None => {}
+            // Equality (not ANY) lets the planner use the (site, status, id) index.
+            Some([one]) => {
+                qb.push(format!(" AND {column} = ")).push_bind(one.clone());
+            }
+            Some(_) => {
+                qb.push(format!(" AND {column} = ANY("))
+                    .push_bind(vals)
+                    .push(")");
+            }
         }
     }
     if let Some(tokens) = slurm {

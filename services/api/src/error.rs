@@ -150,11 +150,47 @@ pub struct J<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for J<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
+        let json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| {
+                let ct = ct.trim().to_ascii_lowercase();
+                ct.starts_with("application/json") || ct.contains("+json")
+            });
+        if !json {
+            return Err(json_rejection(JsonRejection::MissingJsonContentType(
+                Default::default(),
+            )));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("cannot read the body: {}", e.body_text())))?;
+        if has_nul(&bytes) {
+            return Err(nul());
+        }
+        match axum::Json::<T>::from_bytes(&bytes) {
             Ok(axum::Json(v)) => Ok(J(v)),
             Err(r) => Err(json_rejection(r)),
         }
     }
+}
+
+/// PostgreSQL text cannot hold NUL: refused at the boundary as bad input,
+/// so it never reaches a query (where it would be a database error).
+fn has_nul(raw: &[u8]) -> bool {
+    raw.contains(&0) || raw.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000"))
+}
+
+fn nul() -> ApiError {
+    ApiError::invalid("NUL characters are not accepted")
+}
+
+fn uri_has_nul(s: &str) -> bool {
+    s.as_bytes()
+        .windows(3)
+        .any(|w| w.eq_ignore_ascii_case(b"%00"))
+        || s.contains('\0')
 }
 
 fn json_rejection(r: JsonRejection) -> ApiError {
@@ -172,6 +208,9 @@ pub struct Q<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if uri_has_nul(parts.uri.query().unwrap_or("")) {
+            return Err(nul());
+        }
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(Q(v)),
             Err(r) => Err(query_rejection(r)),
@@ -189,6 +228,9 @@ pub struct P<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for P<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        if uri_has_nul(parts.uri.path()) {
+            return Err(nul());
+        }
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(v)) => Ok(P(v)),
             Err(r) => Err(path_rejection(r)),

@@ -75,7 +75,17 @@ impl App {
     /// Connects lazily: the API starts while PostgreSQL or NATS are away
     /// and answers 503 for what needs them until they are back.
     pub async fn connect(config: &FleetConfig) -> anyhow::Result<App> {
-        let options = PgConnectOptions::from_str_url(&config.database.url)?;
+        // Every list is a keyset page: walk an index in key order and stop
+        // at the limit. The planner underestimates how often compound
+        // filters (the schedulable predicate) match and would rather scan a
+        // whole site and sort; with sorts and parallel workers discouraged it
+        // walks the index, so a filtered page costs milliseconds at 100,000
+        // devices. Filters vary per request, so no generic cached plans.
+        let options = PgConnectOptions::from_str_url(&config.database.url)?.options([
+            ("plan_cache_mode", "force_custom_plan"),
+            ("enable_sort", "off"),
+            ("max_parallel_workers_per_gather", "0"),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(config.database.max_connections)
             .acquire_timeout(Duration::from_millis(config.api.db_timeout_ms))
