@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         match cli.command {
             Command::Hub => {
                 let (_trigger, shutdown) = Shutdown::from_signals();
@@ -98,5 +98,8 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         }
-    })
+    });
+    // Flush exported spans before the process ends.
+    fleet_runtime::shutdown_tracing();
+    result
 }

@@ -20,7 +20,13 @@ use crate::Hub;
 pub struct Item {
     pub msg: jetstream::Message,
     pub parsed: Result<Observation, DomainError>,
+    /// The trace context the status events of this observation carry: the
+    /// hub span's own when spans are exported, else a child of the
+    /// publisher's `traceparent`.
     pub trace: Option<TraceParent>,
+    /// `hub.observation`, a child of the publisher's span; it ends when the
+    /// item is dropped, after its batch committed.
+    pub span: tracing::Span,
 }
 
 pub fn parse(msg: jetstream::Message) -> Item {
@@ -29,9 +35,16 @@ pub fn parse(msg: jetstream::Message) -> Item {
     let schema = headers
         .and_then(|h| h.get(fleet_bus::HEADER_SCHEMA))
         .map(|v| v.as_str().to_string());
-    let trace = headers
+    let remote = headers
         .and_then(|h| h.get(fleet_bus::HEADER_TRACEPARENT))
-        .and_then(|v| TraceParent::parse(v.as_str()));
+        .map(|v| v.as_str().to_string());
+    let span = tracing::info_span!("hub.observation", subject = %msg.subject);
+    if let Some(tp) = &remote {
+        fleet_runtime::telemetry::set_remote_parent(&span, tp);
+    }
+    let trace = fleet_runtime::telemetry::traceparent_of(&span)
+        .and_then(|tp| TraceParent::parse(&tp))
+        .or_else(|| remote.and_then(|tp| TraceParent::parse(&tp)).map(|tp| tp.child()));
     // <root>.obs.<source>.<partition>.<device>: the source is 4th from the end.
     let tokens: Vec<&str> = msg.subject.as_str().split('.').collect();
     let subject_source = if tokens.len() >= 4 {
@@ -40,7 +53,7 @@ pub fn parse(msg: jetstream::Message) -> Item {
         ""
     };
     let parsed = decode::observation(schema.as_deref(), subject_source, &msg.payload, now);
-    Item { msg, parsed, trace }
+    Item { msg, parsed, trace, span }
 }
 
 /// What one batch did, for metrics and the benchmark.

@@ -76,7 +76,7 @@ impl Work {
             .filter(|t| !t.after.record.deleted)?;
         t.cause = cause.to_string();
         if let Some(tp) = trace {
-            t.trace = Some(tp.child());
+            t.trace = Some(tp.clone());
         }
         Some(&mut t.after)
     }
