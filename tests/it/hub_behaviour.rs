@@ -687,3 +687,53 @@ async fn a_service_refuses_a_schema_that_is_behind() {
         .unwrap();
     env.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_events_continue_the_publishers_trace() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-t-01").await;
+    let snap = openstack("s1", "gpu-t-01", micros(Utc::now()), true, true, false, false, false, false);
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    fleet_bus::publish_observation(
+        &env.js,
+        &env.subjects,
+        env.config.nats.partitions,
+        "openstack",
+        snap.device.as_ref().unwrap(),
+        1,
+        v1::ConditionSnapshot::NAME,
+        Some(parent),
+        snap.encode_to_vec().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: env.subjects.status("operational", "s1", &id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let header = eventually("the quarantine event", || async {
+        let mut batch = consumer.fetch().max_messages(10).messages().await.unwrap();
+        let mut found = None;
+        while let Some(Ok(m)) = batch.next().await {
+            let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
+            if e.to == "quarantine" {
+                found = m.headers.as_ref().and_then(|h| h.get("traceparent")).map(|v| v.to_string());
+            }
+        }
+        found
+    })
+    .await;
+    let tp = fleet_bus::trace::TraceParent::parse(&header).expect("a valid traceparent");
+    assert_eq!(tp.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "same trace as the publisher");
+    assert_ne!(tp.span_id, "00f067aa0ba902b7", "a span of its own");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
