@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The API against its own OpenAPI document: schemathesis generates requests
+# for every operation (bounded examples) against `fleet api` and a real hub
+# on a throw-away database, and fails on any 5xx or any response that does
+# not match the document.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v st >/dev/null 2>&1 || python3 -m pip install --quiet schemathesis
+cargo build --quiet --bin fleet
+BIN=target/debug/fleet
+
+ID="$(date +%s)$$"
+DB="fleet_ci_api_${ID}"
+PORT=$((20000 + $$ % 20000))
+export FLEET__DATABASE__URL="postgres://postgres@127.0.0.1:5432/${DB}"
+export FLEET__NATS__SUBJECT_ROOT="ciapi${ID}"
+export FLEET__NATS__RADAR_ROOT="ciapiradar${ID}"
+export FLEET__NATS__STREAM_PREFIX="CIAPI${ID}_"
+export FLEET__HUB__LISTEN="127.0.0.1:0"
+export FLEET__API__LISTEN="127.0.0.1:${PORT}"
+export FLEET__API__HUB_TIMEOUT_MS=10000
+export FLEET__LOG__FILTER=warn
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS \"${DB}\" WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+$BIN migrate
+TOKEN="$($BIN token create --scopes device:read,device:write,conditions:write,enrollment-proof:write,operations:write,jobs:write,admin --description schemathesis)"
+psql -h 127.0.0.1 -U postgres -q -d "$DB" -v ON_ERROR_STOP=1 <<'SQL'
+INSERT INTO sites (id, name) VALUES ('s1', 'site one');
+INSERT INTO devices (id, name, site_id, role) SELECT 'dev_ci' || i, 'gpu-' || i, 's1', 'host' FROM generate_series(1, 20) i;
+SQL
+$BIN hub >"$WORK/hub.log" 2>&1 & PIDS+=($!)
+$BIN api >"$WORK/api.log" 2>&1 & PIDS+=($!)
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:${PORT}/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fs -H "Authorization: Bearer ${TOKEN}" "http://127.0.0.1:${PORT}/api/v1/openapi.json" >"$WORK/openapi.json"
+
+# Device routes get a real device, so the fuzzed bodies reach the hub.
+cat >"$WORK/schemathesis.toml" <<'TOML'
+[parameters]
+"path.id" = "dev_ci1"
+TOML
+
+st --config-file "$WORK/schemathesis.toml" run "$WORK/openapi.json" \
+  --url "http://127.0.0.1:${PORT}" \
+  --header "Authorization: Bearer ${TOKEN}" \
+  --checks not_a_server_error,response_schema_conformance,content_type_conformance \
+  --phases examples,coverage,fuzzing \
+  --max-examples "${SCHEMATHESIS_EXAMPLES:-25}" \
+  --seed "${SCHEMATHESIS_SEED:-1}" \
+  --workers 2 \
+  --request-timeout 20 \
+  --no-color || { echo "schemathesis failed; api log:"; tail -50 "$WORK/api.log"; exit 1; }
