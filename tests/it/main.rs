@@ -6,6 +6,7 @@ mod crash;
 mod gateway;
 mod hub_behaviour;
 mod hub_e2e;
+mod hub_restart;
 mod placer;
 mod predicates;
 mod radar;

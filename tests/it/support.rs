@@ -33,6 +33,11 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub async fn new() -> TestEnv {
+        Self::with_nats(&nats_url()).await
+    }
+
+    /// A test environment against a NATS server of the test's own.
+    pub async fn with_nats(nats: &str) -> TestEnv {
         let id = ulid::Ulid::new().to_string().to_lowercase();
         let db_name = format!("fleet_test_{id}");
         let mut config = FleetConfig::default();
@@ -43,7 +48,7 @@ impl TestEnv {
             .unwrap_or(admin.clone());
         config.database.url = format!("{base}/{db_name}");
         config.database.max_connections = 8;
-        config.nats.url = nats_url();
+        config.nats.url = nats.to_string();
         config.nats.subject_root = format!("t{id}.fleet");
         config.nats.radar_root = format!("t{id}.radar");
         config.nats.stream_prefix = format!("T{}_", id.to_uppercase());

@@ -42,6 +42,8 @@ pub struct Hub {
     pub outbox_claims: std::sync::Mutex<std::collections::HashSet<i64>>,
     /// Outbox ids published and acked, for the relay to delete.
     pub outbox_acked: std::sync::Mutex<Vec<i64>>,
+    /// Where `/healthz`, `/readyz` and `/metrics` listen once running.
+    pub ops_addr: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
@@ -81,6 +83,7 @@ impl Hub {
             relay_wake: Notify::new(),
             outbox_claims: Default::default(),
             outbox_acked: Default::default(),
+            ops_addr: Default::default(),
         }))
     }
 
@@ -241,6 +244,7 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     let addr = http::serve(&hub.config.hub.listen, http::router(ops), shutdown.clone())
         .await
         .with_context(|| format!("binding hub.listen {}", hub.config.hub.listen))?;
+    let _ = hub.ops_addr.set(addr);
     tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
 
     let mut tasks = tokio::task::JoinSet::new();

@@ -1,0 +1,111 @@
+//! `spec/quality.md`: restart NATS under load; the hub reconnects and
+//! resumes, `/readyz` is false while NATS is down, nothing is lost. The
+//! test runs its own `nats-server` so the shared one is never disturbed.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::hub_e2e::start_hub;
+use crate::support::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn nats_server(port: u16, store: &std::path::Path) -> Child {
+    Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server is needed on PATH (Debian package nats-server)")
+}
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    Some(buf)
+}
+
+async fn wait_port(port: u16) {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nats-server did not listen on {port}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
+    let port = free_port();
+    let store = std::env::temp_dir().join(format!("fleet-nats-{port}-{}", ulid::Ulid::new()));
+    let mut nats = nats_server(port, &store);
+    wait_port(port).await;
+    let mut env = TestEnv::with_nats(&format!("nats://127.0.0.1:{port}")).await;
+    env.config.hub.ack_wait_secs = 2;
+    let (hub, trigger, task) = start_hub(&env).await;
+    let mut ids = vec![];
+    for i in 0..10 {
+        ids.push(env.create_device("s1", &format!("gpu-r-{i:02}")).await);
+    }
+    let t0 = micros(Utc::now());
+    for i in 0..10 {
+        env.publish_snapshot(&openstack("s1", &format!("gpu-r-{i:02}"), t0, true, true, false, false, false, false)).await;
+    }
+    eventually("quarantine everywhere", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'quarantine'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+        (n == 10).then_some(())
+    })
+    .await;
+    let ops = *hub.ops_addr.get().expect("ops server bound");
+    assert!(get(ops, "/readyz").await.unwrap().contains("200"), "ready before the restart");
+
+    nats.kill().unwrap();
+    nats.wait().unwrap();
+    eventually("/readyz false while NATS is down", || async {
+        get(ops, "/readyz").await.filter(|r| r.contains("503")).map(|_| ())
+    })
+    .await;
+    assert!(get(ops, "/healthz").await.unwrap().contains("200"), "alive all the same");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut nats = nats_server(port, &store);
+    wait_port(port).await;
+    eventually("/readyz true again", || async { get(ops, "/readyz").await.filter(|r| r.contains("200")).map(|_| ()) }).await;
+    // New observations after the restart are applied: the consumers came back.
+    for i in 0..10 {
+        env.publish_snapshot(&openstack("s1", &format!("gpu-r-{i:02}"), t0 + chrono::Duration::seconds(10), true, false, true, true, false, false))
+            .await;
+    }
+    eventually("in_use everywhere after the restart", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'in_use'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+        (n == 10).then_some(())
+    })
+    .await;
+    // Every status change made it to STATUS: the outbox is empty.
+    eventually("outbox drained", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&env.pool).await.unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+    nats.kill().ok();
+    nats.wait().ok();
+    let _ = std::fs::remove_dir_all(&store);
+}
