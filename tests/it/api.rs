@@ -435,6 +435,59 @@ async fn api_devices_conditions_and_errors() {
         vec![b.clone()]
     );
 
+    // Stale at read time: a SLURM snapshot observed an hour ago is past the
+    // 180 s TTL the moment it is stored; the openstack rows are fresh.
+    let old = micros(Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/device-conditions/apply/",
+        &all,
+        json!({"source": "slurm", "device_id": a, "observed_at": old,
+               "conditions": [{"type": "SlurmRegistered", "status": "True"},
+                              {"type": "SlurmNodeHealthy", "status": "True"}],
+               "slurm": {"states": ["IDLE"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["stale"] == true));
+    let stale = get(
+        addr,
+        &format!("/api/v1/device-conditions/?device={a}&stale=true"),
+        &all,
+    )
+    .await
+    .json();
+    let types: BTreeSet<&str> = stale["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        BTreeSet::from(["SlurmRegistered", "SlurmNodeHealthy"]),
+        "only the silent source's rows are stale"
+    );
+    let fresh = get(
+        addr,
+        &format!("/api/v1/device-conditions/?device={a}&stale=false&condition_of=operational"),
+        &all,
+    )
+    .await
+    .json();
+    assert!(fresh["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["source"] == "openstack"));
+    let slurm = get(addr, "/api/v1/devices/?slurm_states=IDLE", &all).await;
+    assert_eq!(ids(slurm), vec![a.clone()]);
+
     // A single condition write: the reply is the stored row.
     let w = send(
         addr,
@@ -1314,5 +1367,67 @@ async fn api_reads_503_when_database_down() {
     .await;
     admin.close().await;
     trigger.trigger();
+    env.cleanup().await;
+}
+
+/// `fleet token create` prints a token once and stores only its hash;
+/// an unknown scope is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_token_command_creates_a_hashed_token() {
+    let env = TestEnv::new().await;
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(args)
+            .env("FLEET__DATABASE__URL", &env.config.database.url)
+            .env("FLEET__LOG__FILTER", "warn")
+            .output()
+            .expect("fleet runs")
+    };
+    let out = run(&[
+        "token",
+        "create",
+        "--scopes",
+        "device:read,operations:write",
+        "--description",
+        "ops",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (scopes, description): (Vec<String>, String) =
+        sqlx::query_as("SELECT scopes, description FROM api_tokens WHERE token_sha256 = $1")
+            .bind(fleet_api::auth::hash_token(&token))
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(scopes, vec!["device:read", "operations:write"]);
+    assert_eq!(description, "ops");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE token_sha256 = $1")
+        .bind(&token)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "the token itself is never stored");
+    let (addr, trigger) = start_api(&api_config(&env)).await;
+    assert_eq!(get(addr, "/api/v1/devices/", &token).await.status, 200);
+    assert_eq!(
+        send(
+            addr,
+            "POST",
+            "/api/v1/devices/x/cordon",
+            &token,
+            json!({"version": 1, "reason": "r"})
+        )
+        .await
+        .status,
+        403
+    );
+    trigger.trigger();
+    let bad = run(&["token", "create", "--scopes", "root"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
     env.cleanup().await;
 }
