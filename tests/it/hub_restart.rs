@@ -109,3 +109,41 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     nats.wait().ok();
     let _ = std::fs::remove_dir_all(&store);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_redelivers_and_dead_letters_nothing() {
+    let mut env = TestEnv::new().await;
+    env.config.hub.max_deliver = 2;
+    let (hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-p-01").await;
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&openstack("s1", "gpu-p-01", t0, true, true, false, false, false, false)).await;
+    eventually("quarantine", || async { (env.device_field(&id, "operational_status").await == "quarantine").then_some(()) }).await;
+
+    // Take the test database away from the hub: no new connections, and
+    // every open one terminated.
+    let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
+    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS false", env.db_name)).execute(&admin).await.unwrap();
+    let kill = format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()", env.db_name);
+    sqlx::query(&kill).execute(&admin).await.unwrap();
+    let ops = *hub.ops_addr.get().unwrap();
+    eventually("/readyz false while PostgreSQL is away", || async { get(ops, "/readyz").await.filter(|r| r.contains("503")).map(|_| ()) }).await;
+    env.publish_snapshot(&openstack("s1", "gpu-p-01", t0 + chrono::Duration::seconds(5), true, false, true, true, false, false)).await;
+    // Several redeliveries happen meanwhile (max_deliver is 2).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.db_name)).execute(&admin).await.unwrap();
+    let pool = fleet_store::connect(&env.config.database.url, 1).await.unwrap();
+    eventually("in_use once PostgreSQL is back", || async {
+        let s: String = sqlx::query_scalar("SELECT operational_status FROM devices WHERE id = $1").bind(&id).fetch_one(&pool).await.ok()?;
+        (s == "in_use").then_some(())
+    })
+    .await;
+    let stream = env.js.get_stream(env.streams.dlq()).await.unwrap();
+    let mut stream = stream;
+    assert_eq!(stream.info().await.unwrap().state.messages, 0, "a database outage dead-letters nothing");
+    pool.close().await;
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}

@@ -34,7 +34,7 @@ pub enum CommandError {
 
 impl From<sqlx::Error> for CommandError {
     fn from(e: sqlx::Error) -> Self {
-        CommandError::Store(StoreError::Db(e))
+        CommandError::Store(StoreError::from(e))
     }
 }
 

@@ -94,6 +94,14 @@ impl Hub {
                 }
                 self.publish_committed(rows).await;
             }
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, batch = good.len(), "database unavailable; the batch will be redelivered");
+                for item in &good {
+                    self.failed(&item.msg, &e).await;
+                }
+                // Do not spin against a database that is away.
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
             Err(e) if good.len() > 1 => {
                 tracing::warn!(error = %e, batch = good.len(), "batch failed; retrying its messages one at a time");
                 for item in good {
@@ -122,15 +130,19 @@ impl Hub {
     }
 
     async fn failed(&self, msg: &jetstream::Message, e: &StoreError) {
+        if e.is_unavailable() {
+            // PostgreSQL is away: the message is not at fault, so it never
+            // counts toward the DLQ; it comes back when the database does.
+            let _ = msg.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(2)))).await;
+            return;
+        }
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1) as u64;
         if delivered >= self.config.hub.max_deliver {
             tracing::error!(error = %e, subject = %msg.subject, delivered, "giving up on a message that cannot be applied");
             self.dead_letter(msg, "apply_failed", &e.to_string()).await;
         } else {
             tracing::warn!(error = %e, subject = %msg.subject, delivered, "apply failed; will be redelivered");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(1))))
-                .await;
+            let _ = msg.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(1)))).await;
         }
     }
 

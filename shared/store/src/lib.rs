@@ -27,7 +27,12 @@ pub enum StoreError {
     )]
     SchemaBehind { current: i64, needed: i64 },
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
+    /// PostgreSQL is away or refusing work for now (connection lost, shut
+    /// down, out of connections, serialization failure): retry later; the
+    /// input was not at fault.
+    #[error("database unavailable: {0}")]
+    Unavailable(sqlx::Error),
     #[error("migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored row is not valid: {0}")]
@@ -88,6 +93,43 @@ pub async fn check_schema(pool: &PgPool) -> Result<(), StoreError> {
         return Err(StoreError::SchemaBehind { current, needed });
     }
     Ok(())
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if is_transient(&e) {
+            StoreError::Unavailable(e)
+        } else {
+            StoreError::Db(e)
+        }
+    }
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_) | StoreError::Connect { .. })
+    }
+}
+
+/// Errors that say nothing about the input: the server or the connection.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08 connection exception, 53 insufficient resources, 57
+            // operator intervention (shutdown, terminated), 40 rollback
+            // (serialization, deadlock), 55000 database not accepting
+            // connections.
+            ["08", "53", "57", "40"].iter().any(|c| code.starts_with(c)) || code == "55000"
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
