@@ -129,8 +129,17 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     let ops = *hub.ops_addr.get().unwrap();
     eventually("/readyz false while PostgreSQL is away", || async { get(ops, "/readyz").await.filter(|r| r.contains("503")).map(|_| ()) }).await;
     env.publish_snapshot(&openstack("s1", "gpu-p-01", t0 + chrono::Duration::seconds(5), true, false, true, true, false, false)).await;
+    // A command meanwhile answers UNAVAILABLE, never a guess.
+    let r = env
+        .command(
+            "cordon",
+            1,
+            fleet_proto::v1::hub_command::Command::Cordon(fleet_proto::v1::Cordon { device_id: id.clone(), reason: "x".into() }),
+        )
+        .await;
+    assert_eq!(r.error.map(|e| e.code), Some("UNAVAILABLE".to_string()));
     // Several redeliveries happen meanwhile (max_deliver is 2).
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
 
     sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.db_name)).execute(&admin).await.unwrap();
     let pool = fleet_store::connect(&env.config.database.url, 1).await.unwrap();
