@@ -1,0 +1,540 @@
+//! `fleet dev`: the whole mesh in one process against simulated external
+//! systems. [`DevMesh::start`] finds (or starts) NATS and PostgreSQL, makes
+//! a database and subject root of its own, starts the scenario engine and
+//! its simulated NetBox, OpenStack and slurmrestd, then the hub, the
+//! connectors, the API, the placer, the gateway and radar as tasks, each
+//! with its own shutdown signal. [`DevMesh::shutdown`] stops them in order,
+//! joins them and removes what the run made.
+
+pub mod engine;
+pub mod infra;
+pub mod servers;
+pub mod status;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use fleet_runtime::connectors::{
+    Credential, OpenstackSiteConfig, PollConfig, Secret, SlurmSiteConfig,
+};
+use fleet_runtime::shutdown::ShutdownTrigger;
+use fleet_runtime::{FleetConfig, Shutdown};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+
+pub use engine::Scenario;
+pub use status::{Progress, Summary};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    /// Simulated devices.
+    pub devices: usize,
+    /// Sites the devices are spread over (ids `s1`, `s2`, ...).
+    pub sites: usize,
+    /// How often the scenario engine evolves the fleet.
+    pub tick: Duration,
+    /// Fraction of the fleet that changes per tick.
+    pub change_rate: f64,
+    /// Seconds between two reads of each simulated system.
+    pub resync_secs: f64,
+    /// Make a database, subject root and stream prefix of its own and remove
+    /// them on exit. `false` uses the configuration's as they are (the
+    /// tests, which make and remove their own).
+    pub isolate: bool,
+    /// Start the placer, gateway and radar too.
+    pub consumers: bool,
+    pub seed: u64,
+}
+
+impl DevOptions {
+    pub fn new(devices: usize) -> DevOptions {
+        DevOptions {
+            devices,
+            sites: devices.div_ceil(25_000).clamp(2, 8),
+            tick: Duration::from_secs(3),
+            change_rate: 0.01,
+            resync_secs: 5.0,
+            isolate: true,
+            consumers: true,
+            seed: 20261129,
+        }
+    }
+}
+
+struct Task {
+    name: &'static str,
+    trigger: ShutdownTrigger,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+/// A running mesh.
+pub struct DevMesh {
+    pub config: FleetConfig,
+    pub scenario: servers::Shared,
+    pub endpoints: servers::Endpoints,
+    /// `http://<api.listen>`.
+    pub api_url: String,
+    /// A token with every scope, made for this run.
+    pub token: String,
+    /// The hub's `/metrics`.
+    pub hub_metrics_url: String,
+    pub pool: PgPool,
+    pub devices: usize,
+    paused: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<Task>,
+    sim_tasks: Vec<JoinHandle<()>>,
+    infra: infra::Infra,
+    isolate: bool,
+    admin_url: String,
+    db_name: String,
+}
+
+/// What `shutdown` found.
+#[derive(Debug, Default)]
+pub struct ShutdownReport {
+    /// Tasks that ended with an error, or did not end in time (aborted).
+    pub failed: Vec<String>,
+    /// Whether a child process of this run was still running at the end.
+    pub children_left: bool,
+}
+
+fn free_addr() -> anyhow::Result<String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.to_string())
+}
+
+fn fast_poll(resync: f64) -> PollConfig {
+    PollConfig {
+        resync_interval_secs: resync,
+        jitter: 0.1,
+        request_timeout_ms: 20_000,
+        max_retries: 1,
+        backoff_initial_ms: 100,
+        backoff_max_ms: 500,
+        publish_in_flight: 1024,
+        ..PollConfig::default()
+    }
+}
+
+/// `base` with its database replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let base = match base.rsplit_once('/') {
+        Some((b, _)) if b.contains("://") && b.len() > b.find("://").unwrap_or(0) + 3 => b,
+        _ => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{db}?{q}"),
+        None => format!("{base}/{db}"),
+    }
+}
+
+impl DevMesh {
+    /// Starts everything; on an error what was started is stopped again.
+    pub async fn start(mut config: FleetConfig, opts: DevOptions) -> anyhow::Result<DevMesh> {
+        let mut infra = infra::Infra::default();
+        match Self::start_inner(&mut config, &opts, &mut infra).await {
+            Ok(parts) => Ok(parts.into_mesh(config, opts, infra)),
+            Err(e) => {
+                infra.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(
+        config: &mut FleetConfig,
+        opts: &DevOptions,
+        infra: &mut infra::Infra,
+    ) -> anyhow::Result<Parts> {
+        if !infra::answers(&config.nats.url, 4222).await {
+            tracing::info!(url = %config.nats.url, "NATS does not answer; starting nats-server");
+            config.nats.url = infra.start_nats().await?;
+        }
+        let mut admin_url = with_database(&config.database.url, "postgres");
+        if !infra::answers(&config.database.url, 5432).await {
+            tracing::info!(url = %fleet_store::redact(&config.database.url), "PostgreSQL does not answer; starting a throwaway cluster");
+            admin_url = infra.start_postgres().await?;
+            config.database.url = admin_url.clone();
+        }
+        let db_name;
+        if opts.isolate {
+            let id = ulid::Ulid::new().to_string().to_lowercase();
+            db_name = format!("fleet_dev_{id}");
+            config.database.url = with_database(&admin_url, &db_name);
+            config.nats.subject_root = format!("dev{id}.fleet");
+            config.nats.radar_root = format!("dev{id}.radar");
+            config.nats.stream_prefix = format!("DEV{}_", id.to_uppercase());
+        } else {
+            db_name = String::new();
+        }
+        let hub_listen = free_addr()?;
+        config.hub.listen = hub_listen.clone();
+        config.api.listen = free_addr()?;
+        config.placer.listen = "127.0.0.1:0".into();
+        config.gateway.listen = "127.0.0.1:0".into();
+        config.radar.listen = "127.0.0.1:0".into();
+        // Three missed reads before a row goes stale, as in production.
+        let ttl = (opts.resync_secs * 3.0).ceil().max(5.0) as u64;
+        for source in ["openstack", "slurm", "netbox"] {
+            config.hub.ttl_secs.insert(source.into(), ttl);
+        }
+        config.hub.sweep_interval_ms = 1000;
+
+        ensure_database(&config.database.url).await?;
+        let pool = fleet_store::connect(&config.database.url, 8).await?;
+        fleet_store::migrate(&pool)
+            .await
+            .context("migrating the dev database")?;
+
+        let sites: Vec<String> = (1..=opts.sites.max(1)).map(|i| format!("s{i}")).collect();
+        for s in &sites {
+            sqlx::query("INSERT INTO sites (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
+                .bind(s)
+                .bind(format!("simulated site {s}"))
+                .execute(&pool)
+                .await
+                .context("creating the simulated sites")?;
+        }
+        let (_id, token) = fleet_api::create_token(&pool, fleet_api::Scope::ALL, "fleet dev")
+            .await
+            .context("creating the dev API token")?;
+
+        let scenario: servers::Shared =
+            Arc::new(Mutex::new(Scenario::new(opts.devices, &sites, opts.seed)));
+        let (endpoints, mut sim_tasks) = servers::start(scenario.clone()).await?;
+        wire_connectors(config, &endpoints, &sites, opts.resync_secs);
+
+        let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        sim_tasks.push(tokio::spawn(evolve(
+            scenario.clone(),
+            paused.clone(),
+            opts.tick,
+            opts.change_rate,
+        )));
+
+        let mut tasks = Vec::new();
+        let spawn = |name: &'static str,
+                     tasks: &mut Vec<Task>,
+                     f: fn(FleetConfig, Shutdown) -> futures_boxed::BoxRun| {
+            let (trigger, shutdown) = Shutdown::new();
+            let handle = tokio::spawn(f(config.clone(), shutdown));
+            tasks.push(Task {
+                name,
+                trigger,
+                handle,
+            });
+        };
+        spawn("hub", &mut tasks, |c, s| Box::pin(fleet_hub::run(c, s)));
+        spawn("api", &mut tasks, |c, s| Box::pin(fleet_api::run(c, s)));
+        if opts.consumers {
+            spawn("placer", &mut tasks, |c, s| {
+                Box::pin(fleet_placer::run(c, s))
+            });
+            spawn("gateway", &mut tasks, |c, s| {
+                Box::pin(fleet_gateway::run(c, s))
+            });
+            spawn("radar", &mut tasks, |c, s| Box::pin(fleet_radar::run(c, s)));
+        }
+        spawn("connector-netbox", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_netbox::run(c, s))
+        });
+        spawn("connector-openstack", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_openstack::run(c, s))
+        });
+        spawn("connector-slurm", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_slurm::run(c, s))
+        });
+        Ok(Parts {
+            scenario,
+            endpoints,
+            token,
+            hub_listen,
+            pool,
+            paused,
+            tasks,
+            sim_tasks,
+            admin_url,
+            db_name,
+        })
+    }
+
+    /// Stops the scenario engine's evolution (and ends any outage), so the
+    /// ground truth holds still; `resume` lets it go on.
+    pub fn pause(&self) {
+        self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .heal();
+    }
+
+    pub fn resume(&self) {
+        self.paused
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Devices per expected operational status, now.
+    pub fn ground_truth(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .distribution()
+    }
+
+    /// A task that ended on its own (an error or an early return).
+    pub fn failed_task(&mut self) -> Option<String> {
+        let i = self.tasks.iter().position(|t| t.handle.is_finished())?;
+        let t = self.tasks.remove(i);
+        Some(t.name.to_string())
+    }
+
+    /// Stops every task (connectors first, the hub last), joins them within
+    /// a few seconds each, removes the run's database and streams when it
+    /// made them, and stops what it started.
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        for t in &self.sim_tasks {
+            t.abort();
+        }
+        for t in self.sim_tasks.drain(..) {
+            let _ = t.await;
+        }
+        // Reverse start order: connectors, consumers, api, hub.
+        while let Some(t) = self.tasks.pop() {
+            t.trigger.trigger();
+            let abort = t.handle.abort_handle();
+            match tokio::time::timeout(Duration::from_secs(5), t.handle).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => report.failed.push(format!("{}: {e:#}", t.name)),
+                Ok(Err(e)) => report.failed.push(format!("{}: {e}", t.name)),
+                Err(_) => {
+                    abort.abort();
+                    report
+                        .failed
+                        .push(format!("{}: did not stop within 5 s (aborted)", t.name));
+                }
+            }
+        }
+        self.pool.close().await;
+        if self.isolate {
+            self.remove_run_data().await;
+        }
+        self.infra.stop().await;
+        report.children_left = self.infra.anything_running();
+        report
+    }
+
+    async fn remove_run_data(&self) {
+        if let Ok(nats) = async_nats::connect(&self.config.nats.url).await {
+            let js = async_nats::jetstream::new(nats);
+            let streams = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
+            let mut names = vec![
+                streams.observations(),
+                streams.status(),
+                streams.radar(),
+                streams.jobs(),
+                streams.dlq(),
+            ];
+            names.push(format!("{}PLACER", self.config.nats.stream_prefix));
+            for name in names {
+                let _ = js.delete_stream(&name).await;
+            }
+        }
+        if !self.db_name.is_empty() {
+            use sqlx::Connection;
+            if let Ok(mut conn) = sqlx::postgres::PgConnection::connect(&self.admin_url).await {
+                if let Err(e) = sqlx::query(&format!(
+                    "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                    self.db_name
+                ))
+                .execute(&mut conn)
+                .await
+                {
+                    tracing::warn!(error = %e, db = %self.db_name, "dropping the dev database");
+                }
+            }
+        }
+    }
+}
+
+struct Parts {
+    scenario: servers::Shared,
+    endpoints: servers::Endpoints,
+    token: String,
+    hub_listen: String,
+    pool: PgPool,
+    paused: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<Task>,
+    sim_tasks: Vec<JoinHandle<()>>,
+    admin_url: String,
+    db_name: String,
+}
+
+impl Parts {
+    fn into_mesh(self, config: FleetConfig, opts: DevOptions, infra: infra::Infra) -> DevMesh {
+        DevMesh {
+            api_url: format!("http://{}", config.api.listen),
+            hub_metrics_url: format!("http://{}/metrics", self.hub_listen),
+            config,
+            scenario: self.scenario,
+            endpoints: self.endpoints,
+            token: self.token,
+            pool: self.pool,
+            devices: opts.devices,
+            paused: self.paused,
+            tasks: self.tasks,
+            sim_tasks: self.sim_tasks,
+            infra,
+            isolate: opts.isolate,
+            admin_url: self.admin_url,
+            db_name: self.db_name,
+        }
+    }
+}
+
+mod futures_boxed {
+    pub type BoxRun =
+        std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
+}
+
+/// Points the netbox, openstack and slurm connectors at the simulated
+/// systems, every site.
+fn wire_connectors(
+    config: &mut FleetConfig,
+    e: &servers::Endpoints,
+    sites: &[String],
+    resync: f64,
+) {
+    let nb = &mut config.connectors.netbox;
+    nb.listen = "127.0.0.1:0".into();
+    nb.url = e.netbox.clone();
+    nb.token = Credential {
+        value: Secret::new(servers::NETBOX_TOKEN),
+        ..Default::default()
+    };
+    nb.auth_scheme = "token".into();
+    nb.page_size = 1000;
+    nb.poll = fast_poll(resync);
+    nb.sites = sites.iter().map(|s| (s.clone(), s.clone())).collect();
+
+    let os = &mut config.connectors.openstack;
+    os.listen = "127.0.0.1:0".into();
+    os.page_size = 1000;
+    os.customer_ready_trait = engine::CUSTOMER_READY_TRAIT.into();
+    os.poll = fast_poll(resync);
+    os.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                OpenstackSiteConfig {
+                    auth_url: format!("{}/{s}/identity/v3", e.openstack),
+                    username: servers::OPENSTACK_USER.into(),
+                    password: Credential {
+                        value: Secret::new(servers::OPENSTACK_PASSWORD),
+                        ..Default::default()
+                    },
+                    project_name: servers::OPENSTACK_PROJECT.into(),
+                    ironic_url: format!("{}/{s}/ironic", e.openstack),
+                    placement_url: format!("{}/{s}/placement", e.openstack),
+                    placement_enabled: true,
+                    maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let sl = &mut config.connectors.slurm;
+    sl.listen = "127.0.0.1:0".into();
+    sl.poll = fast_poll(resync);
+    sl.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                SlurmSiteConfig {
+                    url: format!("{}/{s}", e.slurm),
+                    api_version: "v0.0.38".into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+}
+
+async fn evolve(
+    scenario: servers::Shared,
+    paused: Arc<std::sync::atomic::AtomicBool>,
+    tick: Duration,
+    rate: f64,
+) {
+    let started = tokio::time::Instant::now();
+    let mut every = tokio::time::interval(tick);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        if paused.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        // No outages while the fleet is first imported: the outage rule
+        // speaks only for devices a connector has read before.
+        let allow_outages = started.elapsed() > Duration::from_secs(60);
+        scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tick(rate, allow_outages);
+    }
+}
+
+/// Creates the database named in the URL when it does not exist.
+async fn ensure_database(url: &str) -> anyhow::Result<()> {
+    use sqlx::postgres::PgConnectOptions;
+    use sqlx::ConnectOptions;
+    use std::str::FromStr;
+    let opts = PgConnectOptions::from_str(url).context("database.url")?;
+    let name = opts.get_database().unwrap_or("postgres").to_string();
+    let mut conn = opts
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .with_context(|| format!("connecting to {}", fleet_store::redact(url)))?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        sqlx::query(&format!("CREATE DATABASE {quoted}"))
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn database_in_url_is_replaced() {
+        assert_eq!(
+            super::with_database("postgres://postgres@127.0.0.1:5432/fleet", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            super::with_database("postgres://u:p@h:1/fleet?sslmode=disable", "x"),
+            "postgres://u:p@h:1/x?sslmode=disable"
+        );
+        assert_eq!(
+            super::with_database("postgres://postgres@h:5432", "x"),
+            "postgres://postgres@h:5432/x"
+        );
+    }
+}

@@ -1,0 +1,369 @@
+//! The simulated external systems: NetBox, Keystone + Ironic + Placement
+//! and slurmrestd, each an axum server on 127.0.0.1 port 0 serving the real
+//! JSON shapes from the scenario engine's state, so the real connectors run
+//! unchanged against them. Every site is a path prefix (`/<site>/...`).
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::engine::{Scenario, CUSTOMER_READY_TRAIT};
+
+pub const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef0123dead";
+pub const OPENSTACK_USER: &str = "fleet";
+pub const OPENSTACK_PASSWORD: &str = "sim-password";
+pub const OPENSTACK_PROJECT: &str = "service";
+const KEYSTONE_TOKEN: &str = "gAAAAAsim-keystone-token";
+
+pub type Shared = Arc<Mutex<Scenario>>;
+
+#[derive(Clone)]
+struct App {
+    scenario: Shared,
+    base: String,
+}
+
+fn body(status: StatusCode, v: Value) -> Response {
+    (status, axum::Json(v)).into_response()
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+/// The addresses of the three simulated systems.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    pub netbox: String,
+    pub openstack: String,
+    pub slurm: String,
+}
+
+/// Starts the three servers; they stop when their tasks are aborted.
+pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandle<()>>)> {
+    let mut tasks = Vec::new();
+    let mut serve = |router: fn(App) -> Router, listener: TcpListener, base: String| {
+        let app = App {
+            scenario: scenario.clone(),
+            base,
+        };
+        let r = router(app);
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, r).await {
+                tracing::error!(error = %e, "simulated system stopped");
+            }
+        }));
+    };
+    let mut urls = Vec::new();
+    for router in [netbox as fn(App) -> Router, openstack, slurm] {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        urls.push(base.clone());
+        serve(router, listener, base);
+    }
+    Ok((
+        Endpoints {
+            netbox: urls[0].clone(),
+            openstack: urls[1].clone(),
+            slurm: urls[2].clone(),
+        },
+        tasks,
+    ))
+}
+
+// ---- NetBox 4: GET /api/dcim/devices/?site=<slug>&limit=&offset= ----
+
+fn netbox(app: App) -> Router {
+    Router::new()
+        .route("/api/dcim/devices/", get(netbox_devices))
+        .with_state(app)
+}
+
+#[derive(serde::Deserialize)]
+struct NetboxQuery {
+    site: Option<String>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn netbox_devices(
+    State(app): State<App>,
+    Query(q): Query<NetboxQuery>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "authorization") != format!("Token {NETBOX_TOKEN}") {
+        return body(StatusCode::FORBIDDEN, json!({"detail": "Invalid v1 token"}));
+    }
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let offset = q.offset.unwrap_or(0);
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let site = q.site.unwrap_or_default();
+    let all: Vec<_> = s
+        .devices
+        .iter()
+        .filter(|d| site.is_empty() || d.site == site)
+        .collect();
+    let results: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|d| {
+            json!({
+                "id": d.netbox_id,
+                "url": format!("{}/api/dcim/devices/{}/", app.base, d.netbox_id),
+                "display": d.name, "name": d.name,
+                "role": {"id": 1, "name": "GPU Server", "slug": "gpu-server"},
+                "serial": d.serial, "asset_tag": null,
+                "site": {"id": 1, "name": d.site.to_uppercase(), "slug": d.site},
+                "rack": {"id": 1, "name": d.rack},
+                "status": {"value": "active", "label": "Active"},
+                "tags": [{"id": 5, "name": "Provisioned", "slug": "provisioned", "color": "4caf50"}],
+                "custom_fields": {}, "primary_ip4": null, "oob_ip": null,
+                "last_updated": "2026-11-29T16:00:09.854406Z"
+            })
+        })
+        .collect();
+    let next = (offset + limit < all.len()).then(|| {
+        format!(
+            "{}/api/dcim/devices/?limit={limit}&offset={}&site={site}",
+            app.base,
+            offset + limit
+        )
+    });
+    body(
+        StatusCode::OK,
+        json!({"count": all.len(), "next": next, "previous": null, "results": results}),
+    )
+}
+
+// ---- Keystone v3, Ironic, Placement, per site under /<site>/ ----
+
+fn openstack(app: App) -> Router {
+    Router::new()
+        .route("/{site}/identity/v3/auth/tokens", post(keystone_tokens))
+        .route("/{site}/ironic/v1/nodes", get(ironic_nodes))
+        .route("/{site}/placement/resource_providers", get(placement_rps))
+        .with_state(app)
+}
+
+async fn keystone_tokens(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    axum::Json(req): axum::Json<Value>,
+) -> Response {
+    let user = &req["auth"]["identity"]["password"]["user"];
+    if user["name"] != OPENSTACK_USER
+        || user["password"] != OPENSTACK_PASSWORD
+        || req["auth"]["scope"]["project"]["name"] != OPENSTACK_PROJECT
+    {
+        return body(
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}),
+        );
+    }
+    let base = format!("{}/{site}", app.base);
+    let expires = chrono::Utc::now() + chrono::Duration::hours(2);
+    let ep = |url: String| json!([{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": url}]);
+    let token = json!({"token": {
+        "methods": ["password"],
+        "expires_at": expires.to_rfc3339(),
+        "project": {"id": "p-service", "name": OPENSTACK_PROJECT, "domain": {"id": "default", "name": "Default"}},
+        "catalog": [
+            {"type": "identity", "name": "keystone", "endpoints": ep(format!("{base}/identity/v3"))},
+            {"type": "baremetal", "name": "ironic", "endpoints": ep(format!("{base}/ironic"))},
+            {"type": "placement", "name": "placement", "endpoints": ep(format!("{base}/placement"))}
+        ]
+    }});
+    (
+        StatusCode::CREATED,
+        [("X-Subject-Token", KEYSTONE_TOKEN)],
+        axum::Json(token),
+    )
+        .into_response()
+}
+
+fn ironic_error(status: StatusCode, fault: &str) -> Response {
+    // Ironic double-encodes its errors.
+    let inner = json!({"faultcode": "Client", "faultstring": fault, "debuginfo": null});
+    body(status, json!({"error_message": inner.to_string()}))
+}
+
+#[derive(serde::Deserialize)]
+struct NodesQuery {
+    detail: Option<String>,
+    limit: Option<usize>,
+    marker: Option<String>,
+}
+
+async fn ironic_nodes(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    Query(q): Query<NodesQuery>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
+        return ironic_error(StatusCode::UNAUTHORIZED, "Authentication required");
+    }
+    if q.detail.as_deref().map(str::to_ascii_lowercase).as_deref() != Some("true") {
+        return ironic_error(StatusCode::BAD_REQUEST, "expected detail=true");
+    }
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.outages.ironic {
+        return ironic_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "simulated outage: ironic-api is down",
+        );
+    }
+    let nodes: Vec<_> = s.devices.iter().filter(|d| d.site == site).collect();
+    let limit = q.limit.unwrap_or(1000).clamp(1, 1000);
+    let start = match &q.marker {
+        None => 0,
+        Some(m) => match nodes.iter().position(|d| d.uuid == *m) {
+            Some(i) => i + 1,
+            None => {
+                return ironic_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Marker {m} could not be found."),
+                )
+            }
+        },
+    };
+    let page: Vec<Value> = nodes
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|d| {
+            json!({
+                "uuid": d.uuid, "name": d.name,
+                "provision_state": d.provision_state,
+                "target_provision_state": null,
+                "power_state": "power on",
+                "maintenance": d.maintenance.is_some(),
+                "maintenance_reason": d.maintenance,
+                "instance_uuid": d.instance_uuid,
+                "lessee": d.lessee, "owner": null,
+                "last_error": if d.provision_state.ends_with("failed") { Some("simulated failure") } else { None },
+                "traits": if d.customer_ready { vec![CUSTOMER_READY_TRAIT] } else { vec![] },
+                "resource_class": "gpu-h100", "driver": "redfish"
+            })
+        })
+        .collect();
+    let mut out = json!({ "nodes": page });
+    if start + limit < nodes.len() {
+        if let Some(last) = nodes.get(start + limit - 1) {
+            out["next"] = format!(
+                "{}/{site}/ironic/v1/nodes?detail=True&limit={limit}&marker={}",
+                app.base, last.uuid
+            )
+            .into();
+        }
+    }
+    body(StatusCode::OK, out)
+}
+
+#[derive(serde::Deserialize)]
+struct RpQuery {
+    required: Option<String>,
+}
+
+async fn placement_rps(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    Query(q): Query<RpQuery>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
+        return body(
+            StatusCode::UNAUTHORIZED,
+            json!({"errors": [{"status": 401, "title": "Unauthorized", "detail": "unauthorized"}]}),
+        );
+    }
+    let required = q.required.unwrap_or_default();
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let rps: Vec<Value> = s
+        .devices
+        .iter()
+        .filter(|d| d.site == site && (required.is_empty() || (required == CUSTOMER_READY_TRAIT && d.customer_ready)))
+        .map(|d| json!({"uuid": d.uuid, "name": d.uuid, "generation": 2, "root_provider_uuid": d.uuid, "parent_provider_uuid": null}))
+        .collect();
+    body(StatusCode::OK, json!({ "resource_providers": rps }))
+}
+
+// ---- slurmrestd v0.0.38, per site under /<site>/ ----
+
+fn slurm(app: App) -> Router {
+    Router::new()
+        .route("/{site}/openapi/v3", get(slurm_openapi))
+        .route("/{site}/slurm/{v}/ping", get(slurm_ping))
+        .route("/{site}/slurm/{v}/nodes", get(slurm_nodes))
+        .with_state(app)
+}
+
+fn slurm_meta() -> Value {
+    json!({"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
+        "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}})
+}
+
+fn slurm_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "Unable find requested URL. Please view /openapi/v3 for API reference.",
+    )
+        .into_response()
+}
+
+async fn slurm_openapi() -> Response {
+    body(
+        StatusCode::OK,
+        json!({"openapi": "3.0.2", "paths": {"/slurm/v0.0.38/nodes": {}, "/slurm/v0.0.38/ping": {}}}),
+    )
+}
+
+async fn slurm_ping(Path((_site, v)): Path<(String, String)>) -> Response {
+    if v != "v0.0.38" {
+        return slurm_not_found();
+    }
+    body(
+        StatusCode::OK,
+        json!({"meta": slurm_meta(), "errors": [], "pings": [{"hostname": "slurmctld", "ping": "UP", "status": 0, "mode": "primary"}]}),
+    )
+}
+
+async fn slurm_nodes(State(app): State<App>, Path((site, v)): Path<(String, String)>) -> Response {
+    if v != "v0.0.38" {
+        return slurm_not_found();
+    }
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.outages.slurm {
+        return body(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"errors": [{"error": "simulated outage: Unable to contact slurm controller (connect failure)", "error_number": 1007}]}),
+        );
+    }
+    let nodes: Vec<Value> = s
+        .devices
+        .iter()
+        .filter(|d| d.site == site)
+        .filter_map(|d| {
+            let (state, flags) = d.slurm?.wire();
+            Some(json!({
+                "name": d.name, "hostname": d.name, "address": d.name,
+                "state": state, "state_flags": flags,
+                "reason": if flags.is_empty() && state == "idle" { "" } else { "sim: validation" },
+                "partitions": ["maintenance"], "gres": "gpu:h100:8",
+                "cpus": 64, "real_memory": 512000
+            }))
+        })
+        .collect();
+    body(
+        StatusCode::OK,
+        json!({"meta": slurm_meta(), "errors": [], "warnings": [], "nodes": nodes}),
+    )
+}

@@ -1,0 +1,147 @@
+//! What `fleet dev` shows: progress while the fleet is imported and
+//! derived, then a summary from PostgreSQL and the hub's metrics.
+
+use std::collections::BTreeMap;
+
+use crate::DevMesh;
+
+/// Devices the hub knows, and those it has derived from the OpenStack
+/// conditions (an applied openstack snapshot), of the simulated N.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub imported: i64,
+    pub derived: i64,
+    pub of: usize,
+}
+
+impl Progress {
+    pub fn done(&self) -> bool {
+        self.derived as usize >= self.of && self.imported as usize >= self.of
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub operational: BTreeMap<String, i64>,
+    pub health: BTreeMap<String, i64>,
+    /// Devices with a no-schedule reason or cordoned.
+    pub no_schedule: i64,
+    pub cordoned: i64,
+    /// `fleet_hub_observations_total`, summed over its labels.
+    pub observations_total: f64,
+    /// Status events not yet published (outbox rows) and the oldest's age.
+    pub outbox_rows: i64,
+    pub outbox_oldest_secs: f64,
+    /// Expected by the scenario engine, per operational status.
+    pub truth: BTreeMap<&'static str, usize>,
+}
+
+impl DevMesh {
+    pub async fn progress(&self) -> anyhow::Result<Progress> {
+        let (imported, derived): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM devices), \
+                    (SELECT count(*) FROM device_source_freshness WHERE source = 'openstack')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Progress {
+            imported,
+            derived,
+            of: self.devices,
+        })
+    }
+
+    /// Devices per operational status as the hub wrote them.
+    pub async fn operational_distribution(&self) -> anyhow::Result<BTreeMap<String, i64>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT operational_status, count(*) FROM devices GROUP BY 1 ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    pub async fn summary(&self) -> anyhow::Result<Summary> {
+        let operational = self.operational_distribution().await?;
+        let health: Vec<(String, i64)> =
+            sqlx::query_as("SELECT health_status, count(*) FROM devices GROUP BY 1 ORDER BY 1")
+                .fetch_all(&self.pool)
+                .await?;
+        let (no_schedule, cordoned): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE cardinality(no_schedule_reasons) > 0 OR cordoned), \
+                    count(*) FILTER (WHERE cordoned) FROM devices",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let (outbox_rows, outbox_oldest_secs): (i64, f64) = sqlx::query_as(
+            "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) FROM outbox",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Summary {
+            operational,
+            health: health.into_iter().collect(),
+            no_schedule,
+            cordoned,
+            observations_total: self.hub_observations().await.unwrap_or(0.0),
+            outbox_rows,
+            outbox_oldest_secs,
+            truth: self.ground_truth(),
+        })
+    }
+
+    /// `fleet_hub_observations_total` from the hub's `/metrics`.
+    pub async fn hub_observations(&self) -> anyhow::Result<f64> {
+        let text = http_get(&self.hub_metrics_url).await?;
+        Ok(sum_metric(&text, "fleet_hub_observations"))
+    }
+}
+
+/// The sum of every sample of a counter family (`<name>_total{...} v`).
+pub fn sum_metric(text: &str, family: &str) -> f64 {
+    let total = format!("{family}_total");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, rest) = l.split_at(l.find(['{', ' '])?);
+            (name == total).then_some(rest)
+        })
+        .filter_map(|rest| rest.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A plain HTTP/1.1 GET (the hub's metrics are on 127.0.0.1).
+async fn http_get(url: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("{url} is not http"))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut s = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        tokio::net::TcpStream::connect(host),
+    )
+    .await??;
+    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(2), s.read_to_end(&mut buf)).await??;
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counter_samples_are_summed() {
+        let text = "# TYPE fleet_hub_observations counter\n\
+            fleet_hub_observations_total{source=\"slurm\"} 12\n\
+            fleet_hub_observations_total{source=\"openstack\"} 30.5\n\
+            fleet_hub_observations_totalx 99\n\
+            fleet_hub_rows_written_total 7\n";
+        assert_eq!(super::sum_metric(text, "fleet_hub_observations"), 42.5);
+    }
+}
