@@ -3,6 +3,7 @@
 
 pub mod api_cmd;
 pub mod bench;
+pub mod cli;
 
 use anyhow::Context;
 use fleet_runtime::FleetConfig;

@@ -10,6 +10,7 @@ use fleet_runtime::{FleetConfig, Shutdown};
 
 mod connector_cmd;
 mod consumers_cmd;
+mod dev_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -64,11 +65,30 @@ enum Command {
         #[command(subcommand)]
         which: connector_cmd::ConnectorCommand,
     },
+    /// Run the whole mesh in this process against simulated external systems.
+    Dev(dev_cmd::DevArgs),
+    /// Operator CLI: devices through the API.
+    Devices {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::cli::DevicesCommand,
+    },
+    /// Operator CLI: impairment events through the API.
+    Impairments {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::cli::ImpairmentsCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let config = FleetConfig::load(cli.config.as_deref())?;
+    let mut config = FleetConfig::load(cli.config.as_deref())?;
+    if matches!(cli.command, Command::Dev(_)) && std::env::var_os("RUST_LOG").is_none() {
+        config.log.filter = "warn".into();
+    }
     fleet_runtime::init_tracing(&config.log.format, &config.log.filter);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -91,6 +111,11 @@ fn main() -> anyhow::Result<()> {
             Command::Radar => consumers_cmd::radar(config).await,
             Command::Sim { what } => consumers_cmd::sim(config, what).await,
             Command::Bench { what } => bench::run(config, what).await,
+            Command::Dev(args) => dev_cmd::run(config, args).await,
+            Command::Devices { target, what } => fleet::cli::devices(target, what).await,
+            Command::Impairments { target, what } => {
+                fleet::cli::impairments(target, what).await
+            }
             Command::Config => {
                 let mut c = config.clone();
                 c.database.url = fleet_store::redact(&c.database.url);

@@ -3,6 +3,7 @@
 mod api;
 mod connectors;
 mod crash;
+mod dev;
 mod gateway;
 mod hub_behaviour;
 mod hub_e2e;

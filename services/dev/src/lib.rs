@@ -231,6 +231,19 @@ impl DevMesh {
             });
         };
         spawn("hub", &mut tasks, |c, s| Box::pin(fleet_hub::run(c, s)));
+        // The connectors' first reads create devices through the hub: wait
+        // until it answers.
+        let ready = format!("http://{hub_listen}/readyz");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !status::http_ok(&ready).await {
+            if tasks[0].handle.is_finished() || tokio::time::Instant::now() > deadline {
+                for t in &tasks {
+                    t.trigger.trigger();
+                }
+                anyhow::bail!("the hub did not become ready at {ready}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         spawn("api", &mut tasks, |c, s| Box::pin(fleet_api::run(c, s)));
         if opts.consumers {
             spawn("placer", &mut tasks, |c, s| {

@@ -110,8 +110,17 @@ pub fn sum_metric(text: &str, family: &str) -> f64 {
         .sum()
 }
 
-/// A plain HTTP/1.1 GET (the hub's metrics are on 127.0.0.1).
+/// A plain HTTP/1.0 GET (the hub's metrics are on 127.0.0.1).
 async fn http_get(url: &str) -> anyhow::Result<String> {
+    Ok(http_get_full(url).await?.1)
+}
+
+/// Whether `url` answers 200.
+pub(crate) async fn http_ok(url: &str) -> bool {
+    matches!(http_get_full(url).await, Ok((200, _)))
+}
+
+async fn http_get_full(url: &str) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
@@ -127,10 +136,16 @@ async fn http_get(url: &str) -> anyhow::Result<String> {
     let mut buf = Vec::new();
     tokio::time::timeout(std::time::Duration::from_secs(2), s.read_to_end(&mut buf)).await??;
     let text = String::from_utf8_lossy(&buf);
-    Ok(text
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 #[cfg(test)]

@@ -1,0 +1,602 @@
+//! The operator CLI against the API: `fleet devices ...` and
+//! `fleet impairments ...`. The API URL and token come from flags or
+//! `FLEET_API_URL` / `FLEET_TOKEN`. Errors name the API's code and say
+//! what to do about it.
+
+use std::fmt::Write as _;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+#[derive(Args, Debug, Clone)]
+pub struct Target {
+    /// The API, e.g. the address `fleet dev` prints.
+    #[arg(
+        long,
+        env = "FLEET_API_URL",
+        default_value = "http://127.0.0.1:9402",
+        global = true
+    )]
+    pub api_url: String,
+    /// A bearer token (`fleet token create`, or the one `fleet dev` prints).
+    #[arg(long, env = "FLEET_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum DevicesCommand {
+    /// List devices with the API's filters (every page unless --limit).
+    List(ListArgs),
+    /// One device: every axis, the decisive conditions, recent lifecycle events.
+    Show { id: String },
+    /// Cordon: no new work is scheduled on the device.
+    Cordon {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift a cordon.
+    Uncordon { id: String },
+    /// Drain the device.
+    Drain {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Put devices into triage (or take them out with --off).
+    Triage {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[arg(long)]
+        off: bool,
+        #[arg(long)]
+        ticket_url: Option<String>,
+        #[arg(long)]
+        parent_ticket_url: Option<String>,
+    },
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub site: Option<String>,
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// Comma-separated values.
+    #[arg(long)]
+    pub inventory_status: Option<String>,
+    /// Comma-separated values, e.g. `failed,quarantine`.
+    #[arg(long)]
+    pub operational_status: Option<String>,
+    #[arg(long)]
+    pub health_status: Option<String>,
+    /// SLURM state tokens, comma-separated.
+    #[arg(long)]
+    pub slurm_states: Option<String>,
+    #[arg(long)]
+    pub in_triage: Option<bool>,
+    #[arg(long)]
+    pub inventory_only: Option<bool>,
+    #[arg(long)]
+    pub customer_ready: Option<bool>,
+    #[arg(long)]
+    pub schedulable: Option<bool>,
+    #[arg(long)]
+    pub cordoned: Option<bool>,
+    #[arg(long)]
+    pub maintenance: Option<bool>,
+    #[arg(long)]
+    pub connectivity: Option<String>,
+    /// At most this many devices (default: all of them, page by page).
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum ImpairmentsCommand {
+    /// Open an impairment event holding the devices' operational status.
+    Create {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        ticket_url: Option<String>,
+    },
+    /// List impairment events.
+    List {
+        /// `active` or `cleared`.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Clear an impairment event.
+    Clear { id: String },
+}
+
+/// An API error, with the stable code when the API gave one.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hint = match self.code.as_str() {
+            "UNAUTHENTICATED" => " (pass --token or set FLEET_TOKEN)",
+            "FORBIDDEN" => " (the token lacks the scope this needs)",
+            "NOT_FOUND" => " (check the id with `fleet devices list`)",
+            "CONFLICT" => " (the device changed meanwhile; run the command again)",
+            "INVALID_STATE" => " (the device's state does not allow this now)",
+            "UNAVAILABLE" => " (the hub, NATS or PostgreSQL is not answering; retry shortly)",
+            _ => "",
+        };
+        write!(
+            f,
+            "{} (HTTP {}): {}{hint}",
+            self.code, self.status, self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A client of the API.
+pub struct Api {
+    url: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Api {
+    pub fn new(url: &str, token: Option<&str>) -> anyhow::Result<Api> {
+        Ok(Api {
+            url: url.trim_end_matches('/').to_string(),
+            token: token.map(str::to_string),
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(30))
+                .build()?,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.url);
+        let mut req = self.http.request(method, &url).query(query);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the API at {}: {e}", self.url))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let err = &value["error"];
+            return Err(ApiError {
+                status: status.as_u16(),
+                code: err["code"].as_str().unwrap_or("HTTP_ERROR").to_string(),
+                message: err["message"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| text.chars().take(200).collect()),
+            }
+            .into());
+        }
+        if value.is_null() && !text.trim().is_empty() {
+            anyhow::bail!("the API at {url} answered {status} with a body that is not JSON");
+        }
+        Ok(value)
+    }
+
+    pub async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, path, query, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, &[], Some(body))
+            .await
+    }
+
+    pub async fn device(&self, id: &str) -> anyhow::Result<Value> {
+        self.get(&format!("/api/v1/devices/{id}/"), &[]).await
+    }
+
+    /// Devices matching the filters, following `next_cursor`.
+    pub async fn list_devices(&self, a: &ListArgs) -> anyhow::Result<Vec<Value>> {
+        let mut q: Vec<(&str, String)> = Vec::new();
+        let strings = [
+            ("site", &a.site),
+            ("pool", &a.pool),
+            ("inventory_status", &a.inventory_status),
+            ("operational_status", &a.operational_status),
+            ("health_status", &a.health_status),
+            ("slurm_states", &a.slurm_states),
+            ("connectivity", &a.connectivity),
+        ];
+        for (k, v) in strings {
+            if let Some(v) = v {
+                q.push((k, v.clone()));
+            }
+        }
+        let bools = [
+            ("in_triage", a.in_triage),
+            ("inventory_only", a.inventory_only),
+            ("customer_ready", a.customer_ready),
+            ("schedulable", a.schedulable),
+            ("cordoned", a.cordoned),
+            ("maintenance", a.maintenance),
+        ];
+        for (k, v) in bools {
+            if let Some(v) = v {
+                q.push((k, v.to_string()));
+            }
+        }
+        let want = a.limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut page_q = q.clone();
+            page_q.push((
+                "limit",
+                want.saturating_sub(out.len()).min(1000).to_string(),
+            ));
+            if let Some(c) = &cursor {
+                page_q.push(("cursor", c.clone()));
+            }
+            let page = self.get("/api/v1/devices/", &page_q).await?;
+            if let Some(items) = page["items"].as_array() {
+                out.extend(items.iter().cloned());
+            }
+            cursor = page["next_cursor"].as_str().map(str::to_string);
+            if cursor.is_none() || out.len() >= want {
+                break;
+            }
+        }
+        out.truncate(want);
+        Ok(out)
+    }
+
+    /// A device command with the version just read (`cordon`, `drain`
+    /// carry a reason, `uncordon` none).
+    pub async fn device_command(
+        &self,
+        id: &str,
+        verb: &str,
+        reason: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let d = self.device(id).await?;
+        let version = d["version"].as_i64().unwrap_or(0);
+        let mut body = json!({ "version": version });
+        if let Some(r) = reason {
+            body["reason"] = r.into();
+        }
+        self.post(&format!("/api/v1/devices/{id}/{verb}"), body)
+            .await
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if a.is_empty() => "-".into(),
+        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// Rows under a header, columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < width.len() {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let _ = write!(l, "{c:<w$}  ", w = width[i]);
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut out, header.to_vec());
+    for r in rows {
+        line(&mut out, r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn device_rows(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|d| {
+            [
+                "id",
+                "name",
+                "site_id",
+                "operational_status",
+                "health_status",
+                "cordoned",
+                "schedulable",
+                "no_schedule_reasons",
+            ]
+            .iter()
+            .map(|k| s(&d[*k]))
+            .collect()
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "NAME",
+            "SITE",
+            "OPERATIONAL",
+            "HEALTH",
+            "CORDONED",
+            "SCHEDULABLE",
+            "NO-SCHEDULE",
+        ],
+        &rows,
+    )
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let json_out = t.output == Output::Json;
+    match what {
+        DevicesCommand::List(a) => {
+            let items = api.list_devices(&a).await?;
+            if json_out {
+                print_json(&Value::Array(items))?;
+            } else {
+                print!("{}", device_rows(&items));
+                eprintln!("{} devices", items.len());
+            }
+        }
+        DevicesCommand::Show { id } => {
+            let d = api.device(&id).await?;
+            let events = api
+                .get(
+                    &format!("/api/v1/devices/{id}/lifecycle-events/"),
+                    &[("limit", "10".into())],
+                )
+                .await?;
+            if json_out {
+                print_json(&json!({"device": d, "lifecycle_events": events["items"]}))?;
+                return Ok(());
+            }
+            for k in [
+                "id",
+                "name",
+                "site_id",
+                "rack",
+                "version",
+                "inventory_status",
+                "operational_status",
+                "health_status",
+                "provision_state",
+                "maintenance",
+                "cordoned",
+                "cordon_reason",
+                "in_triage",
+                "connectivity",
+                "power",
+                "custody",
+                "customer_ready",
+                "schedulable",
+                "capacity_bucket",
+                "no_schedule_reasons",
+                "slurm_states",
+                "impairment_hold",
+                "failure_state",
+            ] {
+                println!("{k:<20} {}", s(&d[k]));
+            }
+            println!("\ndecisive conditions:");
+            let conds: Vec<Vec<String>> = d["operational_status_conditions"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| {
+                            ["type", "status", "reason", "source", "message"]
+                                .iter()
+                                .map(|k| s(&c[*k]))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            print!(
+                "{}",
+                table(&["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"], &conds)
+            );
+            println!("\nrecent lifecycle events:");
+            let ev: Vec<Vec<String>> = events["items"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|e| {
+                            ["created_at", "kind", "value", "cause", "ended_at"]
+                                .iter()
+                                .map(|k| s(&e[*k]))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            print!("{}", table(&["AT", "KIND", "VALUE", "CAUSE", "ENDED"], &ev));
+        }
+        DevicesCommand::Cordon { id, reason } => report(
+            json_out,
+            api.device_command(&id, "cordon", Some(&reason)).await?,
+        )?,
+        DevicesCommand::Uncordon { id } => {
+            report(json_out, api.device_command(&id, "uncordon", None).await?)?
+        }
+        DevicesCommand::Drain { id, reason } => report(
+            json_out,
+            api.device_command(&id, "drain", Some(&reason)).await?,
+        )?,
+        DevicesCommand::Triage {
+            ids,
+            off,
+            ticket_url,
+            parent_ticket_url,
+        } => {
+            let v = api
+                .post(
+                    "/api/v1/devices/triage/",
+                    json!({"device_ids": ids, "in_triage": !off,
+                           "triage_ticket_url": ticket_url, "parent_ticket_url": parent_ticket_url}),
+                )
+                .await?;
+            if json_out {
+                print_json(&v)?;
+            } else {
+                println!("{}", serde_json::to_string(&v)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn report(json_out: bool, v: Value) -> anyhow::Result<()> {
+    if json_out {
+        return print_json(&v);
+    }
+    println!(
+        "{} {}: version {}, cordoned {}, operational {}",
+        s(&v["id"]),
+        s(&v["name"]),
+        s(&v["version"]),
+        s(&v["cordoned"]),
+        s(&v["operational_status"])
+    );
+    Ok(())
+}
+
+pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let json_out = t.output == Output::Json;
+    let v = match what {
+        ImpairmentsCommand::Create {
+            ids,
+            reason,
+            ticket_url,
+        } => {
+            api.post(
+                "/api/v1/operations/impairment-events/",
+                json!({"device_ids": ids, "reason": reason, "ticket_url": ticket_url}),
+            )
+            .await?
+        }
+        ImpairmentsCommand::List { status } => {
+            let mut q = vec![("limit", "1000".to_string())];
+            if let Some(st) = status {
+                q.push(("status", st));
+            }
+            let page = api.get("/api/v1/operations/impairment-events/", &q).await?;
+            if !json_out {
+                let rows: Vec<Vec<String>> = page["items"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|e| {
+                                ["id", "status", "device_count", "reason", "created_at"]
+                                    .iter()
+                                    .map(|k| s(&e[*k]))
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                print!(
+                    "{}",
+                    table(&["ID", "STATUS", "DEVICES", "REASON", "CREATED"], &rows)
+                );
+                return Ok(());
+            }
+            page
+        }
+        ImpairmentsCommand::Clear { id } => {
+            api.post(
+                &format!("/api/v1/operations/impairment-events/{id}/clear"),
+                json!({}),
+            )
+            .await?
+        }
+    };
+    if json_out {
+        print_json(&v)
+    } else {
+        println!(
+            "{} {}: {} device(s), {}",
+            s(&v["id"]),
+            s(&v["status"]),
+            s(&v["device_count"]),
+            s(&v["reason"])
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tables_pad_columns() {
+        let t = super::table(
+            &["A", "LONGER"],
+            &[
+                vec!["xyz".into(), "1".into()],
+                vec!["q".into(), "22".into()],
+            ],
+        );
+        assert_eq!(t, "A    LONGER\nxyz  1\nq    22\n");
+    }
+
+    #[test]
+    fn errors_name_the_code_and_what_to_do() {
+        let e = super::ApiError {
+            status: 409,
+            code: "CONFLICT".into(),
+            message: "version 3 is not 4".into(),
+        };
+        let s = e.to_string();
+        assert!(
+            s.starts_with("CONFLICT (HTTP 409): version 3 is not 4"),
+            "{s}"
+        );
+        assert!(s.contains("run the command again"), "{s}");
+    }
+}

@@ -1,0 +1,277 @@
+//! `fleet dev --sim N`: the whole mesh in this process against simulated
+//! external systems (`fleet-dev`), with progress while the fleet converges
+//! and a one-screen summary refreshed every second (a line per second when
+//! stdout is not a terminal). Ctrl-C stops everything.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use fleet_dev::{DevMesh, DevOptions, Summary};
+use fleet_runtime::FleetConfig;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevArgs {
+    /// Simulated devices.
+    #[arg(long, default_value_t = 1000)]
+    pub sim: usize,
+    /// Sites the devices are spread over (default: 2, one more per 25,000).
+    #[arg(long)]
+    pub sites: Option<usize>,
+    /// Seconds between two steps of the scenario engine.
+    #[arg(long, default_value_t = 3.0)]
+    pub tick_secs: f64,
+    /// Seconds between two reads of each simulated system by its connector.
+    #[arg(long, default_value_t = 5.0)]
+    pub resync_secs: f64,
+    /// Without the placer, gateway and radar.
+    #[arg(long)]
+    pub no_consumers: bool,
+    /// Stop once the fleet is fully derived and print the figures
+    /// (for measurements).
+    #[arg(long)]
+    pub exit_when_derived: bool,
+}
+
+/// CPU seconds this process has used (user + system), from /proc.
+fn cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
+    let mut opts = DevOptions::new(args.sim);
+    if let Some(s) = args.sites {
+        opts.sites = s.max(1);
+    }
+    opts.tick = Duration::from_secs_f64(args.tick_secs.max(0.2));
+    opts.resync_secs = args.resync_secs.max(0.5);
+    opts.consumers = !args.no_consumers;
+    let tty = std::io::stdout().is_terminal();
+    let started = Instant::now();
+    eprintln!(
+        "fleet dev: starting the mesh with {} simulated devices over {} sites ...",
+        opts.devices, opts.sites
+    );
+    let mut mesh = DevMesh::start(config, opts).await?;
+    println!("API        {}", mesh.api_url);
+    println!("token      {}", mesh.token);
+    println!(
+        "try        FLEET_API_URL={} FLEET_TOKEN={} cargo run --release -- devices list --operational-status failed",
+        mesh.api_url, mesh.token
+    );
+    println!(
+        "           curl -s -H 'Authorization: Bearer {}' '{}/api/v1/devices/?operational_status=quarantine&limit=5'",
+        mesh.token, mesh.api_url
+    );
+    println!(
+        "simulated  netbox {}  openstack {}  slurm {}",
+        mesh.endpoints.netbox, mesh.endpoints.openstack, mesh.endpoints.slurm
+    );
+    println!(
+        "database   {}  subjects {}.>",
+        fleet_store::redact(&mesh.config.database.url),
+        mesh.config.nats.subject_root
+    );
+    let result = tokio::select! {
+        r = show(&mut mesh, started, tty, args.exit_when_derived) => r,
+        _ = signal() => Ok(()),
+    };
+    eprintln!("\nfleet dev: stopping ...");
+    let t = Instant::now();
+    let report = mesh.shutdown().await;
+    for f in &report.failed {
+        eprintln!("  {f}");
+    }
+    eprintln!(
+        "fleet dev: stopped in {:.1} s{}",
+        t.elapsed().as_secs_f64(),
+        if report.children_left {
+            " (a child process was still running)"
+        } else {
+            ""
+        }
+    );
+    result
+}
+
+async fn show(
+    mesh: &mut DevMesh,
+    started: Instant,
+    tty: bool,
+    exit_when_derived: bool,
+) -> anyhow::Result<()> {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    let mut derived_at: Option<f64> = None;
+    let mut last: Option<(Instant, f64, f64)> = None;
+    loop {
+        every.tick().await;
+        if let Some(name) = mesh.failed_task() {
+            anyhow::bail!("the {name} task stopped on its own; see the log above");
+        }
+        let now = Instant::now();
+        let secs = started.elapsed().as_secs_f64();
+        if derived_at.is_none() {
+            let p = match mesh.progress().await {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("progress: {e:#}");
+                    continue;
+                }
+            };
+            let line = format!(
+                "[{secs:6.1}s] imported {:>7} / {}   derived {:>7} / {}",
+                p.imported, p.of, p.derived, p.of
+            );
+            if tty {
+                print!("\r{line}");
+                let _ = std::io::stdout().flush();
+            } else {
+                println!("{line}");
+            }
+            if p.done() {
+                derived_at = Some(secs);
+                println!("\nfleet fully derived: {} devices in {secs:.1} s", p.of);
+                if exit_when_derived {
+                    // Measure the steady state for 30 s, then stop.
+                    let obs0 = mesh.hub_observations().await.unwrap_or(0.0);
+                    let cpu0 = cpu_secs().unwrap_or(0.0);
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
+                    let cpu1 = cpu_secs().unwrap_or(0.0);
+                    println!(
+                        "steady state over 30 s: {:.0} observations/s through the hub, process CPU {:.0}% (of one core)",
+                        (obs1 - obs0) / 30.0,
+                        (cpu1 - cpu0) / 30.0 * 100.0
+                    );
+                    return Ok(());
+                }
+            }
+            continue;
+        }
+        let s = match mesh.summary().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("summary: {e:#}");
+                continue;
+            }
+        };
+        let cpu = cpu_secs().unwrap_or(0.0);
+        let (obs_rate, cpu_pct) = match last {
+            Some((t, o, c)) => {
+                let dt = now.duration_since(t).as_secs_f64().max(0.001);
+                ((s.observations_total - o) / dt, (cpu - c) / dt * 100.0)
+            }
+            None => (0.0, 0.0),
+        };
+        last = Some((now, s.observations_total, cpu));
+        if tty {
+            print!(
+                "\x1b[2J\x1b[H{}",
+                screen(mesh, &s, secs, derived_at, obs_rate, cpu_pct)
+            );
+            let _ = std::io::stdout().flush();
+        } else {
+            println!("{}", line(&s, secs, obs_rate, cpu_pct));
+        }
+    }
+}
+
+fn map(m: &std::collections::BTreeMap<String, i64>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn line(s: &Summary, secs: f64, obs: f64, cpu: f64) -> String {
+    format!(
+        "[{secs:6.1}s] operational {} | health {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | cpu {cpu:.0}%",
+        map(&s.operational),
+        map(&s.health),
+        s.no_schedule,
+        s.outbox_rows,
+        s.outbox_oldest_secs
+    )
+}
+
+fn screen(
+    mesh: &DevMesh,
+    s: &Summary,
+    secs: f64,
+    derived_at: Option<f64>,
+    obs: f64,
+    cpu: f64,
+) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "fleet dev — {} simulated devices — up {secs:.0} s (fully derived after {:.1} s)    Ctrl-C stops",
+        mesh.devices,
+        derived_at.unwrap_or(0.0)
+    );
+    let _ = writeln!(o, "API {}   token {}\n", mesh.api_url, mesh.token);
+    let _ = writeln!(o, "{:<18} {:>9} {:>9}", "operational", "hub", "expected");
+    let mut keys: Vec<String> = s.operational.keys().cloned().collect();
+    for k in s.truth.keys() {
+        if !keys.iter().any(|x| x == k) {
+            keys.push(k.to_string());
+        }
+    }
+    keys.sort();
+    for k in &keys {
+        let _ = writeln!(
+            o,
+            "  {k:<16} {:>9} {:>9}",
+            s.operational.get(k).copied().unwrap_or(0),
+            s.truth.get(k.as_str()).copied().unwrap_or(0)
+        );
+    }
+    let _ = writeln!(o, "\n{:<18} {:>9}", "health", "devices");
+    for (k, v) in &s.health {
+        let _ = writeln!(o, "  {k:<16} {v:>9}");
+    }
+    let _ = writeln!(
+        o,
+        "\nno-schedule {}   cordoned {}",
+        s.no_schedule, s.cordoned
+    );
+    let _ = writeln!(
+        o,
+        "hub: {obs:.0} observations/s   event lag: {} outbox rows, oldest {:.1} s   process CPU {cpu:.0}%",
+        s.outbox_rows, s.outbox_oldest_secs
+    );
+    let a = mesh
+        .scenario
+        .lock()
+        .map(|g| (g.activity.clone(), g.outages))
+        .ok();
+    if let Some((a, out)) = a {
+        let _ = writeln!(
+            o,
+            "scenario: {} ticks, {} deploys, {} releases, {} ironic failures, {} repairs, {} maintenance, {} slurm drains, {} downs, {} validated, {} outages{}",
+            a.ticks, a.deploys, a.releases, a.ironic_failures, a.repairs, a.maintenance,
+            a.slurm_drains, a.slurm_downs, a.validated, a.outages,
+            if out.ironic { " — IRONIC OUT NOW" } else if out.slurm { " — SLURM OUT NOW" } else { "" }
+        );
+    }
+    o
+}

@@ -1,0 +1,179 @@
+//! `fleet dev` smoke test: the whole mesh in-process with 200 simulated
+//! devices against this test's database and subject root. Every device is
+//! derived; at a quiescent point the API's distribution of operational
+//! statuses equals the scenario engine's ground truth (computed apart from
+//! the hub); a cordon through the CLI's client shows in the API and on
+//! STATUS; shutdown joins every task and leaves nothing running.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleet::cli::{Api, ListArgs};
+use fleet_dev::{DevMesh, DevOptions};
+use fleet_proto::{v1, Message};
+
+use crate::support::*;
+
+async fn api_distribution(api: &Api) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for d in api
+        .list_devices(&ListArgs::default())
+        .await
+        .expect("list devices through the API")
+    {
+        *out.entry(d["operational_status"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dev_mesh_converges_to_the_scenario_ground_truth() {
+    let env = TestEnv::new().await;
+    let mut opts = DevOptions::new(200);
+    opts.isolate = false;
+    opts.sites = 2;
+    opts.tick = Duration::from_millis(500);
+    opts.change_rate = 0.03;
+    opts.resync_secs = 1.0;
+    let mesh = DevMesh::start(env.config.clone(), opts)
+        .await
+        .expect("the dev mesh starts");
+    let endpoints = mesh.endpoints.clone();
+
+    // Every device imported and derived.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let p = mesh.progress().await.expect("progress");
+        if p.done() {
+            assert_eq!(p.imported, 200, "{p:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fleet not derived in time: {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A quiescent point: the engine holds still, the connectors' next reads
+    // carry its state to the hub, and the API must then agree with the
+    // ground truth exactly.
+    mesh.pause();
+    let truth: BTreeMap<String, usize> = mesh
+        .ground_truth()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    assert_eq!(truth.values().sum::<usize>(), 200);
+    assert!(truth.len() >= 4, "a varied fleet: {truth:?}");
+    let api = Api::new(&mesh.api_url, Some(&mesh.token)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut seen;
+    loop {
+        seen = api_distribution(&api).await;
+        if seen == truth || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        seen, truth,
+        "API (left) against the scenario's ground truth (right)"
+    );
+
+    // Per device too: the same status for the same name.
+    let by_name: BTreeMap<(String, String), String> = api
+        .list_devices(&ListArgs::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| {
+            (
+                (
+                    d["site_id"].as_str().unwrap_or("").to_string(),
+                    d["name"].as_str().unwrap_or("").to_string(),
+                ),
+                d["operational_status"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let expected = mesh.scenario.lock().unwrap().ground_truth();
+    for (key, status) in &expected {
+        assert_eq!(
+            by_name.get(key).map(String::as_str),
+            Some(*status),
+            "device {key:?}"
+        );
+    }
+
+    // Cordon through the CLI's code path.
+    let devices = api
+        .list_devices(&ListArgs {
+            operational_status: Some("in_use".into()),
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let id = devices[0]["id"].as_str().unwrap().to_string();
+    let site = devices[0]["site_id"].as_str().unwrap().to_string();
+    let changed = api
+        .device_command(&id, "cordon", Some("dev smoke test"))
+        .await
+        .expect("cordon through the API");
+    assert_eq!(changed["cordoned"], true, "{changed}");
+    let shown = api.device(&id).await.unwrap();
+    assert_eq!(shown["cordoned"], true);
+    assert_eq!(shown["cordon_reason"], "dev smoke test");
+    let listed = api
+        .list_devices(&ListArgs {
+            cordoned: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["id"], id.as_str());
+    // ... and on STATUS.
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let subject = env.subjects.status("cordoned", &site, &id);
+    let event = eventually("the cordon on STATUS", || {
+        let stream = stream.clone();
+        let subject = subject.clone();
+        async move {
+            let m = stream
+                .get_last_raw_message_by_subject(&subject)
+                .await
+                .ok()?;
+            let e = v1::StatusChanged::decode(m.payload.as_ref()).ok()?;
+            (e.to == "true").then_some(e)
+        }
+    })
+    .await;
+    assert_eq!(event.device_id, id);
+    assert!(event.cause.contains("cordon"), "{event:?}");
+
+    // Shutdown: every task joined without error, the simulated systems gone.
+    let started = std::time::Instant::now();
+    let report = mesh.shutdown().await;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert!(!report.children_left);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    for url in [&endpoints.netbox, &endpoints.openstack, &endpoints.slurm] {
+        let addr = url.trim_start_matches("http://");
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "{url} still answers"
+        );
+    }
+    let _ = env
+        .js
+        .delete_stream(format!("{}PLACER", env.config.nats.stream_prefix))
+        .await;
+    env.cleanup().await;
+}
