@@ -197,18 +197,18 @@ impl Placer {
                 return Ok(a);
             }
         }
-        match store::pool_owner(&self.pool, &req.pool_id).await? {
+        match store::pool_and_tenant(&self.pool, &req.pool_id, &req.tenant_id).await? {
             None => return Err(PlacerError::NotFound(format!("pool {}", req.pool_id))),
-            Some(Some(owner)) if owner != req.tenant_id => {
+            Some((_, false)) => {
+                return Err(PlacerError::NotFound(format!("tenant {}", req.tenant_id)))
+            }
+            Some((Some(owner), _)) if owner != req.tenant_id => {
                 return Err(PlacerError::Forbidden(format!(
                     "pool {} belongs to another tenant",
                     req.pool_id
                 )))
             }
             Some(_) => {}
-        }
-        if !store::tenant_exists(&self.pool, &req.tenant_id).await? {
-            return Err(PlacerError::NotFound(format!("tenant {}", req.tenant_id)));
         }
 
         // Fast path: plan on the view, lock with SKIP LOCKED; devices this
@@ -217,8 +217,22 @@ impl Placer {
         for _ in 0..self.config.placer.max_attempts.max(1) {
             let plan = {
                 let mut v = self.view();
-                let cands = v.candidates(&req.pool_id, &excluded, false);
-                let plan = packing::plan(&packing, &cands);
+                // A single device through the best-fit index; the whole
+                // pool is listed only for split or domain-bound requests.
+                let single = match packing.domain {
+                    Domain::Any | Domain::One => v
+                        .best_single(&req.pool_id, req.gpus, &excluded)
+                        .map(|t| vec![t]),
+                    Domain::Named(_) => None,
+                };
+                let plan = match single {
+                    Some(p) => Some(p),
+                    None if req.same_device && !matches!(packing.domain, Domain::Named(_)) => None,
+                    None => {
+                        let cands = v.candidates(&req.pool_id, &excluded, false);
+                        packing::plan(&packing, &cands)
+                    }
+                };
                 if let Some(p) = &plan {
                     v.claim(p);
                 }
@@ -325,13 +339,8 @@ impl Placer {
                 Some(d) => locked.nvlink_domain.as_deref() == Some(d.as_str()),
             };
             let picked = packing::pick_atoms(locked.gpus, &locked.booked, take.atoms);
-            self.view().observed(
-                &locked.id,
-                locked.version,
-                locked.bucket,
-                locked.gpus,
-                locked.booked.len() as u32,
-            );
+            self.view()
+                .observed(&locked.id, locked.version, locked.bucket, locked.gpus);
             let (true, Some(picked)) = (domain_ok, picked) else {
                 return Err(Miss::Device(take.device_id.clone()));
             };
@@ -352,8 +361,8 @@ impl Placer {
             request_id: req.request_id.as_deref(),
             atoms,
         };
-        match store::insert_allocation(&mut tx, &new).await {
-            Ok(()) => {}
+        let created_at = match store::insert_allocation(&mut tx, &new).await {
+            Ok(at) => at,
             Err(sqlx::Error::Database(e))
                 if e.code().as_deref() == Some("23505")
                     && e.constraint() == Some("allocations_request") =>
@@ -376,7 +385,7 @@ impl Placer {
                 return Err(Miss::Device(plan[0].device_id.clone()));
             }
             Err(e) => return Err(e.into()),
-        }
+        };
         tx.commit().await?;
         {
             let mut v = self.view();
@@ -384,11 +393,30 @@ impl Placer {
                 v.add_booked(&device, n);
             }
         }
-        match store::get_allocation(&self.pool, &id).await {
-            Ok(Some(a)) => Ok(a),
-            Ok(None) => Err(PlacerError::Unavailable(format!("allocation {id} vanished")).into()),
-            Err(e) => Err(e.into()),
-        }
+        let mut atoms: Vec<Atom> = new
+            .atoms
+            .iter()
+            .map(|(d, a, _)| Atom {
+                device_id: d.clone(),
+                atom: *a,
+            })
+            .collect();
+        atoms.sort_by(|a, b| (&a.device_id, a.atom).cmp(&(&b.device_id, b.atom)));
+        Ok(Allocation {
+            id,
+            tenant_id: req.tenant_id.clone(),
+            pool_id: req.pool_id.clone(),
+            gpus: req.gpus,
+            same_device: req.same_device,
+            nvlink_domain: req.nvlink_domain.clone(),
+            status: "active".into(),
+            atoms,
+            impaired_reason: None,
+            created_at,
+            impaired_at: None,
+            released_at: None,
+            request_id: req.request_id.clone(),
+        })
     }
 
     /// Releases an allocation; releasing twice answers the released record.

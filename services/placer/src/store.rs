@@ -72,6 +72,22 @@ pub async fn load_row(pool: &PgPool, device_id: &str) -> Result<Option<DeviceRow
     row.as_ref().map(device_row).transpose()
 }
 
+/// A pool's owner and whether the tenant exists, in one round trip;
+/// `None` when the pool does not exist.
+pub async fn pool_and_tenant(
+    pool: &PgPool,
+    pool_id: &str,
+    tenant_id: &str,
+) -> Result<Option<(Option<String>, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT owner_tenant_id, EXISTS (SELECT 1 FROM tenants WHERE id = $2) FROM pools WHERE id = $1",
+    )
+    .bind(pool_id)
+    .bind(tenant_id)
+    .fetch_optional(pool)
+    .await
+}
+
 /// The owner of a pool: `None` when the pool does not exist.
 pub async fn pool_owner(
     pool: &PgPool,
@@ -80,13 +96,6 @@ pub async fn pool_owner(
     sqlx::query_scalar("SELECT owner_tenant_id FROM pools WHERE id = $1")
         .bind(pool_id)
         .fetch_optional(pool)
-        .await
-}
-
-pub async fn tenant_exists(pool: &PgPool, tenant_id: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = $1)")
-        .bind(tenant_id)
-        .fetch_one(pool)
         .await
 }
 
@@ -194,10 +203,21 @@ pub struct NewAllocation<'a> {
     pub atoms: Vec<(String, u32, i64)>,
 }
 
-pub async fn insert_allocation(tx: &mut Tx<'_>, a: &NewAllocation<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO allocations (id, tenant_id, pool_id, gpus, same_device, nvlink_domain, request_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+/// Inserts the allocation and its atoms in one statement; returns its
+/// `created_at`.
+pub async fn insert_allocation(
+    tx: &mut Tx<'_>,
+    a: &NewAllocation<'_>,
+) -> Result<DateTime<Utc>, sqlx::Error> {
+    let devices: Vec<&str> = a.atoms.iter().map(|(d, _, _)| d.as_str()).collect();
+    let atoms: Vec<i32> = a.atoms.iter().map(|(_, x, _)| *x as i32).collect();
+    let versions: Vec<i64> = a.atoms.iter().map(|(_, _, v)| *v).collect();
+    sqlx::query_scalar(
+        "WITH a AS (INSERT INTO allocations (id, tenant_id, pool_id, gpus, same_device, nvlink_domain, request_id) \
+                    VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id, created_at), \
+              x AS (INSERT INTO allocation_atoms (allocation_id, device_id, atom, device_version) \
+                    SELECT a.id, u.d, u.x, u.v FROM a, UNNEST($8::text[], $9::int[], $10::bigint[]) AS u(d, x, v)) \
+         SELECT created_at FROM a",
     )
     .bind(a.id)
     .bind(a.tenant_id)
@@ -206,22 +226,11 @@ pub async fn insert_allocation(tx: &mut Tx<'_>, a: &NewAllocation<'_>) -> Result
     .bind(a.same_device)
     .bind(a.nvlink_domain)
     .bind(a.request_id)
-    .execute(&mut **tx)
-    .await?;
-    let devices: Vec<&str> = a.atoms.iter().map(|(d, _, _)| d.as_str()).collect();
-    let atoms: Vec<i32> = a.atoms.iter().map(|(_, x, _)| *x as i32).collect();
-    let versions: Vec<i64> = a.atoms.iter().map(|(_, _, v)| *v).collect();
-    sqlx::query(
-        "INSERT INTO allocation_atoms (allocation_id, device_id, atom, device_version) \
-         SELECT $1, d, x, v FROM UNNEST($2::text[], $3::int[], $4::bigint[]) AS u(d, x, v)",
-    )
-    .bind(a.id)
     .bind(&devices)
     .bind(&atoms)
     .bind(&versions)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    .fetch_one(&mut **tx)
+    .await
 }
 
 fn allocation_from(r: &PgRow, atoms: Vec<Atom>) -> Result<Allocation, sqlx::Error> {

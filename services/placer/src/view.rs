@@ -31,6 +31,18 @@ struct Entry {
     claimed: u32,
     /// The view sequence of this process's last booking or release here.
     touched: u64,
+    /// Its key in the pool's best-fit index, when it is in it.
+    indexed: Option<(bool, u32)>,
+}
+
+impl Entry {
+    /// The best-fit key `(empty, free)`: schedulable, not being booked by
+    /// this process, with free atoms.
+    fn fit_key(&self) -> Option<(bool, u32)> {
+        let free = self.row.gpus.saturating_sub(self.row.booked);
+        (self.row.bucket == CapacityBucket::Schedulable && self.claimed == 0 && free > 0)
+            .then_some((free == self.row.gpus, free))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +54,16 @@ pub enum BucketUpdate {
     Unknown,
 }
 
+/// Per pool, the devices a single-device request can take, ordered the
+/// way `packing` ranks them: partly used before empty, then fewest free
+/// atoms, then id.
+type FitIndex = BTreeSet<(bool, u32, String)>;
+
 #[derive(Debug, Default)]
 pub struct View {
     devices: HashMap<String, Entry>,
     pools: HashMap<String, BTreeSet<String>>,
+    fit: HashMap<String, FitIndex>,
     seq: u64,
 }
 
@@ -53,6 +71,61 @@ impl View {
     /// The sequence to pass to a rebuild started now.
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Moves a device to where its current state puts it in the index.
+    fn reindex(&mut self, id: &str) {
+        let Some(e) = self.devices.get_mut(id) else {
+            return;
+        };
+        let want = e.fit_key();
+        if e.indexed == want {
+            return;
+        }
+        let pool = &e.row.pool_id;
+        if let Some((empty, free)) = e.indexed.take() {
+            if let Some(ix) = self.fit.get_mut(pool) {
+                ix.remove(&(empty, free, id.to_string()));
+            }
+        }
+        if let Some((empty, free)) = want {
+            self.fit
+                .entry(pool.clone())
+                .or_default()
+                .insert((empty, free, id.to_string()));
+        }
+        e.indexed = want;
+    }
+
+    fn unindex(&mut self, id: &str) {
+        if let Some(e) = self.devices.get_mut(id) {
+            if let Some((empty, free)) = e.indexed.take() {
+                if let Some(ix) = self.fit.get_mut(&e.row.pool_id) {
+                    ix.remove(&(empty, free, id.to_string()));
+                }
+            }
+        }
+    }
+
+    /// The best single device for `gpus` atoms in `pool` (what
+    /// `packing::plan` picks first), without listing the pool: partly used
+    /// devices first, then the fewest free atoms that fit.
+    pub fn best_single(&self, pool: &str, gpus: u32, excluded: &HashSet<String>) -> Option<Take> {
+        let ix = self.fit.get(pool)?;
+        for empty in [false, true] {
+            for (e, _, id) in ix.range((empty, gpus, String::new())..) {
+                if *e != empty {
+                    break;
+                }
+                if !excluded.contains(id) {
+                    return Some(Take {
+                        device_id: id.clone(),
+                        atoms: gpus,
+                    });
+                }
+            }
+        }
+        None
     }
 
     pub fn len(&self) -> usize {
@@ -100,6 +173,7 @@ impl View {
     }
 
     pub fn upsert(&mut self, mut row: DeviceRow, started: u64) {
+        self.unindex(&row.id);
         if let Some(e) = self.devices.get(&row.id) {
             if e.row.version > row.version {
                 row.bucket = e.row.bucket;
@@ -122,17 +196,21 @@ impl View {
             .devices
             .get(&row.id)
             .map_or((0, 0), |e| (e.claimed, e.touched));
+        let id = row.id.clone();
         self.devices.insert(
-            row.id.clone(),
+            id.clone(),
             Entry {
                 row,
                 claimed,
                 touched,
+                indexed: None,
             },
         );
+        self.reindex(&id);
     }
 
     pub fn remove(&mut self, id: &str) {
+        self.unindex(id);
         if let Some(e) = self.devices.remove(id) {
             if let Some(s) = self.pools.get_mut(&e.row.pool_id) {
                 s.remove(id);
@@ -151,30 +229,25 @@ impl View {
             Some(e) => {
                 e.row.bucket = bucket;
                 e.row.version = version;
+                self.reindex(id);
                 BucketUpdate::Applied
             }
         }
     }
 
-    /// What a booking saw under the row lock: the truth at `version`.
-    pub fn observed(
-        &mut self,
-        id: &str,
-        version: i64,
-        bucket: CapacityBucket,
-        gpus: u32,
-        booked: u32,
-    ) {
-        self.seq += 1;
+    /// What a booking saw under the row lock: the device's state at
+    /// `version`. Booked atoms are not taken from it: a release of this
+    /// process may land between the read and this call, so booked counts
+    /// move only by this process's own deltas and by rebuilds.
+    pub fn observed(&mut self, id: &str, version: i64, bucket: CapacityBucket, gpus: u32) {
         if let Some(e) = self.devices.get_mut(id) {
             if version >= e.row.version {
                 e.row.version = version;
                 e.row.bucket = bucket;
                 e.row.gpus = gpus;
             }
-            e.row.booked = booked;
-            e.touched = self.seq;
         }
+        self.reindex(id);
     }
 
     /// Booked atoms changed by this process (a booking or a release).
@@ -184,6 +257,7 @@ impl View {
             e.row.booked = (e.row.booked as i64 + delta).max(0) as u32;
             e.touched = self.seq;
         }
+        self.reindex(id);
     }
 
     /// Schedulable devices of `pool` with free atoms, minus `excluded`.
@@ -225,6 +299,7 @@ impl View {
             if let Some(e) = self.devices.get_mut(&t.device_id) {
                 e.claimed += t.atoms;
             }
+            self.reindex(&t.device_id);
         }
     }
 
@@ -233,6 +308,7 @@ impl View {
             if let Some(e) = self.devices.get_mut(&t.device_id) {
                 e.claimed = e.claimed.saturating_sub(t.atoms);
             }
+            self.reindex(&t.device_id);
         }
     }
 
@@ -318,6 +394,47 @@ mod tests {
         assert_eq!(a.booked, 3);
         let c = v.capacity("p1").unwrap();
         assert_eq!((c.maintenance, c.total, c.bucket_sum()), (8, 8, 8));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_fit_index_picks_what_packing_picks(
+            devices in proptest::collection::vec((0u8..3, 1u32..=8, 0u32..=8, 0u8..3), 1..40),
+            ops in proptest::collection::vec((0usize..40, 0u8..4, 0u32..4), 0..40),
+            gpus in 1u32..9,
+            excluded in proptest::collection::btree_set(0usize..40, 0..4),
+        ) {
+            let buckets = [CapacityBucket::Schedulable, CapacityBucket::Schedulable, CapacityBucket::Maintenance];
+            let mut v = View::default();
+            let rows: Vec<DeviceRow> = devices.iter().enumerate().map(|(i, (pool, g, used, b))| DeviceRow {
+                id: format!("d{i:02}"),
+                pool_id: format!("p{}", pool % 2),
+                version: 1,
+                rack: None,
+                nvlink_domain: None,
+                gpus: *g,
+                bucket: buckets[*b as usize],
+                booked: (*used).min(*g),
+            }).collect();
+            v.replace(None, rows, 0);
+            // Events, bookings, claims and rebuilds in any order.
+            for (i, op, n) in ops {
+                let id = format!("d{:02}", i % devices.len());
+                match op {
+                    0 => { v.apply_bucket(&id, buckets[(n % 3) as usize], 2 + n as i64); }
+                    1 => v.add_booked(&id, n as i64 - 1),
+                    2 => v.claim(&[Take { device_id: id, atoms: n }]),
+                    _ => v.unclaim(&[Take { device_id: id, atoms: n }]),
+                }
+            }
+            let excluded: HashSet<String> = excluded.iter().map(|i| format!("d{i:02}")).collect();
+            for pool in ["p0", "p1"] {
+                let req = crate::packing::Request { gpus, same_device: true, domain: crate::packing::Domain::Any, spread_racks: false };
+                let by_packing = crate::packing::plan(&req, &v.candidates(pool, &excluded, false));
+                let by_index = v.best_single(pool, gpus, &excluded).map(|t| vec![t]);
+                proptest::prop_assert_eq!(by_index, by_packing);
+            }
+        }
     }
 
     #[test]
