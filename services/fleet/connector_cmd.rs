@@ -1,4 +1,4 @@
-//! `fleet connector <netbox|openstack|slurm>`: one subcommand per connector
+//! `fleet connector <netbox|openstack|slurm|health|borneo|fabric>`: one subcommand per connector
 //! service, each a library crate with `run(config, shutdown)`.
 
 use fleet_runtime::{FleetConfig, Shutdown};
@@ -11,6 +11,12 @@ pub enum ConnectorCommand {
     Openstack,
     /// slurmrestd nodes: SlurmRegistered, SlurmNodeHealthy, state tokens.
     Slurm,
+    /// Prometheus/Mimir health series: chassis_health and the ten health conditions.
+    Health,
+    /// The Borneo partner custody API: custody snapshots by serial.
+    Borneo,
+    /// Switch VRFs (NVUE), NetBox cables and NMX-M partitions: the live-fabric observations.
+    Fabric,
 }
 
 pub async fn run(
@@ -22,5 +28,8 @@ pub async fn run(
         ConnectorCommand::Netbox => fleet_connector_netbox::run(config, shutdown).await,
         ConnectorCommand::Openstack => fleet_connector_openstack::run(config, shutdown).await,
         ConnectorCommand::Slurm => fleet_connector_slurm::run(config, shutdown).await,
+        ConnectorCommand::Health => fleet_connector_health::run(config, shutdown).await,
+        ConnectorCommand::Borneo => fleet_connector_borneo::run(config, shutdown).await,
+        ConnectorCommand::Fabric => fleet_connector_fabric::run(config, shutdown).await,
     }
 }

@@ -75,6 +75,24 @@ fn postgres_bin(name: &str) -> Option<PathBuf> {
     find_binary(name, &candidates)
 }
 
+/// PostgreSQL refuses to run as root: as root, run its tools as the
+/// `postgres` user (which the Debian package creates) through `runuser`.
+async fn as_postgres_user(bin: &Path) -> Command {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .await
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
 impl Infra {
     fn dir(&mut self) -> anyhow::Result<PathBuf> {
         if let Some(d) = &self.dir {
@@ -103,6 +121,9 @@ impl Infra {
             .arg(&store)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group: a Ctrl-C meant for `fleet dev` must
+            // not stop it before the services have let go of it.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
@@ -119,8 +140,16 @@ impl Infra {
             bail!("PostgreSQL does not answer and there is no initdb/pg_ctl to start one: install it with `apt-get install postgresql` (Debian package postgresql)");
         };
         let port = free_port()?;
-        let data = self.dir()?.join("pgdata");
-        let out = Command::new(&initdb)
+        let dir = self.dir()?;
+        let data = dir.join("pgdata");
+        // Harmless when not root; as root the postgres user must own the files.
+        let _ = Command::new("chown")
+            .args(["-R", "postgres"])
+            .arg(&dir)
+            .output()
+            .await;
+        let out = as_postgres_user(&initdb)
+            .await
             .args([
                 "-U",
                 "postgres",
@@ -145,12 +174,14 @@ impl Infra {
             "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
             data.display()
         );
-        let out = Command::new(&pg_ctl)
+        let out = as_postgres_user(&pg_ctl)
+            .await
             .arg("-D")
             .arg(&data)
             .arg("-l")
             .arg(&log)
             .args(["-o", &opts, "-w", "start"])
+            .process_group(0)
             .output()
             .await
             .with_context(|| format!("running {}", pg_ctl.display()))?;
@@ -168,10 +199,11 @@ impl Infra {
     /// Stops what was started and removes the temporary directory.
     pub async fn stop(&mut self) {
         if let Some((pg_ctl, data)) = self.postgres.take() {
-            let r = Command::new(&pg_ctl)
+            let r = as_postgres_user(&pg_ctl)
+                .await
                 .arg("-D")
                 .arg(&data)
-                .args(["-m", "fast", "-w", "stop"])
+                .args(["-m", "immediate", "-w", "-t", "10", "stop"])
                 .output()
                 .await;
             if let Err(e) = r {

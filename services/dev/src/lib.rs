@@ -334,9 +334,15 @@ impl DevMesh {
                 }
             }
         }
-        self.pool.close().await;
-        if self.isolate {
-            self.remove_run_data().await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.pool.close()).await;
+        if self.isolate
+            && tokio::time::timeout(Duration::from_secs(10), self.remove_run_data())
+                .await
+                .is_err()
+        {
+            report
+                .failed
+                .push("removing the run's database and streams took over 10 s".into());
         }
         self.infra.stop().await;
         report.children_left = self.infra.anything_running();

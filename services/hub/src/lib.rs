@@ -5,6 +5,7 @@
 
 pub mod commands;
 pub mod decode;
+pub mod drift;
 pub mod join;
 pub mod metrics;
 pub mod observations;
@@ -263,6 +264,7 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     drop(senders);
     tasks.spawn(hub.clone().serve_commands(shutdown.clone()));
     tasks.spawn(hub.clone().sweep_loop(shutdown.clone()));
+    tasks.spawn(hub.clone().drift_loop(shutdown.clone()));
     let relay = tokio::spawn(hub.clone().relay_loop(shutdown.clone()));
 
     shutdown.wait().await;

@@ -55,6 +55,8 @@ async fn ensure_observations(
 /// `/readyz` and `/metrics` served.
 pub struct Runtime {
     pub source: Source,
+    /// The configuration section (`connectors.<name>`).
+    pub name: String,
     pub bus: Bus,
     pub metrics: ConnectorMetrics,
     /// The bound ops address (`listen` may ask for port 0).
@@ -68,8 +70,20 @@ impl Runtime {
         listen: &str,
         shutdown: Shutdown,
     ) -> anyhow::Result<Runtime> {
+        Self::start_named(config, source, source.as_str(), listen, shutdown).await
+    }
+
+    /// [`Runtime::start`] for a connector whose configuration section is
+    /// not named after its source (`fabric` publishes for three sources).
+    pub async fn start_named(
+        config: &FleetConfig,
+        source: Source,
+        name: &str,
+        listen: &str,
+        shutdown: Shutdown,
+    ) -> anyhow::Result<Runtime> {
         let nats =
-            fleet_bus::connect_now(&config.nats.url, &format!("fleet-connector-{source}")).await?;
+            fleet_bus::connect_now(&config.nats.url, &format!("fleet-connector-{name}")).await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
@@ -92,9 +106,10 @@ impl Runtime {
         let ops_addr =
             fleet_runtime::http::serve(listen, fleet_runtime::http::router(ops), shutdown)
                 .await
-                .with_context(|| format!("binding connectors.{source}.listen {listen}"))?;
+                .with_context(|| format!("binding connectors.{name}.listen {listen}"))?;
         Ok(Runtime {
             source,
+            name: name.to_string(),
             bus: Bus {
                 nats,
                 js,
@@ -125,7 +140,7 @@ impl Runtime {
         anyhow::ensure!(
             !targets.is_empty(),
             "configuration key connectors.{}.sites: no site is configured",
-            self.source
+            self.name
         );
         tracing::info!(source = %self.source, sites = targets.len(), ops = %self.ops_addr, "connector running");
         let mut tasks = tokio::task::JoinSet::new();

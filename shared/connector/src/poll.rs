@@ -46,6 +46,26 @@ pub trait Target: Send + 'static {
     fn vanished(&self, _key: &v1::DeviceKey, _at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
         None
     }
+    /// What an outage publishes for a device the last good read listed:
+    /// by default every condition the source owns `Unknown` with
+    /// [`Target::outage_reason`] and `message` (the error), and
+    /// [`Target::outage_mirror`]. A source whose messages must open with
+    /// something of their own (health: the series selector) overrides it.
+    fn outage(
+        &self,
+        key: &v1::DeviceKey,
+        at: DateTime<Utc>,
+        message: &str,
+    ) -> Option<v1::ConditionSnapshot> {
+        all_unknown(
+            self.source(),
+            key.clone(),
+            at,
+            self.outage_reason(),
+            message,
+            self.outage_mirror(),
+        )
+    }
     /// Reads the source once and maps what it read. An error is an outage.
     fn poll(
         &mut self,
@@ -123,16 +143,7 @@ impl Tracker {
         let message = truncate(&error.to_string(), 300);
         self.last_seen
             .values()
-            .filter_map(|k| {
-                all_unknown(
-                    target.source(),
-                    k.clone(),
-                    at,
-                    target.outage_reason(),
-                    &message,
-                    target.outage_mirror(),
-                )
-            })
+            .filter_map(|k| target.outage(k, at, &message))
             .collect()
     }
 }

@@ -5,6 +5,7 @@
 pub mod catalogue;
 pub mod commands;
 pub mod derivation;
+pub mod drift;
 pub mod error;
 pub mod hardware;
 pub mod ironic;

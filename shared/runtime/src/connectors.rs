@@ -148,6 +148,9 @@ pub struct ConnectorsConfig {
     pub netbox: NetboxConnectorConfig,
     pub openstack: OpenstackConnectorConfig,
     pub slurm: SlurmConnectorConfig,
+    pub health: HealthConnectorConfig,
+    pub borneo: BorneoConnectorConfig,
+    pub fabric: FabricConnectorConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -302,6 +305,161 @@ pub struct SlurmSiteConfig {
     pub token: Credential,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HealthConnectorConfig {
+    pub listen: String,
+    /// The label naming the host (the fleet device name) on every health
+    /// series.
+    pub host_label: String,
+    /// Fleet site id -> that site's Prometheus query API.
+    pub sites: BTreeMap<String, HealthSiteConfig>,
+    pub poll: PollConfig,
+}
+
+impl Default for HealthConnectorConfig {
+    fn default() -> Self {
+        HealthConnectorConfig {
+            listen: "127.0.0.1:9414".into(),
+            host_label: "host".into(),
+            sites: BTreeMap::new(),
+            poll: PollConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HealthSiteConfig {
+    /// The base of the query API: Prometheus (`http://prometheus:9090`) or
+    /// Mimir (`https://mimir.example.com/prometheus`); the connector reads
+    /// `<url>/api/v1/query`.
+    pub url: String,
+    /// The Mimir tenant, sent in `tenant_header`; empty sends no header.
+    pub tenant: String,
+    pub tenant_header: String,
+    /// Label matchers added to every query so it selects this site's hosts
+    /// only, e.g. `site="lon1"`; empty: every series.
+    pub selector: String,
+    /// `Authorization: Bearer <token>`, when the query API wants one.
+    pub token: Credential,
+}
+
+impl Default for HealthSiteConfig {
+    fn default() -> Self {
+        HealthSiteConfig {
+            url: String::new(),
+            tenant: String::new(),
+            tenant_header: "X-Scope-OrgID".into(),
+            selector: String::new(),
+            token: Credential::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BorneoConnectorConfig {
+    pub listen: String,
+    /// The partner custody API, e.g. `https://borneo.example.com` (the
+    /// connector reads `<url>/v1/partners/<partner>/machines`).
+    pub url: String,
+    /// The OAuth2 token endpoint (client-credentials grant).
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: Credential,
+    /// The `scope` of the token request; empty sends none.
+    pub scope: String,
+    /// `page_size` of one page of machines.
+    pub page_size: u32,
+    /// Fleet site id -> Borneo partner id.
+    pub sites: BTreeMap<String, String>,
+    pub poll: PollConfig,
+}
+
+impl Default for BorneoConnectorConfig {
+    fn default() -> Self {
+        BorneoConnectorConfig {
+            listen: "127.0.0.1:9415".into(),
+            url: String::new(),
+            token_url: String::new(),
+            client_id: String::new(),
+            client_secret: Credential::default(),
+            scope: String::new(),
+            page_size: 500,
+            sites: BTreeMap::new(),
+            poll: PollConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FabricConnectorConfig {
+    pub listen: String,
+    /// NetBox, for the device-to-port map (its cables).
+    pub netbox_url: String,
+    pub netbox_token: Credential,
+    /// `auto`, `token` or `bearer` (as `connectors.netbox.auth_scheme`).
+    pub netbox_auth_scheme: String,
+    pub netbox_page_size: u32,
+    /// HTTP basic credentials of the switches' NVUE REST API.
+    pub nvue_username: String,
+    pub nvue_password: Credential,
+    /// The NVUE revision read: `operational` (what the switch runs) or
+    /// `applied`.
+    pub nvue_revision: String,
+    /// Fleet site id -> that site's fabric.
+    pub sites: BTreeMap<String, FabricSiteConfig>,
+    pub poll: PollConfig,
+}
+
+impl Default for FabricConnectorConfig {
+    fn default() -> Self {
+        FabricConnectorConfig {
+            listen: "127.0.0.1:9416".into(),
+            netbox_url: String::new(),
+            netbox_token: Credential::default(),
+            netbox_auth_scheme: "auto".into(),
+            netbox_page_size: 1000,
+            nvue_username: String::new(),
+            nvue_password: Credential::default(),
+            nvue_revision: "operational".into(),
+            sites: BTreeMap::new(),
+            poll: PollConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FabricSiteConfig {
+    /// The NetBox site slug whose cables map switch ports to devices.
+    pub netbox_site: String,
+    /// Front-end switch (its NetBox device name) -> its NVUE API base URL
+    /// (`https://leaf01:8765`).
+    pub frontend_switches: BTreeMap<String, String>,
+    /// RoCE back-end switch -> its NVUE API base URL.
+    pub backend_switches: BTreeMap<String, String>,
+    /// The VRFs that are customer VRFs: exact names, or prefixes ending in
+    /// `*` (`cust-*`). Required with `frontend_switches`.
+    pub customer_vrfs: Vec<String>,
+    /// The back-end maintenance VRF. Required with `backend_switches`.
+    pub maintenance_vrf: String,
+    /// Cable peers that are not devices (spines, border leaves): names or
+    /// `prefix*` patterns.
+    pub exclude_peers: Vec<String>,
+    /// NVIDIA NMX-M (`https://nmx-m.example.com`); empty: no NVLink
+    /// observations at this site.
+    pub nmx_url: String,
+    /// NMX-M HTTP basic credentials, or a bearer token.
+    pub nmx_username: String,
+    pub nmx_password: Credential,
+    pub nmx_token: Credential,
+    /// The name of the NVLink repair partition. Required with `nmx_url`.
+    pub repair_partition: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +520,17 @@ mod tests {
             token = { file = "/run/secrets/jwt" }
             [connectors.slurm.poll]
             resync_interval_secs = 30
+            [connectors.health.sites.s1]
+            url = "https://mimir.example.com/prometheus"
+            tenant = "fleet"
+            [connectors.borneo]
+            url = "https://borneo.example.com"
+            client_secret = { env = "BORNEO_SECRET" }
+            sites = { s1 = "partner-1" }
+            [connectors.fabric.sites.s1]
+            netbox_site = "dc1"
+            frontend_switches = { leaf01 = "https://leaf01:8765" }
+            customer_vrfs = ["cust-*"]
         "#;
         let c: crate::FleetConfig = config::Config::builder()
             .add_source(config::Config::try_from(&crate::FleetConfig::default()).unwrap())
@@ -380,6 +549,16 @@ mod tests {
         assert_eq!(c.slurm.poll.resync_interval_secs, 30.0);
         assert_eq!(c.slurm.poll.max_retries, 3);
         assert_eq!(c.openstack.key_by, "name");
+        let h = &c.health.sites["s1"];
+        assert_eq!(h.tenant_header, "X-Scope-OrgID");
+        assert_eq!(c.health.host_label, "host");
+        assert_eq!(c.borneo.client_secret.env, "BORNEO_SECRET");
+        assert_eq!(c.borneo.sites["s1"], "partner-1");
+        assert_eq!(c.borneo.page_size, 500);
+        let f = &c.fabric.sites["s1"];
+        assert_eq!(f.frontend_switches["leaf01"], "https://leaf01:8765");
+        assert_eq!(f.customer_vrfs, vec!["cust-*"]);
+        assert_eq!(c.fabric.nvue_revision, "operational");
     }
 
     /// Serialises through the `config` crate's own value model, the path

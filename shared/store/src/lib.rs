@@ -3,6 +3,7 @@
 //! the queries the hub uses to lock, read and write device state.
 
 pub mod devices;
+pub mod drift;
 pub mod outbox;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

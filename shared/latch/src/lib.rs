@@ -1,0 +1,573 @@
+//! fleet-latch: how workflows write the durable fabric latches
+//! (`FrontendPortsInCustomerVrf`, `BackendPortsInMaintenanceVrf`,
+//! `NvLinkGpusInRepairPartition`) after a verified flip or move.
+//!
+//! A latch write goes through the hub's `write_condition` command
+//! (`<root>.hub.cmd.write_condition`), observation-ordered: `observed_at`
+//! is when the workflow read the switch or NMX-M. The hub answers with the
+//! row it stored; a row different from what was sent means the write was
+//! stale-rejected (a later observation is on record), and the workflow
+//! must fail rather than report a latch it did not record. Every failure
+//! carries the workflow failure code of its latch:
+//! `SWITCH_VRF_LATCH_WRITE_FAILED` (front-end),
+//! `BACKEND_VRF_LATCH_WRITE_FAILED`, `NVLINK_LATCH_WRITE_FAILED`.
+//!
+//! Simulated runs verified nothing and must not call this.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fleet_bus::Subjects;
+use fleet_domain::{ConditionStatus, ConditionType, Source};
+use fleet_proto::{v1, Message};
+use serde::Deserialize;
+
+/// The three workflow-written latches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Latch {
+    /// Front-end VRF flips (`frontend-fabric`).
+    FrontendVrf,
+    /// Back-end RoCE VRF flips (`backend-fabric`).
+    BackendVrf,
+    /// NVLink repair-partition moves (`nvlink-fabric`).
+    NvlinkPartition,
+}
+
+impl Latch {
+    pub fn condition_type(self) -> ConditionType {
+        match self {
+            Latch::FrontendVrf => ConditionType::FrontendPortsInCustomerVrf,
+            Latch::BackendVrf => ConditionType::BackendPortsInMaintenanceVrf,
+            Latch::NvlinkPartition => ConditionType::NvLinkGpusInRepairPartition,
+        }
+    }
+
+    pub fn source(self) -> Source {
+        match self {
+            Latch::FrontendVrf => Source::FrontendFabric,
+            Latch::BackendVrf => Source::BackendFabric,
+            Latch::NvlinkPartition => Source::NvlinkFabric,
+        }
+    }
+
+    /// The code a workflow fails with when the write did not land.
+    pub fn failure_code(self) -> &'static str {
+        match self {
+            Latch::FrontendVrf => "SWITCH_VRF_LATCH_WRITE_FAILED",
+            Latch::BackendVrf => "BACKEND_VRF_LATCH_WRITE_FAILED",
+            Latch::NvlinkPartition => "NVLINK_LATCH_WRITE_FAILED",
+        }
+    }
+
+    /// The reasons a workflow writes (`conditions.md`, "Latch reasons"),
+    /// each with its status. `HandoverBreach` is the hub's own custody
+    /// entry write and not among them.
+    pub fn reasons(self) -> &'static [(&'static str, ConditionStatus)] {
+        use ConditionStatus::{False as F, True as T, Unknown as U};
+        match self {
+            Latch::FrontendVrf => &[("CustomerVrfFlipVerified", T), ("IsolateFlipVerified", F)],
+            Latch::BackendVrf => &[
+                ("IsolateVerified", T),
+                ("ReturnVerified", F),
+                ("ManualIsolation", T),
+                ("ManualReturn", F),
+                ("ApplyInProgress", U),
+            ],
+            Latch::NvlinkPartition => &[
+                ("MoveVerified", T),
+                ("ReturnVerified", F),
+                ("MoveInProgress", U),
+            ],
+        }
+    }
+}
+
+/// One latch write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatchWrite {
+    pub latch: Latch,
+    /// Usually `device_id` (no site); any key the hub resolves works.
+    pub device: v1::DeviceKey,
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+    /// When the flip or move was read back, truncated to the microsecond
+    /// PostgreSQL stores so the returned row compares equal.
+    pub observed_at: DateTime<Utc>,
+}
+
+impl LatchWrite {
+    /// A write with the status its reason carries; an unknown reason is
+    /// refused before anything is sent.
+    pub fn new(
+        latch: Latch,
+        device: v1::DeviceKey,
+        reason: &str,
+        message: impl Into<String>,
+        observed_at: DateTime<Utc>,
+    ) -> Result<Self, LatchError> {
+        let status = latch
+            .reasons()
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| LatchError::Invalid {
+                code: latch.failure_code(),
+                message: format!(
+                    "{reason:?} is not a {} reason ({})",
+                    latch.condition_type(),
+                    latch
+                        .reasons()
+                        .iter()
+                        .map(|(r, _)| *r)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })?;
+        Ok(LatchWrite {
+            latch,
+            device,
+            status,
+            reason: reason.to_string(),
+            message: message.into(),
+            observed_at: micros(observed_at),
+        })
+    }
+
+    /// A device named by its fleet id.
+    pub fn device_id(id: &str) -> v1::DeviceKey {
+        v1::DeviceKey {
+            site: String::new(),
+            kind: "device_id".into(),
+            key: id.to_string(),
+        }
+    }
+
+    /// The `write_condition` command.
+    pub fn command(&self, actor: &str) -> v1::HubCommand {
+        v1::HubCommand {
+            actor: actor.to_string(),
+            expected_version: 0,
+            command: Some(v1::hub_command::Command::WriteCondition(
+                v1::ConditionWrite {
+                    source: self.latch.source().as_str().to_string(),
+                    device: Some(self.device.clone()),
+                    condition: Some(v1::Condition {
+                        r#type: self.latch.condition_type().as_str().to_string(),
+                        status: self.status.as_str().to_string(),
+                        reason: self.reason.clone(),
+                        message: self.message.clone(),
+                    }),
+                    observed_at: Some(fleet_proto::timestamp(self.observed_at)),
+                    hub_ordered: false,
+                },
+            )),
+        }
+    }
+}
+
+fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    fleet_proto::datetime(Some(&fleet_proto::timestamp(t))).unwrap_or(t)
+}
+
+/// The condition row the hub stored and returned.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct StoredLatch {
+    pub device_id: String,
+    #[serde(rename = "type")]
+    pub condition_type: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub source: String,
+    pub observed_at: DateTime<Utc>,
+}
+
+impl StoredLatch {
+    /// Whether this is the row `w` asked for.
+    pub fn records(&self, w: &LatchWrite) -> bool {
+        self.condition_type == w.latch.condition_type().as_str()
+            && self.status == w.status.as_str()
+            && self.reason == w.reason
+            && self.message == w.message
+            && self.source == w.latch.source().as_str()
+            && self.observed_at == w.observed_at
+    }
+}
+
+/// A latch write that did not land. Every variant carries the latch's
+/// failure code ([`LatchError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LatchError {
+    #[error("{code}: invalid latch write: {message}")]
+    Invalid { code: &'static str, message: String },
+    /// The hub answered with an error (`FORBIDDEN_SOURCE`, `NOT_FOUND`,
+    /// `FUTURE_OBSERVATION`, ...).
+    #[error("{code}: the hub refused the write ({hub_code}): {message}")]
+    Refused {
+        code: &'static str,
+        hub_code: String,
+        message: String,
+    },
+    /// The hub kept a later row: this write is not on record.
+    #[error(
+        "{code}: stale-rejected: the hub kept {} {}/{} observed at {}, not the write observed at {sent_observed_at}",
+        stored.condition_type, stored.status, stored.reason, stored.observed_at.to_rfc3339()
+    )]
+    StaleRejected {
+        code: &'static str,
+        stored: Box<StoredLatch>,
+        sent_observed_at: String,
+    },
+    /// No answer (no hub, timeout, NATS away, the hub's store away) after
+    /// every attempt.
+    #[error("{code}: no answer from the hub after {attempts} attempts: {message}")]
+    Unavailable {
+        code: &'static str,
+        attempts: u32,
+        message: String,
+    },
+    #[error("{code}: the hub's reply is not a condition row: {message}")]
+    BadReply { code: &'static str, message: String },
+}
+
+impl LatchError {
+    /// The workflow failure code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LatchError::Invalid { code, .. }
+            | LatchError::Refused { code, .. }
+            | LatchError::StaleRejected { code, .. }
+            | LatchError::Unavailable { code, .. }
+            | LatchError::BadReply { code, .. } => code,
+        }
+    }
+}
+
+/// Checks the hub's reply to `w`: the stored row, or why the write is not
+/// on record. Pure.
+pub fn verify(w: &LatchWrite, reply: &v1::HubReply) -> Result<StoredLatch, LatchError> {
+    let code = w.latch.failure_code();
+    if let Some(e) = &reply.error {
+        return Err(LatchError::Refused {
+            code,
+            hub_code: e.code.clone(),
+            message: e.message.clone(),
+        });
+    }
+    let stored: StoredLatch =
+        serde_json::from_slice(&reply.record_json).map_err(|e| LatchError::BadReply {
+            code,
+            message: e.to_string(),
+        })?;
+    if stored.records(w) {
+        Ok(stored)
+    } else {
+        Err(LatchError::StaleRejected {
+            code,
+            stored: Box::new(stored),
+            sent_observed_at: w.observed_at.to_rfc3339(),
+        })
+    }
+}
+
+/// Sends latch writes to the hub.
+#[derive(Clone)]
+pub struct LatchWriter {
+    pub nats: async_nats::Client,
+    pub subjects: Subjects,
+    /// Who writes (`workflow:<name>:<job>`), recorded as the cause.
+    pub actor: String,
+    /// How long one attempt waits for the hub.
+    pub timeout: Duration,
+    /// Attempts while the hub does not answer or answers `UNAVAILABLE`.
+    pub attempts: u32,
+}
+
+impl LatchWriter {
+    pub fn new(nats: async_nats::Client, subjects: Subjects, actor: &str) -> Self {
+        LatchWriter {
+            nats,
+            subjects,
+            actor: actor.to_string(),
+            timeout: Duration::from_secs(5),
+            attempts: 3,
+        }
+    }
+
+    /// Writes the latch and returns the row the hub stored, which is the
+    /// one sent; anything else is an error with the latch's failure code.
+    /// Re-sending the same write (a re-run job) is answered with the same
+    /// row and succeeds.
+    pub async fn write(&self, w: &LatchWrite) -> Result<StoredLatch, LatchError> {
+        let code = w.latch.failure_code();
+        let payload: Vec<u8> = w.command(&self.actor).encode_to_vec();
+        let subject = self.subjects.hub_cmd("write_condition");
+        let attempts = self.attempts.max(1);
+        let mut last = String::new();
+        for attempt in 1..=attempts {
+            if attempt > 1 {
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt - 1))).await;
+            }
+            let answer = tokio::time::timeout(
+                self.timeout,
+                self.nats.request(subject.clone(), payload.clone().into()),
+            )
+            .await;
+            let msg = match answer {
+                Err(_) => {
+                    last = format!("no reply within {} ms", self.timeout.as_millis());
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    last = e.to_string();
+                    continue;
+                }
+                Ok(Ok(m)) => m,
+            };
+            let reply =
+                v1::HubReply::decode(msg.payload.as_ref()).map_err(|e| LatchError::BadReply {
+                    code,
+                    message: format!("undecodable HubReply: {e}"),
+                })?;
+            match verify(w, &reply) {
+                Err(LatchError::Refused {
+                    hub_code, message, ..
+                }) if hub_code == "UNAVAILABLE" => {
+                    last = format!("{hub_code}: {message}");
+                }
+                Err(e) => {
+                    tracing::error!(code, latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
+                    return Err(e);
+                }
+                Ok(stored) => {
+                    tracing::info!(latch = %w.latch.condition_type(), device_id = %stored.device_id, status = %stored.status, reason = %stored.reason, "latch recorded");
+                    return Ok(stored);
+                }
+            }
+        }
+        let e = LatchError::Unavailable {
+            code,
+            attempts,
+            message: last,
+        };
+        tracing::error!(code, latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
+        Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-29T16:00:00.123456789Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn write(latch: Latch, reason: &str) -> LatchWrite {
+        LatchWrite::new(
+            latch,
+            LatchWrite::device_id("dev-1"),
+            reason,
+            "read back from leaf01",
+            at(),
+        )
+        .unwrap()
+    }
+
+    fn reply(row: serde_json::Value) -> v1::HubReply {
+        v1::HubReply {
+            error: None,
+            record_json: serde_json::to_vec(&row).unwrap(),
+            version: 3,
+        }
+    }
+
+    fn row_of(w: &LatchWrite) -> serde_json::Value {
+        serde_json::json!({
+            "device_id": "dev-1",
+            "type": w.latch.condition_type().as_str(),
+            "status": w.status.as_str(),
+            "reason": w.reason,
+            "message": w.message,
+            "source": w.latch.source().as_str(),
+            "condition_of": "none",
+            "durable": true,
+            "observed_at": w.observed_at,
+            "received_at": w.observed_at,
+            "decisive": false,
+            "last_transition_at": w.observed_at,
+            "stale": false
+        })
+    }
+
+    #[test]
+    fn reasons_carry_their_status_and_codes() {
+        let cases = [
+            (
+                Latch::FrontendVrf,
+                "CustomerVrfFlipVerified",
+                ConditionStatus::True,
+                "SWITCH_VRF_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::FrontendVrf,
+                "IsolateFlipVerified",
+                ConditionStatus::False,
+                "SWITCH_VRF_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::BackendVrf,
+                "IsolateVerified",
+                ConditionStatus::True,
+                "BACKEND_VRF_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::BackendVrf,
+                "ApplyInProgress",
+                ConditionStatus::Unknown,
+                "BACKEND_VRF_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::BackendVrf,
+                "ManualReturn",
+                ConditionStatus::False,
+                "BACKEND_VRF_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::NvlinkPartition,
+                "MoveVerified",
+                ConditionStatus::True,
+                "NVLINK_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::NvlinkPartition,
+                "MoveInProgress",
+                ConditionStatus::Unknown,
+                "NVLINK_LATCH_WRITE_FAILED",
+            ),
+            (
+                Latch::NvlinkPartition,
+                "ReturnVerified",
+                ConditionStatus::False,
+                "NVLINK_LATCH_WRITE_FAILED",
+            ),
+        ];
+        for (latch, reason, status, code) in cases {
+            let w = write(latch, reason);
+            assert_eq!(w.status, status, "{reason}");
+            assert_eq!(latch.failure_code(), code);
+            assert!(latch.condition_type().is_durable());
+            assert!(latch.condition_type().check_owner(latch.source()).is_ok());
+        }
+        let e = LatchWrite::new(
+            Latch::FrontendVrf,
+            LatchWrite::device_id("d"),
+            "HandoverBreach",
+            "",
+            at(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert!(
+            e.to_string()
+                .contains("CustomerVrfFlipVerified, IsolateFlipVerified"),
+            "{e}"
+        );
+        assert!(LatchWrite::new(
+            Latch::NvlinkPartition,
+            LatchWrite::device_id("d"),
+            "IsolateVerified",
+            "",
+            at()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn the_command_is_an_observation_ordered_write() {
+        let w = write(Latch::BackendVrf, "IsolateVerified");
+        assert_eq!(
+            w.observed_at.timestamp_subsec_nanos(),
+            123_456_000,
+            "microseconds"
+        );
+        let c = w.command("workflow:backend-isolate:job-7");
+        assert_eq!(c.expected_version, 0);
+        match c.command {
+            Some(v1::hub_command::Command::WriteCondition(cw)) => {
+                assert_eq!(cw.source, "backend-fabric");
+                assert!(!cw.hub_ordered);
+                let cond = cw.condition.unwrap();
+                assert_eq!(
+                    (
+                        cond.r#type.as_str(),
+                        cond.status.as_str(),
+                        cond.reason.as_str()
+                    ),
+                    ("BackendPortsInMaintenanceVrf", "True", "IsolateVerified")
+                );
+                assert_eq!(
+                    fleet_proto::datetime(cw.observed_at.as_ref()),
+                    Some(w.observed_at)
+                );
+                assert_eq!(cw.device.unwrap().kind, "device_id");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn verify_accepts_only_the_row_sent() {
+        let w = write(Latch::FrontendVrf, "IsolateFlipVerified");
+        let stored = verify(&w, &reply(row_of(&w))).unwrap();
+        assert_eq!(stored.device_id, "dev-1");
+        // A later observation is on record: stale-rejected.
+        let mut later = row_of(&w);
+        later["observed_at"] = serde_json::json!(w.observed_at + chrono::Duration::seconds(30));
+        later["status"] = "True".into();
+        later["reason"] = "CustomerVrfFlipVerified".into();
+        let e = verify(&w, &reply(later)).unwrap_err();
+        assert!(matches!(e, LatchError::StaleRejected { .. }), "{e}");
+        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert!(e.to_string().contains("stale-rejected"), "{e}");
+        // Same value, but another time or another writer: not this write.
+        for (field, value) in [
+            (
+                "observed_at",
+                serde_json::json!(w.observed_at - chrono::Duration::microseconds(1)),
+            ),
+            ("source", "borneo".into()),
+            ("message", "another message".into()),
+        ] {
+            let mut r = row_of(&w);
+            r[field] = value;
+            assert!(
+                matches!(verify(&w, &reply(r)), Err(LatchError::StaleRejected { .. })),
+                "{field}"
+            );
+        }
+        let refused = v1::HubReply {
+            error: Some(v1::HubError {
+                code: "NOT_FOUND".into(),
+                message: "device device_id dev-1".into(),
+            }),
+            record_json: vec![],
+            version: 0,
+        };
+        let e = verify(&w, &refused).unwrap_err();
+        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert!(matches!(&e, LatchError::Refused { hub_code, .. } if hub_code == "NOT_FOUND"));
+        let garbage = v1::HubReply {
+            error: None,
+            record_json: b"{}".to_vec(),
+            version: 0,
+        };
+        assert!(matches!(
+            verify(&w, &garbage),
+            Err(LatchError::BadReply { .. })
+        ));
+    }
+}
