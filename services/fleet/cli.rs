@@ -160,6 +160,10 @@ pub struct Api {
 
 impl Api {
     pub fn new(url: &str, token: Option<&str>) -> anyhow::Result<Api> {
+        fleet_dev::install_tls_provider();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!("the API URL {url:?} is not an http(s) URL (--api-url or FLEET_API_URL)");
+        }
         Ok(Api {
             url: url.trim_end_matches('/').to_string(),
             token: token.map(str::to_string),
@@ -184,10 +188,15 @@ impl Api {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot reach the API at {}: {e}", self.url))?;
+        let resp = req.send().await.map_err(|e| {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg = format!("{msg}: {s}");
+                src = s.source();
+            }
+            anyhow::anyhow!("cannot reach the API at {}: {msg}", self.url)
+        })?;
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);

@@ -557,3 +557,10 @@ mod tests {
         );
     }
 }
+
+/// Installs the process-wide rustls crypto provider (ring) that reqwest
+/// built with `rustls-no-provider` needs before a client is built; the
+/// operator CLI calls it. Installing twice is harmless.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
