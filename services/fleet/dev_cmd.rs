@@ -82,8 +82,11 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         mesh.token, mesh.api_url
     );
     println!(
-        "simulated  netbox {}  openstack {}  slurm {}",
-        mesh.endpoints.netbox, mesh.endpoints.openstack, mesh.endpoints.slurm
+        "simulated  netbox {}  openstack {}  slurm {}  prometheus {}",
+        mesh.endpoints.netbox,
+        mesh.endpoints.openstack,
+        mesh.endpoints.slurm,
+        mesh.endpoints.prometheus
     );
     println!(
         "database   {}  subjects {}.>",
@@ -245,9 +248,21 @@ fn screen(
             s.truth.get(k.as_str()).copied().unwrap_or(0)
         );
     }
-    let _ = writeln!(o, "\n{:<18} {:>9}", "health", "devices");
-    for (k, v) in &s.health {
-        let _ = writeln!(o, "  {k:<16} {v:>9}");
+    let _ = writeln!(o, "\n{:<18} {:>9} {:>9}", "health", "hub", "expected");
+    let mut hk: Vec<String> = s.health.keys().cloned().collect();
+    for k in s.health_truth.keys() {
+        if !hk.iter().any(|x| x == k) {
+            hk.push(k.to_string());
+        }
+    }
+    hk.sort();
+    for k in &hk {
+        let _ = writeln!(
+            o,
+            "  {k:<16} {:>9} {:>9}",
+            s.health.get(k).copied().unwrap_or(0),
+            s.health_truth.get(k.as_str()).copied().unwrap_or(0)
+        );
     }
     let _ = writeln!(
         o,

@@ -82,6 +82,31 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         "API (left) against the scenario's ground truth (right)"
     );
 
+    // Health from the simulated Prometheus through connector-health.
+    let health_truth: BTreeMap<String, usize> = mesh
+        .health_truth()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut health_seen;
+    loop {
+        health_seen = BTreeMap::new();
+        for d in api.list_devices(&ListArgs::default()).await.unwrap() {
+            *health_seen
+                .entry(d["health_status"].as_str().unwrap_or("?").to_string())
+                .or_default() += 1;
+        }
+        if health_seen == health_truth || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        health_seen, health_truth,
+        "health: API (left) against the scenario (right)"
+    );
+
     // Per device too: the same status for the same name.
     let by_name: BTreeMap<(String, String), String> = api
         .list_devices(&ListArgs::default())

@@ -58,6 +58,8 @@ pub struct SimDevice {
     pub customer_ready: bool,
     /// `None`: slurmrestd does not list the node.
     pub slurm: Option<SlurmState>,
+    /// The `chassis_health` reading: 0 Ok, 1 Warning, 2 Critical.
+    pub health: u8,
 }
 
 /// Which source is out (answers 503) right now.
@@ -80,6 +82,7 @@ pub struct Activity {
     pub slurm_downs: u64,
     pub validated: u64,
     pub outages: u64,
+    pub health_changes: u64,
 }
 
 pub struct Scenario {
@@ -127,6 +130,11 @@ impl Scenario {
                     lessee: CUSTOMER_PROJECT,
                     customer_ready: true,
                     slurm: None,
+                    health: match rng.gen_range(0..100) {
+                        0..=91 => 0,
+                        92..=97 => 1,
+                        _ => 2,
+                    },
                 };
                 match rng.gen_range(0..100) {
                     0..=54 => {
@@ -191,6 +199,16 @@ impl Scenario {
             let a = &mut self.activity;
             let d = &mut self.devices[i];
             step(d, roll, a);
+            // Health degrades and recovers apart from the lifecycle.
+            let h = self.rng.gen_range(0..100);
+            if h < 10 {
+                d.health = match (d.health, h) {
+                    (0, 0..=6) => 1,
+                    (0, _) => 2,
+                    _ => 0,
+                };
+                a.health_changes += 1;
+            }
         }
     }
 
@@ -211,6 +229,16 @@ impl Scenario {
                 )
             })
             .collect()
+    }
+
+    /// Devices per expected health status (`chassis_health` alone:
+    /// Ok healthy, Warning degraded, Critical critical).
+    pub fn health_distribution(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            *out.entry(expected_health(d)).or_default() += 1;
+        }
+        out
     }
 
     /// Devices per expected operational status.
@@ -298,6 +326,16 @@ fn step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
             a.repairs += 1;
         }
         _ => {}
+    }
+}
+
+/// The health status `spec/conditions.md` derives from the
+/// `chassis_health` series the simulated Prometheus serves.
+pub fn expected_health(d: &SimDevice) -> &'static str {
+    match d.health {
+        0 => "healthy",
+        1 => "degraded",
+        _ => "critical",
     }
 }
 

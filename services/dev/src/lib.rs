@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleet_runtime::connectors::{
-    Credential, OpenstackSiteConfig, PollConfig, Secret, SlurmSiteConfig,
+    Credential, HealthSiteConfig, OpenstackSiteConfig, PollConfig, Secret, SlurmSiteConfig,
 };
 use fleet_runtime::shutdown::ShutdownTrigger;
 use fleet_runtime::{FleetConfig, Shutdown};
@@ -62,6 +62,9 @@ impl DevOptions {
         }
     }
 }
+
+/// How long the services together have to stop after the signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 struct Task {
     name: &'static str,
@@ -181,7 +184,7 @@ impl DevMesh {
         config.radar.listen = "127.0.0.1:0".into();
         // Three missed reads before a row goes stale, as in production.
         let ttl = (opts.resync_secs * 3.0).ceil().max(5.0) as u64;
-        for source in ["openstack", "slurm", "netbox"] {
+        for source in ["openstack", "slurm", "netbox", "health-status"] {
             config.hub.ttl_secs.insert(source.into(), ttl);
         }
         config.hub.sweep_interval_ms = 1000;
@@ -263,6 +266,9 @@ impl DevMesh {
         spawn("connector-slurm", &mut tasks, |c, s| {
             Box::pin(fleet_connector_slurm::run(c, s))
         });
+        spawn("connector-health", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_health::run(c, s))
+        });
         Ok(Parts {
             scenario,
             endpoints,
@@ -300,6 +306,14 @@ impl DevMesh {
             .distribution()
     }
 
+    /// Devices per expected health status, now.
+    pub fn health_truth(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .health_distribution()
+    }
+
     /// A task that ended on its own (an error or an early return).
     pub fn failed_task(&mut self) -> Option<String> {
         let i = self.tasks.iter().position(|t| t.handle.is_finished())?;
@@ -307,8 +321,7 @@ impl DevMesh {
         Some(t.name.to_string())
     }
 
-    /// Stops every task (connectors first, the hub last), joins them within
-    /// a few seconds each, removes the run's database and streams when it
+    /// Stops every task, joins them within `SHUTDOWN_GRACE`, removes the run's database and streams when it
     /// made them, and stops what it started.
     pub async fn shutdown(mut self) -> ShutdownReport {
         let mut report = ShutdownReport::default();
@@ -318,19 +331,25 @@ impl DevMesh {
         for t in self.sim_tasks.drain(..) {
             let _ = t.await;
         }
-        // Reverse start order: connectors, consumers, api, hub.
-        while let Some(t) = self.tasks.pop() {
+        // Every service gets its signal at once (connectors first); each
+        // then has until one shared deadline to finish what it holds.
+        for t in self.tasks.iter().rev() {
             t.trigger.trigger();
+        }
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while let Some(t) = self.tasks.pop() {
             let abort = t.handle.abort_handle();
-            match tokio::time::timeout(Duration::from_secs(5), t.handle).await {
+            match tokio::time::timeout_at(deadline, t.handle).await {
                 Ok(Ok(Ok(()))) => {}
                 Ok(Ok(Err(e))) => report.failed.push(format!("{}: {e:#}", t.name)),
                 Ok(Err(e)) => report.failed.push(format!("{}: {e}", t.name)),
                 Err(_) => {
                     abort.abort();
-                    report
-                        .failed
-                        .push(format!("{}: did not stop within 5 s (aborted)", t.name));
+                    report.failed.push(format!(
+                        "{}: did not stop within {} s (aborted)",
+                        t.name,
+                        SHUTDOWN_GRACE.as_secs()
+                    ));
                 }
             }
         }
@@ -464,6 +483,22 @@ fn wire_connectors(
                     placement_url: format!("{}/{s}/placement", e.openstack),
                     placement_enabled: true,
                     maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let h = &mut config.connectors.health;
+    h.listen = "127.0.0.1:0".into();
+    h.poll = fast_poll(resync);
+    h.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                HealthSiteConfig {
+                    url: format!("{}/{s}", e.prometheus),
                     ..Default::default()
                 },
             )

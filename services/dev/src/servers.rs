@@ -44,6 +44,7 @@ pub struct Endpoints {
     pub netbox: String,
     pub openstack: String,
     pub slurm: String,
+    pub prometheus: String,
 }
 
 /// Starts the three servers; they stop when their tasks are aborted.
@@ -62,7 +63,7 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
         }));
     };
     let mut urls = Vec::new();
-    for router in [netbox as fn(App) -> Router, openstack, slurm] {
+    for router in [netbox as fn(App) -> Router, openstack, slurm, prometheus] {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         urls.push(base.clone());
@@ -73,6 +74,7 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
             netbox: urls[0].clone(),
             openstack: urls[1].clone(),
             slurm: urls[2].clone(),
+            prometheus: urls[3].clone(),
         },
         tasks,
     ))
@@ -365,5 +367,60 @@ async fn slurm_nodes(State(app): State<App>, Path((site, v)): Path<(String, Stri
     body(
         StatusCode::OK,
         json!({"meta": slurm_meta(), "errors": [], "warnings": [], "nodes": nodes}),
+    )
+}
+
+// ---- Prometheus / Mimir: GET /<site>/api/v1/query?query=<metric> ----
+
+fn prometheus(app: App) -> Router {
+    Router::new()
+        .route("/{site}/api/v1/query", get(prometheus_query))
+        .with_state(app)
+}
+
+#[derive(serde::Deserialize)]
+struct PromQuery {
+    query: Option<String>,
+}
+
+/// The health series of every host, in the connector's encoding (0 Ok,
+/// 1 Warning, 2 Critical): `chassis_health` is the device's reading and
+/// the thermal component explains a bad one; the other components are Ok;
+/// no FPGA series (these hosts have none).
+async fn prometheus_query(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    Query(q): Query<PromQuery>,
+) -> Response {
+    let Some(metric) = q.query.filter(|m| !m.trim().is_empty()) else {
+        return body(
+            StatusCode::BAD_REQUEST,
+            json!({"status": "error", "errorType": "bad_data", "error": "query is required"}),
+        );
+    };
+    let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let value = |d: &crate::engine::SimDevice| -> Option<u8> {
+        match metric.as_str() {
+            "chassis_health" | "redfish_thermal_health" => Some(d.health),
+            "nvidia_fpga_health" => None,
+            _ => Some(0),
+        }
+    };
+    let result: Vec<Value> = s
+        .devices
+        .iter()
+        .filter(|d| d.site == site)
+        .filter_map(|d| {
+            let v = value(d)?;
+            Some(
+                json!({"metric": {"__name__": metric, "host": d.name, "job": "redfish"},
+                        "value": [now, v.to_string()]}),
+            )
+        })
+        .collect();
+    body(
+        StatusCode::OK,
+        json!({"status": "success", "data": {"resultType": "vector", "result": result}}),
     )
 }

@@ -34,6 +34,8 @@ pub struct Summary {
     pub outbox_oldest_secs: f64,
     /// Expected by the scenario engine, per operational status.
     pub truth: BTreeMap<&'static str, usize>,
+    /// Expected by the scenario engine, per health status.
+    pub health_truth: BTreeMap<&'static str, usize>,
 }
 
 impl DevMesh {
@@ -87,6 +89,7 @@ impl DevMesh {
             outbox_rows,
             outbox_oldest_secs,
             truth: self.ground_truth(),
+            health_truth: self.health_truth(),
         })
     }
 
