@@ -8,6 +8,7 @@ mod gateway;
 mod hub_behaviour;
 mod hub_e2e;
 mod hub_restart;
+mod nats_permissions;
 mod placer;
 mod predicates;
 mod radar;
