@@ -122,6 +122,7 @@ async fn go_silent_long_ago(env: &TestEnv, id: &str, epoch: i64) {
         gateway_id: "gw-test".into(),
         event: "opened".into(),
         observed_at: Some(timestamp(at)),
+        ..Default::default()
     };
     let key = v1::DeviceKey {
         site: "s1".into(),

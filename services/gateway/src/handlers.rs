@@ -347,6 +347,7 @@ impl Gateway {
             &req.device_id,
             epoch,
             ConnectivityEvent::Opened,
+            0,
         )
         .await?;
         self.metrics.sessions.set(self.open_sessions() as i64);
@@ -407,6 +408,7 @@ impl Gateway {
             &req.device_id,
             s.epoch,
             ConnectivityEvent::Heartbeat,
+            req.observed_generation,
         )
         .await?;
         if let Some(c) = self.sessions().get_mut(&req.device_id) {

@@ -180,6 +180,7 @@ impl Gateway {
         device_id: &str,
         epoch: i64,
         event: ConnectivityEvent,
+        observed_generation: i64,
     ) -> Result<(), GatewayError> {
         let now = Utc::now();
         let obs = v1::ConnectivityObservation {
@@ -188,6 +189,7 @@ impl Gateway {
             gateway_id: self.gateway_id.clone(),
             event: event.as_str().to_string(),
             observed_at: Some(timestamp(now)),
+            observed_generation,
         };
         fleet_bus::publish_observation(
             &self.js,

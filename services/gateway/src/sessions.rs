@@ -94,7 +94,7 @@ impl Gateway {
             "closed"
         };
         if store::close_session(&self.pool, device_id, epoch, db_reason).await? {
-            self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed)
+            self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed, 0)
                 .await?;
         }
         self.metrics.sessions.set(self.open_sessions() as i64);

@@ -220,6 +220,8 @@ impl SimAgent {
             epoch: self.epoch,
             session_token: self.session_token.clone(),
             seq: self.seq,
+            // The simulated node converges its first spec at once.
+            observed_generation: 1,
         };
         let r: v1::HeartbeatAck = self
             .call(

@@ -24,6 +24,7 @@ pub enum Observation {
         gateway_id: String,
         event: ConnectivityEvent,
         observed_at: DateTime<Utc>,
+        observed_generation: i64,
     },
 }
 
@@ -233,6 +234,7 @@ pub fn connectivity(
         gateway_id: c.gateway_id.clone(),
         event: ConnectivityEvent::parse(&c.event)?,
         observed_at,
+        observed_generation: c.observed_generation.max(0),
     })
 }
 

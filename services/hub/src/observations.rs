@@ -222,8 +222,15 @@ impl Hub {
                     gateway_id,
                     event,
                     observed_at,
+                    observed_generation,
                     ..
-                } => state.apply_connectivity(*epoch, gateway_id, *event, *observed_at),
+                } => {
+                    let outcome = state.apply_connectivity(*epoch, gateway_id, *event, *observed_at);
+                    if outcome == Outcome::Applied {
+                        state.report_generation(*observed_generation);
+                    }
+                    outcome
+                }
             };
             match outcome {
                 Outcome::Applied => stats.applied += 1,

@@ -683,6 +683,13 @@ impl DeviceState {
         Outcome::Applied
     }
 
+    /// The generation the node reports converged; it never moves back.
+    pub fn report_generation(&mut self, observed_generation: i64) {
+        if observed_generation > self.record.observed_generation {
+            self.record.observed_generation = observed_generation;
+        }
+    }
+
     /// Liveness: no heartbeat for `unreachable_after` is `unreachable`, for
     /// `lost_after` is `lost`.
     pub fn apply_liveness(
