@@ -243,3 +243,47 @@ fn path_rejection(r: PathRejection) -> ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_the_statuses_of_api_md() {
+        let expect = [
+            ("INVALID_ARGUMENT", 400),
+            ("UNAUTHENTICATED", 401),
+            ("FORBIDDEN", 403),
+            ("NOT_FOUND", 404),
+            ("CONFLICT", 409),
+            ("INVALID_STATE", 409),
+            ("FUTURE_OBSERVATION", 400),
+            ("FORBIDDEN_SOURCE", 403),
+            ("UNAVAILABLE", 503),
+        ];
+        assert_eq!(Code::ALL.len(), expect.len());
+        for (code, status) in expect {
+            let c = Code::parse(code).unwrap();
+            assert_eq!((c.as_str(), c.status().as_u16()), (code, status));
+        }
+        // Domain errors keep their code; an unknown type is bad input.
+        let e: ApiError = DomainError::UnknownConditionType("X".into()).into();
+        assert_eq!(e.code, Code::InvalidArgument);
+        let e: ApiError = DomainError::Conflict {
+            expected: 1,
+            actual: 2,
+        }
+        .into();
+        assert_eq!(e.code, Code::Conflict);
+    }
+
+    #[test]
+    fn nul_is_found_raw_escaped_and_percent_encoded() {
+        assert!(has_nul(b"{\"a\":\"x\\u0000\"}"));
+        assert!(has_nul(b"{\"a\":\"x\\U0000\"}"));
+        assert!(has_nul(b"a\0b"));
+        assert!(!has_nul(b"{\"a\":\"x\\u0001\"}"));
+        assert!(uri_has_nul("site=a%00b"));
+        assert!(!uri_has_nul("site=a%20b"));
+    }
+}

@@ -49,3 +49,30 @@ pub fn finish<T, K: Serialize>(
         (rows, None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_garbage() {
+        let c = encode(&("dev_01".to_string(), 7i64));
+        let back: Option<(String, i64)> = decode(Some(&c)).unwrap();
+        assert_eq!(back, Some(("dev_01".into(), 7)));
+        assert_eq!(decode::<(String,)>(None).unwrap(), None);
+        assert_eq!(decode::<(String,)>(Some("")).unwrap(), None);
+        for bad in ["zz", "00", &encode(&(1, 2, 3))] {
+            let e = decode::<(String,)>(Some(bad)).unwrap_err();
+            assert_eq!(e.code.as_str(), "INVALID_ARGUMENT", "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_page_of_limit_plus_one_rows_has_a_next_cursor() {
+        let (rows, next) = finish(vec![1, 2, 3], 2, |r| (*r,));
+        assert_eq!(rows, vec![1, 2]);
+        assert_eq!(decode::<(i32,)>(next.as_deref()).unwrap(), Some((2,)));
+        let (rows, next) = finish(vec![1, 2], 2, |r| (*r,));
+        assert_eq!((rows, next), (vec![1, 2], None));
+    }
+}

@@ -202,3 +202,27 @@ pub fn router(app: App) -> Router {
     };
     api.merge(ops_http::router(ops))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_no_duplicates_and_no_open_route() {
+        let t = table();
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &t {
+            assert!(
+                seen.insert((r.method.to_string(), r.path)),
+                "{} {} twice",
+                r.method,
+                r.path
+            );
+            assert!(!OPEN_PATHS.contains(&r.path));
+        }
+        // Every mutation needs a write scope, never device:read.
+        for r in t.iter().filter(|r| r.method != Method::GET) {
+            assert_ne!(r.scope, Scope::DeviceRead, "{} {}", r.method, r.path);
+        }
+    }
+}
