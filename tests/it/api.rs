@@ -1431,3 +1431,131 @@ async fn api_token_command_creates_a_hashed_token() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
     env.cleanup().await;
 }
+
+/// The snapshot apply answers what the hub did: applied, duplicate (same
+/// time and content), stale (older than the last one from the source);
+/// the hub's typed refusals come back with their codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_snapshot_apply_outcomes_and_refusals() {
+    let env = TestEnv::new().await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let t = token(
+        &env,
+        &[
+            Scope::ConditionsWrite,
+            Scope::DeviceRead,
+            Scope::DeviceWrite,
+        ],
+    )
+    .await;
+    let id = env.create_device("s1", "gpu-s-01").await;
+    let at = micros(Utc::now() - chrono::Duration::seconds(30));
+    let body = |at: DateTime<Utc>, ready: &str| {
+        json!({"source": "openstack", "device": {"site": "s1", "kind": "name", "key": "gpu-s-01"},
+               "observed_at": at.to_rfc3339(),
+               "conditions": [{"type": "CustomerReady", "status": ready},
+                              {"type": "InstanceAllocated", "status": "True"}]})
+    };
+    let apply = |b: Value| send(addr, "POST", "/api/v1/device-conditions/apply/", &t, b);
+    let r = apply(body(at, "True")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["outcome"], "applied");
+    assert_eq!(r.json()["device"]["operational_status"], "in_use");
+    // Left-out types the source owns are written Unknown/NotReported.
+    let reported: BTreeMap<String, (String, String)> = r.json()["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap().to_string(),
+                (
+                    c["status"].as_str().unwrap().to_string(),
+                    c["reason"].as_str().unwrap().to_string(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(reported.len(), 6);
+    assert_eq!(
+        reported["IronicMaintenance"],
+        ("Unknown".into(), "NotReported".into())
+    );
+    let version = r.json()["device"]["version"].as_i64().unwrap();
+
+    let dup = apply(body(at, "True")).await;
+    assert_eq!(dup.json()["outcome"], "duplicate");
+    assert_eq!(dup.json()["device"]["version"], version);
+    let stale = apply(body(at - chrono::Duration::seconds(10), "False")).await;
+    assert_eq!(stale.json()["outcome"], "stale");
+    assert_eq!(stale.json()["device"]["operational_status"], "in_use");
+    // A version check, when given.
+    let mut b = body(at + chrono::Duration::seconds(1), "True");
+    b["version"] = json!(version + 5);
+    assert_eq!(apply(b).await.code(), "CONFLICT");
+
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (
+            json!({"source": "openstack", "device_id": "dev_missing", "observed_at": now_rfc3339(), "conditions": []}),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            json!({"source": "slurm", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
+                   "ironic": {"provision_state": "active"}}),
+            403,
+            "FORBIDDEN_SOURCE",
+        ),
+        (
+            json!({"source": "frontend-fabric", "device_id": id, "observed_at": now_rfc3339(),
+                   "conditions": [{"type": "FrontendPortsInCustomerVrf", "status": "False"}]}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"source": "openstack", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
+                   "ironic": {"provision_state": "active"}, "health": {}}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"source": "openstack", "device_id": id, "device": {"kind": "name", "key": "x"},
+                   "observed_at": now_rfc3339(), "conditions": []}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"source": "nobody", "device_id": id, "observed_at": now_rfc3339(), "conditions": []}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+    ];
+    for (b, status, code) in cases {
+        let r = apply(b.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (status, code.to_string()),
+            "{b}: {}",
+            r.body
+        );
+    }
+    let triage = send(
+        addr,
+        "POST",
+        "/api/v1/devices/triage/",
+        &t,
+        json!({"device_ids": [id, "dev_missing"], "in_triage": true}),
+    )
+    .await;
+    assert_eq!(triage.code(), "NOT_FOUND");
+    assert_eq!(
+        env.device_field(&id, "in_triage").await,
+        "false",
+        "a refused triage list changes no device"
+    );
+    trigger.trigger();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
