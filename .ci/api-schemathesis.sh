@@ -12,15 +12,15 @@ BIN=target/debug/fleet
 
 ID="$(date +%s)$$"
 DB="fleet_ci_api_${ID}"
-PORT=$((20000 + $$ % 20000))
 export FLEET__DATABASE__URL="postgres://postgres@127.0.0.1:5432/${DB}"
 export FLEET__NATS__SUBJECT_ROOT="ciapi${ID}"
 export FLEET__NATS__RADAR_ROOT="ciapiradar${ID}"
 export FLEET__NATS__STREAM_PREFIX="CIAPI${ID}_"
 export FLEET__HUB__LISTEN="127.0.0.1:0"
-export FLEET__API__LISTEN="127.0.0.1:${PORT}"
+export FLEET__API__LISTEN="127.0.0.1:0"
 export FLEET__API__HUB_TIMEOUT_MS=10000
-export FLEET__LOG__FILTER=warn
+export FLEET__LOG__FILTER="warn,fleet_api=info"
+export FLEET__LOG__FORMAT=json
 WORK="$(mktemp -d)"
 PIDS=()
 cleanup() {
@@ -39,11 +39,15 @@ INSERT INTO devices (id, name, site_id, role) SELECT 'dev_ci' || i, 'gpu-' || i,
 SQL
 $BIN hub >"$WORK/hub.log" 2>&1 & PIDS+=($!)
 $BIN api >"$WORK/api.log" 2>&1 & PIDS+=($!)
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:${PORT}/readyz" >/dev/null 2>&1 && break
+# The API binds port 0 and logs the address it got.
+ADDR=""
+for _ in $(seq 1 150); do
+  ADDR="$(grep -o '"addr":"[0-9.:]*"' "$WORK/api.log" | head -n1 | cut -d'"' -f4 || true)"
+  [ -n "$ADDR" ] && curl -fs "http://${ADDR}/readyz" >/dev/null 2>&1 && break
   sleep 0.2
 done
-curl -fs -H "Authorization: Bearer ${TOKEN}" "http://127.0.0.1:${PORT}/api/v1/openapi.json" >"$WORK/openapi.json"
+[ -n "$ADDR" ] || { echo "fleet api did not start:"; cat "$WORK/api.log"; exit 1; }
+curl -fs -H "Authorization: Bearer ${TOKEN}" "http://${ADDR}/api/v1/openapi.json" >"$WORK/openapi.json"
 
 # Device routes get a real device, so the fuzzed bodies reach the hub.
 cat >"$WORK/schemathesis.toml" <<'TOML'
@@ -52,7 +56,7 @@ cat >"$WORK/schemathesis.toml" <<'TOML'
 TOML
 
 st --config-file "$WORK/schemathesis.toml" run "$WORK/openapi.json" \
-  --url "http://127.0.0.1:${PORT}" \
+  --url "http://${ADDR}" \
   --header "Authorization: Bearer ${TOKEN}" \
   --checks not_a_server_error,response_schema_conformance,content_type_conformance \
   --phases examples,coverage,fuzzing \
