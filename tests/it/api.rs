@@ -288,6 +288,27 @@ async fn api_every_route_needs_its_scope() {
             );
         }
     }
+    // The scheme is case-insensitive; a token alone is not a bearer header.
+    let t = token(&env, &[Scope::DeviceRead]).await;
+    for (header, status) in [
+        (format!("bearer {t}"), 200),
+        (format!("BEARER  {t}"), 200),
+        (t.clone(), 401),
+        (format!("Basic {t}"), 401),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "GET /api/v1/devices/ HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: {header}\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await.unwrap();
+        assert!(
+            buf.starts_with(&format!("HTTP/1.1 {status}")),
+            "{header}: {}",
+            buf.lines().next().unwrap_or("")
+        );
+    }
     for open in OPEN_PATHS {
         let r = http_raw(addr, "GET", open, None, None, b"").await;
         assert_eq!(r.status, 200, "{open} is open");

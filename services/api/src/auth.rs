@@ -149,8 +149,10 @@ pub async fn require(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        // The scheme is case-insensitive (RFC 9110).
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
             ApiError::new(
