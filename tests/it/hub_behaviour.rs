@@ -240,10 +240,17 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
         6,
     )
     .await;
+    // A NUL character, which PostgreSQL text cannot hold.
+    raw(
+        "openstack",
+        snapshot("openstack", "s1", "name", "gpu-d-01", now, vec![cond("IronicMaintenance", "True", "Bad\0Reason")]).encode_to_vec(),
+        7,
+    )
+    .await;
 
-    let dlq = eventually("six DLQ entries", || async {
+    let dlq = eventually("seven DLQ entries", || async {
         let d = dlq_messages(&env).await;
-        (d.len() >= 6).then_some(d)
+        (d.len() >= 7).then_some(d)
     })
     .await;
     let mut reasons: Vec<String> = dlq.iter().map(|(_, r)| r.clone()).collect();
@@ -254,6 +261,7 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
             "forbidden_source",
             "forbidden_source",
             "future_observation",
+            "invalid",
             "invalid",
             "invalid",
             "unknown_condition_type"
@@ -452,6 +460,8 @@ async fn commands_check_version_and_answer_typed_errors() {
         error_code(&v1::HubReply::decode(garbage.payload.as_ref()).unwrap()),
         "INVALID_ARGUMENT"
     );
+    let r = env.command("cordon", 2, C::Cordon(v1::Cordon { device_id: id.clone(), reason: "nul\0here".into() })).await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT", "a NUL is refused before the store sees it");
     // INVALID_STATE: adopting -> deployed is not in the table.
     let r = env
         .command(

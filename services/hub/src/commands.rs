@@ -167,6 +167,9 @@ impl Hub {
     pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> v1::HubReply {
         let result = match v1::HubCommand::decode(payload) {
             Err(e) => Err(invalid(format!("undecodable HubCommand: {e}"))),
+            Ok(c) if fleet_proto::contains_nul(&c) => {
+                Err(invalid("a string holds a NUL character"))
+            }
             Ok(c) => match &c.command {
                 None => Err(invalid("command is empty")),
                 Some(inner) if verb(inner) != subject_verb => Err(invalid(format!(

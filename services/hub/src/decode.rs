@@ -251,18 +251,27 @@ pub fn observation(
         v1::ConditionSnapshot::NAME => {
             let m = v1::ConditionSnapshot::decode(payload.as_ref())
                 .map_err(|e| invalid(format!("undecodable ConditionSnapshot: {e}")))?;
+            if snapshot_has_nul(&m) {
+                return Err(invalid("a string holds a NUL character"));
+            }
             let (key, snapshot) = snapshot(&m, now)?;
             Observation::Snapshot { key, snapshot }
         }
         v1::ConditionWrite::NAME => {
             let m = v1::ConditionWrite::decode(payload.as_ref())
                 .map_err(|e| invalid(format!("undecodable ConditionWrite: {e}")))?;
+            if fleet_proto::contains_nul(&m) {
+                return Err(invalid("a string holds a NUL character"));
+            }
             let (key, write) = write(&m, now)?;
             Observation::Write { key, write }
         }
         v1::ConnectivityObservation::NAME => {
             let m = v1::ConnectivityObservation::decode(payload.as_ref())
                 .map_err(|e| invalid(format!("undecodable ConnectivityObservation: {e}")))?;
+            if fleet_proto::contains_nul(&m) {
+                return Err(invalid("a string holds a NUL character"));
+            }
             connectivity(&m, now)?
         }
         other => {
@@ -278,4 +287,42 @@ pub fn observation(
         });
     }
     Ok(obs)
+}
+
+/// NUL cannot be stored in PostgreSQL text: checked field by field on the
+/// hot path (the generic check formats the whole message).
+fn snapshot_has_nul(m: &v1::ConditionSnapshot) -> bool {
+    use v1::condition_snapshot::Mirror as M;
+    let nul = |s: &str| s.contains('\0');
+    let key = m
+        .device
+        .as_ref()
+        .is_some_and(|k| nul(&k.site) || nul(&k.kind) || nul(&k.key));
+    let conds = m
+        .conditions
+        .iter()
+        .any(|c| nul(&c.r#type) || nul(&c.status) || nul(&c.reason) || nul(&c.message));
+    let mirror = match &m.mirror {
+        None => false,
+        Some(M::Ironic(i)) => [
+            &i.provision_state,
+            &i.maintenance_reason,
+            &i.instance_uuid,
+            &i.lessee,
+            &i.power_state,
+        ]
+        .iter()
+        .any(|s| nul(s)),
+        Some(M::Slurm(x)) => nul(&x.mode) || x.states.iter().any(|s| nul(s)),
+        Some(M::Netbox(x)) => {
+            nul(&x.status)
+                || nul(&x.name)
+                || nul(&x.serial)
+                || nul(&x.rack)
+                || x.tags.iter().any(|s| nul(s))
+        }
+        Some(M::Health(x)) => nul(&x.chassis_health),
+        Some(M::Custody(x)) => nul(&x.state) || nul(&x.credential_ref),
+    };
+    nul(&m.source) || key || conds || mirror
 }

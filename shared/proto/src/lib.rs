@@ -33,6 +33,21 @@ schema_names!(
     RadarProjection
 );
 
+/// Whether any string in a message holds a NUL character, which
+/// PostgreSQL text cannot store: such input is refused before it is
+/// applied. Reads the message's `Debug` form, where a NUL is the escape
+/// `\0` and a backslash is always `\\`.
+pub fn contains_nul<T: std::fmt::Debug>(msg: &T) -> bool {
+    let s = format!("{msg:?}");
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' && chars.next() == Some('0') {
+            return true;
+        }
+    }
+    false
+}
+
 pub fn timestamp(at: DateTime<Utc>) -> Timestamp {
     Timestamp {
         seconds: at.timestamp(),
@@ -50,4 +65,21 @@ pub fn datetime(ts: Option<&Timestamp>) -> Option<DateTime<Utc>> {
     }
     Utc.timestamp_opt(ts.seconds, (ts.nanos as u32 / 1000) * 1000)
         .single()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nul_is_found_in_any_string_and_a_backslash_zero_is_not_one() {
+        let c = super::v1::Cordon {
+            device_id: "dev_1".into(),
+            reason: "a\0b".into(),
+        };
+        assert!(super::contains_nul(&c));
+        let c = super::v1::Cordon {
+            device_id: "dev_1".into(),
+            reason: "C:\\0 path".into(),
+        };
+        assert!(!super::contains_nul(&c));
+    }
 }
