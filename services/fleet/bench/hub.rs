@@ -337,6 +337,21 @@ impl Bench {
         let mut hub = self.spawn_hub()?;
         let res = async {
             self.wait_ready().await?;
+            // Warm the new hub up (connections, statement caches, buffers)
+            // with a freshness-only round of other devices, so the figure is
+            // the steady state and not the first second of a fresh process.
+            let sampled: std::collections::HashSet<&String> = names.iter().collect();
+            let warm: Vec<v1::ConditionSnapshot> = self
+                .names
+                .iter()
+                .filter(|n| !sampled.contains(n))
+                .take(20_000)
+                .map(|n| snapshot(n, at - chrono::Duration::seconds(30), false))
+                .collect();
+            self.publish_all(&warm).await?;
+            while self.pending().await? > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             let mut sub = self.nats.subscribe(self.subjects.status_axis("operational")).await?;
             self.nats.flush().await?;
             let wanted: std::collections::HashSet<String> = names.iter().map(|n| format!("dev_bench_{}", &n[4..])).collect();
