@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v st >/dev/null 2>&1 || python3 -m pip install --quiet schemathesis
+python3 -c 'import nats' 2>/dev/null || python3 -m pip install --quiet nats-py
 cargo build --quiet --bin fleet
 BIN=target/debug/fleet
 
@@ -27,6 +28,18 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   psql -h 127.0.0.1 -U postgres -q -c "DROP DATABASE IF EXISTS \"${DB}\" WITH (FORCE)" >/dev/null 2>&1 || true
+  # The streams the hub created for this run: leave nothing behind.
+  PREFIX="$FLEET__NATS__STREAM_PREFIX" python3 - <<'PY' || true
+import asyncio, os, nats
+async def main():
+    nc = await nats.connect("nats://127.0.0.1:4222")
+    js = nc.jetstream()
+    for s in await js.streams_info():
+        if s.config.name.startswith(os.environ["PREFIX"]):
+            await js.delete_stream(s.config.name)
+    await nc.close()
+asyncio.run(main())
+PY
   rm -rf "$WORK"
 }
 trap cleanup EXIT
