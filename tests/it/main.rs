@@ -5,6 +5,7 @@ mod connectors;
 mod crash;
 mod dev;
 mod gateway;
+mod harness;
 mod hub_behaviour;
 mod hub_e2e;
 mod hub_restart;

@@ -29,6 +29,48 @@ pub struct TestEnv {
     pub js: async_nats::jetstream::Context,
     pub subjects: Subjects,
     pub streams: StreamNames,
+    /// Set once `cleanup` ran; otherwise `Drop` (a failed test) removes
+    /// the database and streams, so nothing is left behind either way.
+    cleaned: bool,
+}
+
+/// Deletes every stream with the test's prefix and drops its database.
+async fn remove(db_name: &str, stream_prefix: &str, nats: &str) {
+    if let Ok(client) = async_nats::connect(nats).await {
+        let js = async_nats::jetstream::new(client);
+        let mut names = js.stream_names();
+        let mut mine = vec![];
+        while let Some(Ok(name)) = futures::StreamExt::next(&mut names).await {
+            if name.starts_with(stream_prefix) {
+                mine.push(name);
+            }
+        }
+        for name in mine {
+            let _ = js.delete_stream(&name).await;
+        }
+    }
+    if let Ok(mut conn) = sqlx::postgres::PgConnection::connect_admin(&admin_url()).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let (db, prefix, nats) = (self.db_name.clone(), self.config.nats.stream_prefix.clone(), self.config.nats.url.clone());
+        // Dropped while a test unwinds inside its runtime: clean up from a
+        // thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(remove(&db, &prefix, &nats));
+            }
+        })
+        .join();
+    }
 }
 
 impl TestEnv {
@@ -94,29 +136,15 @@ impl TestEnv {
             js,
             subjects,
             streams,
+            cleaned: false,
         }
     }
 
     /// Removes the database and the streams.
-    pub async fn cleanup(self) {
+    pub async fn cleanup(mut self) {
         self.pool.close().await;
-        for name in [
-            self.streams.observations(),
-            self.streams.status(),
-            self.streams.radar(),
-            self.streams.jobs(),
-            self.streams.dlq(),
-        ] {
-            let _ = self.js.delete_stream(&name).await;
-        }
-        if let Ok(mut conn) = sqlx::postgres::PgConnection::connect_admin(&admin_url()).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&mut conn)
-            .await;
-        }
+        remove(&self.db_name, &self.config.nats.stream_prefix, &self.config.nats.url).await;
+        self.cleaned = true;
     }
 
     /// Sends a hub command and returns the reply.
