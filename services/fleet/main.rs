@@ -113,9 +113,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench { what } => bench::run(config, what).await,
             Command::Dev(args) => dev_cmd::run(config, args).await,
             Command::Devices { target, what } => fleet::cli::devices(target, what).await,
-            Command::Impairments { target, what } => {
-                fleet::cli::impairments(target, what).await
-            }
+            Command::Impairments { target, what } => fleet::cli::impairments(target, what).await,
             Command::Config => {
                 let mut c = config.clone();
                 c.database.url = fleet_store::redact(&c.database.url);

@@ -16,7 +16,11 @@ use rand::{Rng, SeedableRng};
 use crate::support::*;
 
 fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     Command::new(env!("CARGO_BIN_EXE_fleet"))
         .arg("hub")
         .env("FLEET__DATABASE__URL", &env.config.database.url)
@@ -24,7 +28,10 @@ fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
         .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
         .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
         .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
-        .env("FLEET__NATS__PARTITIONS", env.config.nats.partitions.to_string())
+        .env(
+            "FLEET__NATS__PARTITIONS",
+            env.config.nats.partitions.to_string(),
+        )
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
         .env("FLEET__HUB__ACK_WAIT_SECS", "2")
         .env("FLEET__HUB__BATCH_SIZE", "32")
@@ -39,12 +46,19 @@ fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
 
 /// Whether every hub consumer has delivered and had acked everything.
 async fn drained(env: &TestEnv) -> bool {
-    let Ok(mut stream) = env.js.get_stream(env.streams.observations()).await else { return false };
-    let Ok(info) = stream.info().await else { return false };
+    let Ok(mut stream) = env.js.get_stream(env.streams.observations()).await else {
+        return false;
+    };
+    let Ok(info) = stream.info().await else {
+        return false;
+    };
     if info.state.messages > 0 {
         return false;
     }
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&env.pool).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
     n == 0
 }
 
@@ -68,7 +82,20 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         for k in 0..per_device {
             let b: Vec<bool> = (0..6).map(|_| rng.gen_bool(0.5)).collect();
             let at = t0 + chrono::Duration::seconds((k * 10) as i64);
-            plan.push((d, openstack("s1", &format!("gpu-x-{d:02}"), at, b[0] || b[1], b[1] && b[2], b[3], b[4], b[5], b[2])));
+            plan.push((
+                d,
+                openstack(
+                    "s1",
+                    &format!("gpu-x-{d:02}"),
+                    at,
+                    b[0] || b[1],
+                    b[1] && b[2],
+                    b[3],
+                    b[4],
+                    b[5],
+                    b[2],
+                ),
+            ));
         }
     }
     // Interleave devices; each device's own snapshots stay in time order.
@@ -93,12 +120,26 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         tokio::spawn(async move {
             for (i, s) in order.iter().enumerate() {
                 let key = s.device.clone().unwrap();
-                let at = s.observed_at.as_ref().map(|t| t.seconds * 1_000_000_000 + t.nanos as i64).unwrap();
-                fleet_bus::publish_observation(&js, &subjects, partitions, "openstack", &key, at, "fleet.v1.ConditionSnapshot", None, s.encode_to_vec().into())
-                    .await
-                    .unwrap()
-                    .await
+                let at = s
+                    .observed_at
+                    .as_ref()
+                    .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
                     .unwrap();
+                fleet_bus::publish_observation(
+                    &js,
+                    &subjects,
+                    partitions,
+                    "openstack",
+                    &key,
+                    at,
+                    "fleet.v1.ConditionSnapshot",
+                    None,
+                    s.encode_to_vec().into(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
                 // Spread the stream over the kills below.
                 if i % 4 == 0 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -115,10 +156,17 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         hub = spawn_hub(&env, &log);
     }
     publisher.await.unwrap();
-    eventually("the hub drained every observation and the outbox", || async { drained(&env).await.then_some(()) }).await;
+    eventually(
+        "the hub drained every observation and the outbox",
+        || async { drained(&env).await.then_some(()) },
+    )
+    .await;
     // Redeliveries after the last kill arrive within ack_wait.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    eventually("drained again", || async { drained(&env).await.then_some(()) }).await;
+    eventually("drained again", || async {
+        drained(&env).await.then_some(())
+    })
+    .await;
 
     // Expected: every snapshot applied once, in order, by the pure domain.
     let now = Utc::now();
@@ -155,25 +203,44 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     for id in &ids {
         let want = &expected[id];
         let got_status = env.device_field(id, "operational_status").await;
-        assert_eq!(got_status, want.record.operational_status.to_string(), "final status of {id}");
+        assert_eq!(
+            got_status,
+            want.record.operational_status.to_string(),
+            "final status of {id}"
+        );
         let conds: Vec<(String, String, bool)> =
             sqlx::query_as("SELECT type, status, decisive FROM device_conditions WHERE device_id = $1 ORDER BY type")
                 .bind(id)
                 .fetch_all(&env.pool)
                 .await
                 .unwrap();
-        let mut want_conds: Vec<(String, String, bool)> =
-            want.conditions.values().map(|c| (c.condition_type.to_string(), c.status.to_string(), c.decisive)).collect();
+        let mut want_conds: Vec<(String, String, bool)> = want
+            .conditions
+            .values()
+            .map(|c| {
+                (
+                    c.condition_type.to_string(),
+                    c.status.to_string(),
+                    c.decisive,
+                )
+            })
+            .collect();
         want_conds.sort();
         assert_eq!(conds, want_conds, "conditions of {id}");
         // The lifecycle log: real transitions only, ending at the final value,
         // in an order the in-order history allows.
         let rows = &by_device[id];
-        assert!(rows.windows(2).all(|w| w[0] != w[1]), "{id}: a lifecycle row that is no transition: {rows:?}");
+        assert!(
+            rows.windows(2).all(|w| w[0] != w[1]),
+            "{id}: a lifecycle row that is no transition: {rows:?}"
+        );
         assert_eq!(rows.last(), Some(&got_status));
         let history = &expected_status[id];
         let mut it = history.iter();
-        assert!(rows.iter().all(|r| it.any(|h| h == r)), "{id}: {rows:?} is not a subsequence of {history:?}");
+        assert!(
+            rows.iter().all(|r| it.any(|h| h == r)),
+            "{id}: {rows:?} is not a subsequence of {history:?}"
+        );
     }
 
     // STATUS: one event per lifecycle row, none twice.
@@ -187,14 +254,22 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         .unwrap();
     let mut seen: HashMap<(String, i64), usize> = HashMap::new();
     let mut total = 0;
-    let mut batch = consumer.fetch().max_messages(100_000).messages().await.unwrap();
+    let mut batch = consumer
+        .fetch()
+        .max_messages(100_000)
+        .messages()
+        .await
+        .unwrap();
     while let Some(Ok(m)) = batch.next().await {
         let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
         *seen.entry((e.device_id, e.version)).or_default() += 1;
         total += 1;
     }
     let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(dupes.is_empty(), "duplicate StatusChanged events: {dupes:?}");
+    assert!(
+        dupes.is_empty(),
+        "duplicate StatusChanged events: {dupes:?}"
+    );
     let rows: usize = by_device.values().map(|v| v.len()).sum();
     assert_eq!(total, rows, "one operational event per lifecycle row");
 

@@ -14,11 +14,12 @@ async fn a_failing_test_leaves_no_database_and_no_stream() {
     assert!(failed.is_err(), "the task panicked");
     let (db, prefix) = rx.await.unwrap();
     let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(&db)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&db)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
     assert!(!exists, "database {db} left behind");
     let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await.unwrap());
     let mut names = js.stream_names();

@@ -243,7 +243,15 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
     // A NUL character, which PostgreSQL text cannot hold.
     raw(
         "openstack",
-        snapshot("openstack", "s1", "name", "gpu-d-01", now, vec![cond("IronicMaintenance", "True", "Bad\0Reason")]).encode_to_vec(),
+        snapshot(
+            "openstack",
+            "s1",
+            "name",
+            "gpu-d-01",
+            now,
+            vec![cond("IronicMaintenance", "True", "Bad\0Reason")],
+        )
+        .encode_to_vec(),
         7,
     )
     .await;
@@ -460,8 +468,21 @@ async fn commands_check_version_and_answer_typed_errors() {
         error_code(&v1::HubReply::decode(garbage.payload.as_ref()).unwrap()),
         "INVALID_ARGUMENT"
     );
-    let r = env.command("cordon", 2, C::Cordon(v1::Cordon { device_id: id.clone(), reason: "nul\0here".into() })).await;
-    assert_eq!(error_code(&r), "INVALID_ARGUMENT", "a NUL is refused before the store sees it");
+    let r = env
+        .command(
+            "cordon",
+            2,
+            C::Cordon(v1::Cordon {
+                device_id: id.clone(),
+                reason: "nul\0here".into(),
+            }),
+        )
+        .await;
+    assert_eq!(
+        error_code(&r),
+        "INVALID_ARGUMENT",
+        "a NUL is refused before the store sees it"
+    );
     // INVALID_STATE: adopting -> deployed is not in the table.
     let r = env
         .command(
@@ -703,7 +724,17 @@ async fn status_events_continue_the_publishers_trace() {
     let env = TestEnv::new().await;
     let (_hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-t-01").await;
-    let snap = openstack("s1", "gpu-t-01", micros(Utc::now()), true, true, false, false, false, false);
+    let snap = openstack(
+        "s1",
+        "gpu-t-01",
+        micros(Utc::now()),
+        true,
+        true,
+        false,
+        false,
+        false,
+        false,
+    );
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     fleet_bus::publish_observation(
         &env.js,
@@ -734,14 +765,21 @@ async fn status_events_continue_the_publishers_trace() {
         while let Some(Ok(m)) = batch.next().await {
             let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
             if e.to == "quarantine" {
-                found = m.headers.as_ref().and_then(|h| h.get("traceparent")).map(|v| v.to_string());
+                found = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("traceparent"))
+                    .map(|v| v.to_string());
             }
         }
         found
     })
     .await;
     let tp = fleet_bus::trace::TraceParent::parse(&header).expect("a valid traceparent");
-    assert_eq!(tp.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "same trace as the publisher");
+    assert_eq!(
+        tp.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736",
+        "same trace as the publisher"
+    );
     assert_ne!(tp.span_id, "00f067aa0ba902b7", "a span of its own");
     trigger.trigger();
     task.await.unwrap();

@@ -12,7 +12,11 @@ use crate::hub_e2e::start_hub;
 use crate::support::*;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn nats_server(port: u16, store: &std::path::Path) -> Child {
@@ -27,7 +31,9 @@ fn nats_server(port: u16, store: &std::path::Path) -> Child {
 
 async fn get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.ok()?;
     Some(buf)
@@ -35,7 +41,10 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
 
 async fn wait_port(port: u16) {
     for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -58,47 +67,89 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     }
     let t0 = micros(Utc::now());
     for i in 0..10 {
-        env.publish_snapshot(&openstack("s1", &format!("gpu-r-{i:02}"), t0, true, true, false, false, false, false)).await;
+        env.publish_snapshot(&openstack(
+            "s1",
+            &format!("gpu-r-{i:02}"),
+            t0,
+            true,
+            true,
+            false,
+            false,
+            false,
+            false,
+        ))
+        .await;
     }
     eventually("quarantine everywhere", || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'quarantine'")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM devices WHERE operational_status = 'quarantine'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
         (n == 10).then_some(())
     })
     .await;
     let ops = *hub.ops_addr.get().expect("ops server bound");
-    assert!(get(ops, "/readyz").await.unwrap().contains("200"), "ready before the restart");
+    assert!(
+        get(ops, "/readyz").await.unwrap().contains("200"),
+        "ready before the restart"
+    );
 
     nats.kill().unwrap();
     nats.wait().unwrap();
     eventually("/readyz false while NATS is down", || async {
-        get(ops, "/readyz").await.filter(|r| r.contains("503")).map(|_| ())
+        get(ops, "/readyz")
+            .await
+            .filter(|r| r.contains("503"))
+            .map(|_| ())
     })
     .await;
-    assert!(get(ops, "/healthz").await.unwrap().contains("200"), "alive all the same");
+    assert!(
+        get(ops, "/healthz").await.unwrap().contains("200"),
+        "alive all the same"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut nats = nats_server(port, &store);
     wait_port(port).await;
-    eventually("/readyz true again", || async { get(ops, "/readyz").await.filter(|r| r.contains("200")).map(|_| ()) }).await;
+    eventually("/readyz true again", || async {
+        get(ops, "/readyz")
+            .await
+            .filter(|r| r.contains("200"))
+            .map(|_| ())
+    })
+    .await;
     // New observations after the restart are applied: the consumers came back.
     for i in 0..10 {
-        env.publish_snapshot(&openstack("s1", &format!("gpu-r-{i:02}"), t0 + chrono::Duration::seconds(10), true, false, true, true, false, false))
-            .await;
+        env.publish_snapshot(&openstack(
+            "s1",
+            &format!("gpu-r-{i:02}"),
+            t0 + chrono::Duration::seconds(10),
+            true,
+            false,
+            true,
+            true,
+            false,
+            false,
+        ))
+        .await;
     }
     eventually("in_use everywhere after the restart", || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'in_use'")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'in_use'")
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
         (n == 10).then_some(())
     })
     .await;
     // Every status change made it to STATUS: the outbox is empty.
     eventually("outbox drained", || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&env.pool).await.unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
         (n == 0).then_some(())
     })
     .await;
@@ -117,40 +168,88 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     let (hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-p-01").await;
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack("s1", "gpu-p-01", t0, true, true, false, false, false, false)).await;
-    eventually("quarantine", || async { (env.device_field(&id, "operational_status").await == "quarantine").then_some(()) }).await;
+    env.publish_snapshot(&openstack(
+        "s1", "gpu-p-01", t0, true, true, false, false, false, false,
+    ))
+    .await;
+    eventually("quarantine", || async {
+        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
+    })
+    .await;
 
     // Take the test database away from the hub: no new connections, and
     // every open one terminated.
     let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS false", env.db_name)).execute(&admin).await.unwrap();
+    sqlx::query(&format!(
+        "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS false",
+        env.db_name
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
     let kill = format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()", env.db_name);
     sqlx::query(&kill).execute(&admin).await.unwrap();
     let ops = *hub.ops_addr.get().unwrap();
-    eventually("/readyz false while PostgreSQL is away", || async { get(ops, "/readyz").await.filter(|r| r.contains("503")).map(|_| ()) }).await;
-    env.publish_snapshot(&openstack("s1", "gpu-p-01", t0 + chrono::Duration::seconds(5), true, false, true, true, false, false)).await;
+    eventually("/readyz false while PostgreSQL is away", || async {
+        get(ops, "/readyz")
+            .await
+            .filter(|r| r.contains("503"))
+            .map(|_| ())
+    })
+    .await;
+    env.publish_snapshot(&openstack(
+        "s1",
+        "gpu-p-01",
+        t0 + chrono::Duration::seconds(5),
+        true,
+        false,
+        true,
+        true,
+        false,
+        false,
+    ))
+    .await;
     // A command meanwhile answers UNAVAILABLE, never a guess.
     let r = env
         .command(
             "cordon",
             1,
-            fleet_proto::v1::hub_command::Command::Cordon(fleet_proto::v1::Cordon { device_id: id.clone(), reason: "x".into() }),
+            fleet_proto::v1::hub_command::Command::Cordon(fleet_proto::v1::Cordon {
+                device_id: id.clone(),
+                reason: "x".into(),
+            }),
         )
         .await;
     assert_eq!(r.error.map(|e| e.code), Some("UNAVAILABLE".to_string()));
     // Several redeliveries happen meanwhile (max_deliver is 2).
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.db_name)).execute(&admin).await.unwrap();
-    let pool = fleet_store::connect(&env.config.database.url, 1).await.unwrap();
+    sqlx::query(&format!(
+        "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true",
+        env.db_name
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let pool = fleet_store::connect(&env.config.database.url, 1)
+        .await
+        .unwrap();
     eventually("in_use once PostgreSQL is back", || async {
-        let s: String = sqlx::query_scalar("SELECT operational_status FROM devices WHERE id = $1").bind(&id).fetch_one(&pool).await.ok()?;
+        let s: String = sqlx::query_scalar("SELECT operational_status FROM devices WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .ok()?;
         (s == "in_use").then_some(())
     })
     .await;
     let stream = env.js.get_stream(env.streams.dlq()).await.unwrap();
     let mut stream = stream;
-    assert_eq!(stream.info().await.unwrap().state.messages, 0, "a database outage dead-letters nothing");
+    assert_eq!(
+        stream.info().await.unwrap().state.messages,
+        0,
+        "a database outage dead-letters nothing"
+    );
     pool.close().await;
     trigger.trigger();
     task.await.unwrap();

@@ -50,9 +50,11 @@ async fn remove(db_name: &str, stream_prefix: &str, nats: &str) {
         }
     }
     if let Ok(mut conn) = sqlx::postgres::PgConnection::connect_admin(&admin_url()).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"))
-            .execute(&mut conn)
-            .await;
+        let _ = sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
+        ))
+        .execute(&mut conn)
+        .await;
     }
 }
 
@@ -61,11 +63,18 @@ impl Drop for TestEnv {
         if self.cleaned {
             return;
         }
-        let (db, prefix, nats) = (self.db_name.clone(), self.config.nats.stream_prefix.clone(), self.config.nats.url.clone());
+        let (db, prefix, nats) = (
+            self.db_name.clone(),
+            self.config.nats.stream_prefix.clone(),
+            self.config.nats.url.clone(),
+        );
         // Dropped while a test unwinds inside its runtime: clean up from a
         // thread with a runtime of its own.
         let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 rt.block_on(remove(&db, &prefix, &nats));
             }
         })
@@ -143,7 +152,12 @@ impl TestEnv {
     /// Removes the database and the streams.
     pub async fn cleanup(mut self) {
         self.pool.close().await;
-        remove(&self.db_name, &self.config.nats.stream_prefix, &self.config.nats.url).await;
+        remove(
+            &self.db_name,
+            &self.config.nats.stream_prefix,
+            &self.config.nats.url,
+        )
+        .await;
         self.cleaned = true;
     }
 

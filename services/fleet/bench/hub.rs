@@ -65,7 +65,11 @@ fn snapshot(name: &str, at: DateTime<Utc>, maintenance: bool) -> v1::ConditionSn
     };
     v1::ConditionSnapshot {
         source: "openstack".into(),
-        device: Some(v1::DeviceKey { site: SITE.into(), kind: "name".into(), key: name.into() }),
+        device: Some(v1::DeviceKey {
+            site: SITE.into(),
+            kind: "name".into(),
+            key: name.into(),
+        }),
         observed_at: Some(timestamp(at)),
         conditions: vec![
             c("IronicProvisionHealthy", true),
@@ -95,7 +99,11 @@ impl Bench {
         let id = ulid::Ulid::new().to_string().to_lowercase();
         let mut config = base.clone();
         let db_name = format!("fleet_bench_{id}");
-        let (prefix, _) = base.database.url.rsplit_once('/').context("database.url has no database name")?;
+        let (prefix, _) = base
+            .database
+            .url
+            .rsplit_once('/')
+            .context("database.url has no database name")?;
         config.database.url = format!("{prefix}/{db_name}");
         let admin_url = format!("{prefix}/postgres");
         config.nats.subject_root = format!("bench{id}.fleet");
@@ -117,7 +125,10 @@ impl Bench {
         fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
 
         eprintln!("bench: inserting {} devices", args.devices);
-        sqlx::query("INSERT INTO sites (id, name) VALUES ($1, 'bench')").bind(SITE).execute(&pool).await?;
+        sqlx::query("INSERT INTO sites (id, name) VALUES ($1, 'bench')")
+            .bind(SITE)
+            .execute(&pool)
+            .await?;
         sqlx::query(
             "INSERT INTO devices (id, name, site_id, role, provision_state, connectivity, no_schedule_reasons) \
              SELECT 'dev_bench_' || lpad(g::text, 7, '0'), 'gpu-' || lpad(g::text, 7, '0'), $1, 'host', 'deployed', \
@@ -129,16 +140,38 @@ impl Bench {
         .await?;
         sqlx::query("ANALYZE devices").execute(&pool).await?;
         let names = (1..=args.devices).map(|g| format!("gpu-{g:07}")).collect();
-        Ok(Bench { config, db_name, admin_url, pool, nats, js, subjects, streams, metrics_addr, names })
+        Ok(Bench {
+            config,
+            db_name,
+            admin_url,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+            metrics_addr,
+            names,
+        })
     }
 
     async fn teardown(&self) {
-        for s in [self.streams.observations(), self.streams.status(), self.streams.radar(), self.streams.jobs(), self.streams.dlq()] {
+        for s in [
+            self.streams.observations(),
+            self.streams.status(),
+            self.streams.radar(),
+            self.streams.jobs(),
+            self.streams.dlq(),
+        ] {
             let _ = self.js.delete_stream(&s).await;
         }
         self.pool.close().await;
         if let Ok(admin) = fleet_store::connect(&self.admin_url, 1).await {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name)).execute(&admin).await;
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&admin)
+            .await;
         }
     }
 
@@ -181,7 +214,11 @@ impl Bench {
         let mut inflight = Vec::with_capacity(1024);
         for s in snaps {
             let key = s.device.clone().unwrap_or_default();
-            let at = s.observed_at.as_ref().map(|t| t.seconds * 1_000_000_000 + t.nanos as i64).unwrap_or(0);
+            let at = s
+                .observed_at
+                .as_ref()
+                .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
+                .unwrap_or(0);
             let ack = fleet_bus::publish_observation(
                 &self.js,
                 &self.subjects,
@@ -259,39 +296,64 @@ impl Bench {
         Ok(body
             .lines()
             .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v))))
+            .filter_map(|l| {
+                l.rsplit_once(' ')
+                    .and_then(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+            })
             .collect())
     }
 
     async fn measure(&mut self, args: &HubBench) -> anyhow::Result<String> {
         let n = self.names.len();
         let t0 = Utc::now() - chrono::Duration::hours(1);
-        let phase_snaps = |offset: i64, flip: &dyn Fn(usize) -> bool| -> Vec<v1::ConditionSnapshot> {
-            self.names.iter().enumerate().map(|(i, name)| snapshot(name, t0 + chrono::Duration::seconds(offset), flip(i))).collect()
+        let phase_snaps = |offset: i64,
+                           flip: &dyn Fn(usize) -> bool|
+         -> Vec<v1::ConditionSnapshot> {
+            self.names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| snapshot(name, t0 + chrono::Duration::seconds(offset), flip(i)))
+                .collect()
         };
 
         eprintln!("bench: initial load ({n} snapshots creating 6 conditions each)");
         let pubd = self.publish_all(&phase_snaps(0, &|_| false)).await?;
         let initial = self.drain(n, "initial load (creates every row)").await?;
-        eprintln!("bench: published at {:.0}/s; {}", n as f64 / pubd.as_secs_f64(), initial.line());
+        eprintln!(
+            "bench: published at {:.0}/s; {}",
+            n as f64 / pubd.as_secs_f64(),
+            initial.line()
+        );
 
         eprintln!("bench: freshness-only resync");
         self.publish_all(&phase_snaps(60, &|_| false)).await?;
         let fresh = self.drain(n, "freshness-only resync").await?;
         eprintln!("bench: {}", fresh.line());
 
-        eprintln!("bench: changing workload ({:.0}% flip IronicMaintenance)", args.flip_share * 100.0);
+        eprintln!(
+            "bench: changing workload ({:.0}% flip IronicMaintenance)",
+            args.flip_share * 100.0
+        );
         let every = (1.0 / args.flip_share.clamp(0.01, 1.0)).round() as usize;
-        self.publish_all(&phase_snaps(120, &|i| i % every == 0)).await?;
+        self.publish_all(&phase_snaps(120, &|i| i % every == 0))
+            .await?;
         let changing = self.drain(n, "changing (flips decisive)").await?;
         eprintln!("bench: {}", changing.line());
 
         eprintln!("bench: latency at half the changing rate");
         let rate = changing.rate() / 2.0;
         // Devices the changing phase left in_use flip to quarantine.
-        let in_use: Vec<String> = self.names.iter().enumerate().filter(|(i, _)| i % every != 0).map(|(_, n)| n.clone()).collect();
+        let in_use: Vec<String> = self
+            .names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % every != 0)
+            .map(|(_, n)| n.clone())
+            .collect();
         let samples: Vec<String> = in_use.into_iter().take(args.latency_samples).collect();
-        let latency = self.latency(&samples, rate, t0 + chrono::Duration::seconds(180)).await?;
+        let latency = self
+            .latency(&samples, rate, t0 + chrono::Duration::seconds(180))
+            .await?;
 
         eprintln!("bench: naive per-condition reference");
         let naive = self.naive(args.naive_conditions).await?;
@@ -300,19 +362,45 @@ impl Bench {
         eprintln!("bench: raw JetStream publish+consume");
         let raw_js = self.raw_js(n.min(100_000)).await?;
 
-        let peak_rss = [initial.rss_kib, fresh.rss_kib, changing.rss_kib, latency.rss_kib].into_iter().max().unwrap_or(0);
+        let peak_rss = [
+            initial.rss_kib,
+            fresh.rss_kib,
+            changing.rss_kib,
+            latency.rss_kib,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
         let slower_raw = raw_pg.min(raw_js);
         let mut out = String::new();
-        out += &format!("fleet bench hub: {n} devices, 6 conditions per snapshot, {} partitions, batch {}\n", self.config.nats.partitions, self.config.hub.batch_size);
+        out += &format!(
+            "fleet bench hub: {n} devices, 6 conditions per snapshot, {} partitions, batch {}\n",
+            self.config.nats.partitions, self.config.hub.batch_size
+        );
         out += "| figure | value | target |\n|---|---|---|\n";
-        out += &format!("| initial load snapshots/s (all rows new) | {:.0} | - |\n", initial.rate());
-        out += &format!("| freshness-only snapshots/s | {:.0} ({:.0} conditions/s) | >= 5,000 |\n", fresh.rate(), fresh.rate() * 6.0);
-        out += &format!("| changing snapshots/s ({:.0}% flip) | {:.0} ({:.0} conditions/s) | >= 2,000 |\n", args.flip_share * 100.0, changing.rate(), changing.rate() * 6.0);
+        out += &format!(
+            "| initial load snapshots/s (all rows new) | {:.0} | - |\n",
+            initial.rate()
+        );
+        out += &format!(
+            "| freshness-only snapshots/s | {:.0} ({:.0} conditions/s) | >= 5,000 |\n",
+            fresh.rate(),
+            fresh.rate() * 6.0
+        );
+        out += &format!(
+            "| changing snapshots/s ({:.0}% flip) | {:.0} ({:.0} conditions/s) | >= 2,000 |\n",
+            args.flip_share * 100.0,
+            changing.rate(),
+            changing.rate() * 6.0
+        );
         out += &format!(
             "| publish -> StatusChanged at {:.0}/s (p50 / p99 / max) | {:.1} / {:.1} / {:.1} ms | p99 <= 250 ms |\n",
             latency.rate, latency.p50, latency.p99, latency.max
         );
-        out += &format!("| hub peak RSS | {:.1} MiB | <= 256 MiB |\n", peak_rss as f64 / 1024.0);
+        out += &format!(
+            "| hub peak RSS | {:.1} MiB | <= 256 MiB |\n",
+            peak_rss as f64 / 1024.0
+        );
         out += &format!(
             "| hub CPU while draining (freshness / changing), share of one core | {:.0}% / {:.0}% | - |\n",
             fresh.cpu_share() * 100.0,
@@ -322,17 +410,38 @@ impl Bench {
             "| rows written per snapshot (initial / freshness / changing) | {:.2} / {:.2} / {:.2} | O(1) for freshness |\n",
             initial.rows_per_snapshot, fresh.rows_per_snapshot, changing.rows_per_snapshot
         );
-        out += &format!("| naive per-condition path, snapshots/s | {:.0} ({:.0} conditions/s) | - |\n", naive / 6.0, naive);
-        out += &format!("| hub (changing) vs naive | {:.1}x | >= 10x |\n", changing.rate() / (naive / 6.0));
-        out += &format!("| raw PostgreSQL batched upsert, snapshots/s | {:.0} | - |\n", raw_pg);
-        out += &format!("| raw JetStream publish+consume, msgs/s | {:.0} | - |\n", raw_js);
-        out += &format!("| hub (freshness) vs the slower raw limit | {:.2} | >= 0.5 |\n", fresh.rate() / slower_raw);
+        out += &format!(
+            "| naive per-condition path, snapshots/s | {:.0} ({:.0} conditions/s) | - |\n",
+            naive / 6.0,
+            naive
+        );
+        out += &format!(
+            "| hub (changing) vs naive | {:.1}x | >= 10x |\n",
+            changing.rate() / (naive / 6.0)
+        );
+        out += &format!(
+            "| raw PostgreSQL batched upsert, snapshots/s | {:.0} | - |\n",
+            raw_pg
+        );
+        out += &format!(
+            "| raw JetStream publish+consume, msgs/s | {:.0} | - |\n",
+            raw_js
+        );
+        out += &format!(
+            "| hub (freshness) vs the slower raw limit | {:.2} | >= 0.5 |\n",
+            fresh.rate() / slower_raw
+        );
         Ok(out)
     }
 
     /// Flips `samples` devices one at a time at `rate`/s and times each
     /// publish to the `StatusChanged` of that device on a subscriber.
-    async fn latency(&self, names: &[String], rate: f64, at: DateTime<Utc>) -> anyhow::Result<Latency> {
+    async fn latency(
+        &self,
+        names: &[String],
+        rate: f64,
+        at: DateTime<Utc>,
+    ) -> anyhow::Result<Latency> {
         let samples = names.len();
         let mut hub = self.spawn_hub()?;
         let res = async {
@@ -352,9 +461,15 @@ impl Bench {
             while self.pending().await? > 0 {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let mut sub = self.nats.subscribe(self.subjects.status_axis("operational")).await?;
+            let mut sub = self
+                .nats
+                .subscribe(self.subjects.status_axis("operational"))
+                .await?;
             self.nats.flush().await?;
-            let wanted: std::collections::HashSet<String> = names.iter().map(|n| format!("dev_bench_{}", &n[4..])).collect();
+            let wanted: std::collections::HashSet<String> = names
+                .iter()
+                .map(|n| format!("dev_bench_{}", &n[4..]))
+                .collect();
             let collector = tokio::spawn(async move {
                 let mut seen = HashMap::new();
                 while let Some(m) = sub.next().await {
@@ -380,9 +495,19 @@ impl Bench {
                 let key = s.device.clone().unwrap_or_default();
                 let id = format!("dev_bench_{}", &name[4..]);
                 sent.insert(id.clone(), Instant::now());
-                fleet_bus::publish_observation(&self.js, &self.subjects, self.config.nats.partitions, "openstack", &key, i as i64, v1::ConditionSnapshot::NAME, None, s.encode_to_vec().into())
-                    .await?
-                    .await?;
+                fleet_bus::publish_observation(
+                    &self.js,
+                    &self.subjects,
+                    self.config.nats.partitions,
+                    "openstack",
+                    &key,
+                    i as i64,
+                    v1::ConditionSnapshot::NAME,
+                    None,
+                    s.encode_to_vec().into(),
+                )
+                .await?
+                .await?;
             }
             let seen = match tokio::time::timeout(Duration::from_secs(60), collector).await {
                 Ok(seen) => seen?,
@@ -390,14 +515,23 @@ impl Bench {
             };
             let mut ms: Vec<f64> = sent
                 .iter()
-                .filter_map(|(id, t)| seen.get(id).map(|r| r.saturating_duration_since(*t).as_secs_f64() * 1000.0))
+                .filter_map(|(id, t)| {
+                    seen.get(id)
+                        .map(|r| r.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+                })
                 .collect();
             if ms.len() < samples {
                 bail!("only {} of {samples} status changes arrived", ms.len());
             }
             ms.sort_by(|a, b| a.total_cmp(b));
             let q = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
-            Ok(Latency { rate, p50: q(0.5), p99: q(0.99), max: *ms.last().unwrap_or(&0.0), rss_kib: rss_peak_kib(hub.id()).unwrap_or(0) })
+            Ok(Latency {
+                rate,
+                p50: q(0.5),
+                p99: q(0.99),
+                max: *ms.last().unwrap_or(&0.0),
+                rss_kib: rss_peak_kib(hub.id()).unwrap_or(0),
+            })
         }
         .await;
         stop(&mut hub);
@@ -408,13 +542,23 @@ impl Bench {
     /// lock the device, upsert the row, re-read its conditions, write the
     /// device. Returns conditions/s.
     async fn naive(&self, conditions: usize) -> anyhow::Result<f64> {
-        let types = ["IronicProvisionHealthy", "IronicMaintenance", "CustomerReady", "InstanceAllocated", "IronicAvailable", "InMaintenancePool"];
+        let types = [
+            "IronicProvisionHealthy",
+            "IronicMaintenance",
+            "CustomerReady",
+            "InstanceAllocated",
+            "IronicAvailable",
+            "InMaintenancePool",
+        ];
         let start = Instant::now();
         for i in 0..conditions {
             let id = format!("dev_bench_{:07}", (i / 6) % self.names.len() + 1);
             let t = types[i % 6];
             let mut tx = self.pool.begin().await?;
-            sqlx::query("SELECT id FROM devices WHERE id = $1 FOR UPDATE").bind(&id).execute(&mut *tx).await?;
+            sqlx::query("SELECT id FROM devices WHERE id = $1 FOR UPDATE")
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, \
                  observed_at, received_at, last_transition_at) VALUES ($1, $2, 'True', '', '', 'openstack', 'operational', \
@@ -424,11 +568,15 @@ impl Bench {
             .bind(t)
             .execute(&mut *tx)
             .await?;
-            let _rows: Vec<(String, String)> = sqlx::query_as("SELECT type, status FROM device_conditions WHERE device_id = $1")
+            let _rows: Vec<(String, String)> =
+                sqlx::query_as("SELECT type, status FROM device_conditions WHERE device_id = $1")
+                    .bind(&id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            sqlx::query("UPDATE devices SET updated_at = now() WHERE id = $1")
                 .bind(&id)
-                .fetch_all(&mut *tx)
+                .execute(&mut *tx)
                 .await?;
-            sqlx::query("UPDATE devices SET updated_at = now() WHERE id = $1").bind(&id).execute(&mut *tx).await?;
             tx.commit().await?;
         }
         Ok(conditions as f64 / start.elapsed().as_secs_f64())
@@ -467,15 +615,31 @@ impl Bench {
                 ..Default::default()
             })
             .await?;
-        let payload: bytes::Bytes = snapshot("gpu-0000001", Utc::now(), false).encode_to_vec().into();
+        let payload: bytes::Bytes = snapshot("gpu-0000001", Utc::now(), false)
+            .encode_to_vec()
+            .into();
         let start = Instant::now();
-        let consumer = fleet_bus::pull_consumer(&self.js, &name, "raw", format!("{}.raw.>", self.config.nats.subject_root), Duration::from_secs(30)).await?;
+        let consumer = fleet_bus::pull_consumer(
+            &self.js,
+            &name,
+            "raw",
+            format!("{}.raw.>", self.config.nats.subject_root),
+            Duration::from_secs(30),
+        )
+        .await?;
         let js = self.js.clone();
         let root = self.config.nats.subject_root.clone();
         let publisher = tokio::spawn(async move {
             let mut inflight = Vec::with_capacity(1024);
             for i in 0..n {
-                let ack = fleet_bus::publish(&js, format!("{root}.raw.{}", i % 16), &format!("raw-{i}"), fleet_bus::headers("raw", None), payload.clone()).await?;
+                let ack = fleet_bus::publish(
+                    &js,
+                    format!("{root}.raw.{}", i % 16),
+                    &format!("raw-{i}"),
+                    fleet_bus::headers("raw", None),
+                    payload.clone(),
+                )
+                .await?;
                 inflight.push(ack);
                 if inflight.len() >= 1024 {
                     for a in inflight.drain(..) {
@@ -490,7 +654,12 @@ impl Bench {
         });
         let mut got = 0;
         while got < n {
-            let mut batch = consumer.batch().max_messages(256).expires(Duration::from_millis(50)).messages().await?;
+            let mut batch = consumer
+                .batch()
+                .max_messages(256)
+                .expires(Duration::from_millis(50))
+                .messages()
+                .await?;
             while let Some(Ok(m)) = batch.next().await {
                 m.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
                 got += 1;
@@ -564,14 +733,24 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 /// Peak resident set (VmHWM) of a process, in KiB.
 fn rss_peak_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// A minimal HTTP/1.0 GET (no client library in the binary for this).
 async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await?;
-    Ok(buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    Ok(buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
 }

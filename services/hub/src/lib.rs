@@ -132,7 +132,12 @@ impl Hub {
     /// consumer into the lane that owns the partition, so one device's
     /// messages always go through the same lane in order. The consumer is
     /// re-created when it vanishes (it can across a reconnect).
-    async fn fetch_partition(self: Arc<Self>, partition: u32, lane: mpsc::Sender<observations::Item>, mut shutdown: Shutdown) {
+    async fn fetch_partition(
+        self: Arc<Self>,
+        partition: u32,
+        lane: mpsc::Sender<observations::Item>,
+        mut shutdown: Shutdown,
+    ) {
         let durable = format!("hub-p{partition}");
         let filter = self.subjects.obs_partition(partition);
         let mut backoff = Duration::from_millis(200);
@@ -173,7 +178,8 @@ impl Hub {
                 }
             };
             loop {
-                let next = tokio::select! { m = messages.next() => m, _ = shutdown.wait() => return };
+                let next =
+                    tokio::select! { m = messages.next() => m, _ = shutdown.wait() => return };
                 match next {
                     Some(Ok(m)) => {
                         if lane.send(observations::parse(m)).await.is_err() {
@@ -204,10 +210,12 @@ impl Hub {
                 match rx.try_recv() {
                     Ok(i) => items.push(i),
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
-                    Err(mpsc::error::TryRecvError::Empty) => match tokio::time::timeout_at(deadline, rx.recv()).await {
-                        Ok(Some(i)) => items.push(i),
-                        Ok(None) | Err(_) => break,
-                    },
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        match tokio::time::timeout_at(deadline, rx.recv()).await {
+                            Ok(Some(i)) => items.push(i),
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
                 }
             }
             self.handle_batch(items).await;
@@ -281,7 +289,10 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     })
     .await;
     if drained.is_err() {
-        tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over; exiting with work in hand (it is redelivered)");
+        tracing::warn!(
+            grace_secs = grace.as_secs(),
+            "shutdown grace period over; exiting with work in hand (it is redelivered)"
+        );
     }
     tracing::info!("hub stopped");
     Ok(())

@@ -44,7 +44,11 @@ pub fn parse(msg: jetstream::Message) -> Item {
     }
     let trace = fleet_runtime::telemetry::traceparent_of(&span)
         .and_then(|tp| TraceParent::parse(&tp))
-        .or_else(|| remote.and_then(|tp| TraceParent::parse(&tp)).map(|tp| tp.child()));
+        .or_else(|| {
+            remote
+                .and_then(|tp| TraceParent::parse(&tp))
+                .map(|tp| tp.child())
+        });
     // <root>.obs.<source>.<partition>.<device>: the source is 4th from the end.
     let tokens: Vec<&str> = msg.subject.as_str().split('.').collect();
     let subject_source = if tokens.len() >= 4 {
@@ -53,7 +57,12 @@ pub fn parse(msg: jetstream::Message) -> Item {
         ""
     };
     let parsed = decode::observation(schema.as_deref(), subject_source, &msg.payload, now);
-    Item { msg, parsed, trace, span }
+    Item {
+        msg,
+        parsed,
+        trace,
+        span,
+    }
 }
 
 /// What one batch did, for metrics and the benchmark.
@@ -133,7 +142,9 @@ impl Hub {
         if e.is_unavailable() {
             // PostgreSQL is away: the message is not at fault, so it never
             // counts toward the DLQ; it comes back when the database does.
-            let _ = msg.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(2)))).await;
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(2))))
+                .await;
             return;
         }
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1) as u64;
@@ -142,13 +153,18 @@ impl Hub {
             self.dead_letter(msg, "apply_failed", &e.to_string()).await;
         } else {
             tracing::warn!(error = %e, subject = %msg.subject, delivered, "apply failed; will be redelivered");
-            let _ = msg.ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(1)))).await;
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(std::time::Duration::from_secs(1))))
+                .await;
         }
     }
 
     /// One transaction for the whole slice; returns the outbox rows it
     /// committed, claimed for the caller to publish.
-    pub async fn apply(&self, items: &[Item]) -> Result<(BatchStats, Vec<fleet_store::outbox::PendingRow>), StoreError> {
+    pub async fn apply(
+        &self,
+        items: &[Item],
+    ) -> Result<(BatchStats, Vec<fleet_store::outbox::PendingRow>), StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
         let obs: Vec<(&Item, &Observation)> = items
@@ -225,7 +241,8 @@ impl Hub {
                     observed_generation,
                     ..
                 } => {
-                    let outcome = state.apply_connectivity(*epoch, gateway_id, *event, *observed_at);
+                    let outcome =
+                        state.apply_connectivity(*epoch, gateway_id, *event, *observed_at);
                     if outcome == Outcome::Applied {
                         state.report_generation(*observed_generation);
                     }

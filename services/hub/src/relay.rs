@@ -35,7 +35,10 @@ impl Hub {
         let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let acked = self.publish_rows(&rows).await;
         self.metrics.outbox_published.inc_by(acked.len() as u64);
-        self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()).extend(acked);
+        self.outbox_acked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(acked);
         self.unclaim(ids);
         self.relay_wake.notify_one();
     }
@@ -64,7 +67,15 @@ impl Hub {
             }
             let headers = fleet_bus::headers(&row.schema, row.traceparent.as_deref());
             let msg_id = format!("outbox-{}", row.id);
-            match fleet_bus::publish(&self.js, row.subject.clone(), &msg_id, headers, row.payload.clone().into()).await {
+            match fleet_bus::publish(
+                &self.js,
+                row.subject.clone(),
+                &msg_id,
+                headers,
+                row.payload.clone().into(),
+            )
+            .await
+            {
                 Ok(ack) => inflight.push_back((row.id, ack)),
                 Err(e) => {
                     tracing::warn!(error = %e, outbox_id = row.id, "publish failed");
@@ -91,12 +102,22 @@ impl Hub {
     /// Deletes what lanes published, then publishes one page of the rows
     /// nobody is publishing; returns how many it published.
     pub async fn relay_once(&self) -> anyhow::Result<usize> {
-        let done: Vec<i64> = std::mem::take(&mut *self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()));
+        let done: Vec<i64> =
+            std::mem::take(&mut *self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()));
         if let Err(e) = outbox::delete(&self.pool, &done).await {
-            self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()).extend(done);
+            self.outbox_acked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(done);
             return Err(e.into());
         }
-        let claimed: Vec<i64> = self.outbox_claims.lock().unwrap_or_else(|p| p.into_inner()).iter().copied().collect();
+        let claimed: Vec<i64> = self
+            .outbox_claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
         let mut tx = self.pool.begin().await?;
         let rows = outbox::pending(&mut tx, self.config.hub.outbox_batch, &claimed).await?;
         if rows.is_empty() {

@@ -60,7 +60,10 @@ impl Work {
                 )
             })
             .collect();
-        Ok(Work { devices, outbox: vec![] })
+        Ok(Work {
+            devices,
+            outbox: vec![],
+        })
     }
 
     /// The live (not deleted) device, for an operation with `cause`.

@@ -22,28 +22,48 @@ static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 pub fn init_tracing(format: &str, filter: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let fmt = if format == "json" { fmt.json().boxed() } else { fmt.boxed() };
+    let fmt = if format == "json" {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
     let otel = otlp_provider().map(|provider| {
         let tracer = provider.tracer("fleet");
         let _ = PROVIDER.set(provider);
         tracing_opentelemetry::layer().with_tracer(tracer)
     });
-    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
 }
 
 fn otlp_provider() -> Option<SdkTracerProvider> {
-    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|e| !e.is_empty())?;
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())?;
     let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "fleet".into());
     // The exporter reads the endpoint and headers from the OTEL_* environment.
-    let exporter = match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+    let exporter = match opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+    {
         Ok(e) => e,
         Err(e) => {
             eprintln!("OTLP export to {endpoint} disabled: {e}");
             return None;
         }
     };
-    let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
-    Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service)
+        .build();
+    Some(
+        SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build(),
+    )
 }
 
 /// Flushes and stops the OTLP exporter, if any.
@@ -55,7 +75,8 @@ pub fn shutdown_tracing() {
 
 /// Makes `span` a child of the remote span a `traceparent` header names.
 pub fn set_remote_parent(span: &tracing::Span, traceparent: &str) {
-    let carrier: HashMap<String, String> = [("traceparent".to_string(), traceparent.to_string())].into();
+    let carrier: HashMap<String, String> =
+        [("traceparent".to_string(), traceparent.to_string())].into();
     let cx = TraceContextPropagator::new().extract(&carrier);
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
@@ -67,5 +88,12 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
     PROVIDER.get()?;
     let cx = span.context();
     let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| format!("00-{}-{}-{:02x}", sc.trace_id(), sc.span_id(), sc.trace_flags().to_u8()))
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8()
+        )
+    })
 }

@@ -108,7 +108,10 @@ impl From<sqlx::Error> for StoreError {
 
 impl StoreError {
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::Connect { .. })
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Connect { .. }
+        )
     }
 }
 

@@ -48,7 +48,13 @@ pub async fn insert(
     Ok(ids
         .into_iter()
         .zip(rows)
-        .map(|(id, r)| PendingRow { id, subject: r.subject, schema: r.schema, payload: r.payload, traceparent: r.traceparent })
+        .map(|(id, r)| PendingRow {
+            id,
+            subject: r.subject,
+            schema: r.schema,
+            payload: r.payload,
+            traceparent: r.traceparent,
+        })
         .collect())
 }
 
@@ -80,7 +86,10 @@ pub async fn pending(
         .collect())
 }
 
-pub async fn delete<'e, E: sqlx::PgExecutor<'e>>(executor: E, ids: &[i64]) -> Result<(), sqlx::Error> {
+pub async fn delete<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    ids: &[i64],
+) -> Result<(), sqlx::Error> {
     if ids.is_empty() {
         return Ok(());
     }

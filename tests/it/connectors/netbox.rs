@@ -350,7 +350,9 @@ async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     eventually("the unnamed device counted", || async {
         metrics(port)
             .await
-            .contains(r#"fleet_connector_mapping_warnings_total{source="netbox",kind="unnamed_device"}"#)
+            .contains(
+                r#"fleet_connector_mapping_warnings_total{source="netbox",kind="unnamed_device"}"#,
+            )
             .then_some(())
     })
     .await;
