@@ -141,7 +141,7 @@ impl Default for FleetConfig {
                 partitions: vec![],
                 batch_size: 256,
                 lanes: 4,
-                linger_ms: 5,
+                linger_ms: 20,
                 ack_wait_secs: 30,
                 max_deliver: 5,
                 default_ttl_secs: 180,
