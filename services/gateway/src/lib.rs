@@ -26,13 +26,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use async_nats::jetstream;
 use chrono::Utc;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
 use fleet_proto::{timestamp, v1, Message, SchemaName};
-use fleet_runtime::http::{self, Ops};
+use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
 use sqlx::PgPool;
@@ -249,17 +248,6 @@ impl Gateway {
         Ok(())
     }
 
-    async fn ready(self: Arc<Self>) -> Result<(), String> {
-        if self.nats.connection_state() != async_nats::connection::State::Connected {
-            return Err("nats disconnected".into());
-        }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| format!("postgres: {e}"))?;
-        Ok(())
-    }
-
     /// Serves one subject (queue group `gateway`) until shutdown.
     async fn serve(self: Arc<Self>, route: handlers::Route, mut shutdown: Shutdown) {
         let subject = route.subject(&self.subjects);
@@ -334,21 +322,15 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 }
 
 pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Result<()> {
-    let ready = gw.clone();
-    let ops = Ops {
-        registry: gw.metrics.registry.clone(),
-        ready: Arc::new(move || {
-            let g = ready.clone();
-            Box::pin(async move { g.ready().await })
-        }),
-    };
-    let addr = http::serve(
+    let addr = http::serve_ops(
         &gw.config.gateway.listen,
-        http::router(ops),
+        "gateway.listen",
+        gw.metrics.registry.clone(),
+        gw.nats.clone(),
+        gw.pool.clone(),
         shutdown.clone(),
     )
-    .await
-    .with_context(|| format!("binding gateway.listen {}", gw.config.gateway.listen))?;
+    .await?;
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
     let mut tasks = tokio::task::JoinSet::new();
     for route in handlers::Route::ALL {

@@ -21,7 +21,7 @@ use async_nats::jetstream::{self, AckKind};
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
-use fleet_runtime::http::{self, Ops};
+use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
 use sqlx::PgPool;
@@ -221,17 +221,6 @@ impl Hub {
             self.handle_batch(items).await;
         }
     }
-
-    async fn ready(self: Arc<Self>) -> Result<(), String> {
-        if self.nats.connection_state() != async_nats::connection::State::Connected {
-            return Err("nats disconnected".into());
-        }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| format!("postgres: {e}"))?;
-        Ok(())
-    }
 }
 
 /// Runs the hub until shutdown: partition consumers, the command responder,
@@ -242,17 +231,15 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 }
 
 pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<()> {
-    let ready_hub = hub.clone();
-    let ops = Ops {
-        registry: hub.metrics.registry.clone(),
-        ready: Arc::new(move || {
-            let h = ready_hub.clone();
-            Box::pin(async move { h.ready().await })
-        }),
-    };
-    let addr = http::serve(&hub.config.hub.listen, http::router(ops), shutdown.clone())
-        .await
-        .with_context(|| format!("binding hub.listen {}", hub.config.hub.listen))?;
+    let addr = http::serve_ops(
+        &hub.config.hub.listen,
+        "hub.listen",
+        hub.metrics.registry.clone(),
+        hub.nats.clone(),
+        hub.pool.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     let _ = hub.ops_addr.set(addr);
     tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
 

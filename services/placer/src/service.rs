@@ -14,7 +14,7 @@ use fleet_bus::{StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
 use fleet_proto::{datetime, timestamp, v1, Message, SchemaName};
-use fleet_runtime::http::{self, Ops};
+use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
 
@@ -304,17 +304,6 @@ impl Placer {
             }
         }
     }
-
-    async fn ready(self: Arc<Self>) -> Result<(), String> {
-        if self.nats.connection_state() != async_nats::connection::State::Connected {
-            return Err("nats disconnected".into());
-        }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| format!("postgres: {e}"))?;
-        Ok(())
-    }
 }
 
 /// Runs the placer until shutdown.
@@ -324,21 +313,15 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 }
 
 pub async fn run_with(placer: Arc<Placer>, mut shutdown: Shutdown) -> anyhow::Result<()> {
-    let ready = placer.clone();
-    let ops = Ops {
-        registry: placer.metrics.registry.clone(),
-        ready: Arc::new(move || {
-            let p = ready.clone();
-            Box::pin(async move { p.ready().await })
-        }),
-    };
-    let addr = http::serve(
+    let addr = http::serve_ops(
         &placer.config.placer.listen,
-        http::router(ops),
+        "placer.listen",
+        placer.metrics.registry.clone(),
+        placer.nats.clone(),
+        placer.pool.clone(),
         shutdown.clone(),
     )
-    .await
-    .with_context(|| format!("binding placer.listen {}", placer.config.placer.listen))?;
+    .await?;
     tracing::info!(%addr, devices = placer.view().len(), "placer running");
 
     let mut tasks = tokio::task::JoinSet::new();

@@ -24,7 +24,7 @@ use fleet_bus::{StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
-use fleet_runtime::http::{self, Ops};
+use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
@@ -389,17 +389,6 @@ impl Radar {
             }
         }
     }
-
-    async fn ready(self: Arc<Self>) -> Result<(), String> {
-        if self.nats.connection_state() != async_nats::connection::State::Connected {
-            return Err("nats disconnected".into());
-        }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| format!("postgres: {e}"))?;
-        Ok(())
-    }
 }
 
 /// Runs Radar until shutdown.
@@ -412,21 +401,15 @@ pub async fn run_with(radar: Arc<Radar>, mut shutdown: Shutdown) -> anyhow::Resu
     let held = radar.load_published().await?;
     let published = radar.rebuild().await?;
     tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
-    let ready = radar.clone();
-    let ops = Ops {
-        registry: radar.metrics.registry.clone(),
-        ready: Arc::new(move || {
-            let r = ready.clone();
-            Box::pin(async move { r.ready().await })
-        }),
-    };
-    let addr = http::serve(
+    let addr = http::serve_ops(
         &radar.config.radar.listen,
-        http::router(ops),
+        "radar.listen",
+        radar.metrics.registry.clone(),
+        radar.nats.clone(),
+        radar.pool.clone(),
         shutdown.clone(),
     )
-    .await
-    .with_context(|| format!("binding radar.listen {}", radar.config.radar.listen))?;
+    .await?;
     tracing::info!(%addr, "radar running");
     let mut tasks = tokio::task::JoinSet::new();
     for axis in [

@@ -75,3 +75,41 @@ pub async fn serve(
     });
     Ok(addr)
 }
+
+/// Ready when NATS is connected and PostgreSQL answers.
+pub async fn nats_and_postgres_ready(
+    nats: &async_nats::Client,
+    pool: &sqlx::PgPool,
+) -> Result<(), String> {
+    if nats.connection_state() != async_nats::connection::State::Connected {
+        return Err("nats disconnected".into());
+    }
+    sqlx::query("SELECT 1")
+        .execute(pool)
+        .await
+        .map_err(|e| format!("postgres: {e}"))?;
+    Ok(())
+}
+
+/// The ops server every service runs: `/healthz`, `/readyz` (NATS
+/// connected and PostgreSQL answering) and `/metrics` on `listen`; `key`
+/// names the configuration key in the error when it cannot bind.
+pub async fn serve_ops(
+    listen: &str,
+    key: &str,
+    registry: Arc<Mutex<Registry>>,
+    nats: async_nats::Client,
+    pool: sqlx::PgPool,
+    shutdown: Shutdown,
+) -> anyhow::Result<std::net::SocketAddr> {
+    let ops = Ops {
+        registry,
+        ready: Arc::new(move || {
+            let (nats, pool) = (nats.clone(), pool.clone());
+            Box::pin(async move { nats_and_postgres_ready(&nats, &pool).await })
+        }),
+    };
+    serve(listen, router(ops), shutdown)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding {key} {listen}: {e}"))
+}
