@@ -24,6 +24,8 @@ pub enum Code {
     InvalidState,
     FutureObservation,
     ForbiddenSource,
+    /// The placer found no room for an allocation (409).
+    InsufficientCapacity,
     Unavailable,
 }
 
@@ -37,6 +39,7 @@ impl Code {
         Code::InvalidState,
         Code::FutureObservation,
         Code::ForbiddenSource,
+        Code::InsufficientCapacity,
         Code::Unavailable,
     ];
 
@@ -50,6 +53,7 @@ impl Code {
             Code::InvalidState => "INVALID_STATE",
             Code::FutureObservation => "FUTURE_OBSERVATION",
             Code::ForbiddenSource => "FORBIDDEN_SOURCE",
+            Code::InsufficientCapacity => "INSUFFICIENT_CAPACITY",
             Code::Unavailable => "UNAVAILABLE",
         }
     }
@@ -60,7 +64,9 @@ impl Code {
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
             Code::Forbidden | Code::ForbiddenSource => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
-            Code::Conflict | Code::InvalidState => StatusCode::CONFLICT,
+            Code::Conflict | Code::InvalidState | Code::InsufficientCapacity => {
+                StatusCode::CONFLICT
+            }
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -88,7 +94,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// One of INVALID_ARGUMENT, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
     /// CONFLICT, INVALID_STATE, FUTURE_OBSERVATION, FORBIDDEN_SOURCE,
-    /// UNAVAILABLE.
+    /// INSUFFICIENT_CAPACITY, UNAVAILABLE.
     #[schema(schema_with = crate::model::error_code_schema)]
     pub code: String,
     pub message: String,
@@ -259,6 +265,7 @@ mod tests {
             ("INVALID_STATE", 409),
             ("FUTURE_OBSERVATION", 400),
             ("FORBIDDEN_SOURCE", 403),
+            ("INSUFFICIENT_CAPACITY", 409),
             ("UNAVAILABLE", 503),
         ];
         assert_eq!(Code::ALL.len(), expect.len());

@@ -4,9 +4,11 @@
 //! ([`routes::table`]) that names its scope; the router and the OpenAPI
 //! document are both built from it.
 
+pub mod allocations;
 pub mod auth;
 pub mod conditions;
 pub mod devices;
+pub mod drift;
 pub mod error;
 pub mod hub;
 pub mod impairment;
@@ -14,6 +16,7 @@ pub mod metrics;
 pub mod model;
 pub mod openapi;
 pub mod page;
+pub mod placer;
 pub mod routes;
 pub mod sites;
 
@@ -36,6 +39,8 @@ pub struct Inner {
     pub config: ApiConfig,
     pub pool: PgPool,
     pub hub: hub::HubClient,
+    /// Allocations and capacity; waits `api.hub_timeout_ms` like the hub.
+    pub placer: fleet_placer::client::PlacerClient,
     pub tokens: auth::TokenCache,
     pub ttls: TtlConfig,
     pub metrics: metrics::ApiMetrics,
@@ -99,6 +104,11 @@ impl App {
         App(Arc::new(Inner {
             config: config.api.clone(),
             pool,
+            placer: fleet_placer::client::PlacerClient::new(
+                nats.clone(),
+                subjects.clone(),
+                Duration::from_millis(config.api.hub_timeout_ms),
+            ),
             hub: hub::HubClient {
                 nats,
                 subjects,

@@ -11,7 +11,7 @@ use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{conditions, devices, error, impairment, model, routes, sites};
+use crate::{allocations, conditions, devices, drift, error, impairment, model, routes, sites};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +40,12 @@ use crate::{conditions, devices, error, impairment, model, routes, sites};
         impairment::list,
         impairment::detail,
         impairment::clear,
+        allocations::create,
+        allocations::list,
+        allocations::detail,
+        allocations::release,
+        allocations::capacity,
+        drift::list,
         sites::summary,
         sites::unresolved,
         openapi_json,

@@ -12,7 +12,7 @@ use fleet_runtime::http::{self as ops_http, Ops};
 
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
-use crate::{conditions, devices, impairment, metrics, openapi, sites, App};
+use crate::{allocations, conditions, devices, drift, impairment, metrics, openapi, sites, App};
 
 pub struct Route {
     pub method: Method,
@@ -154,6 +154,42 @@ pub fn table() -> Vec<Route> {
             "/api/v1/operations/impairment-events/{id}/clear",
             S::OperationsWrite,
             post(impairment::clear),
+        ),
+        r(
+            M::POST,
+            "/api/v1/allocations/",
+            S::OperationsWrite,
+            post(allocations::create),
+        ),
+        r(
+            M::GET,
+            "/api/v1/allocations/",
+            S::DeviceRead,
+            get(allocations::list),
+        ),
+        r(
+            M::GET,
+            "/api/v1/allocations/{id}/",
+            S::DeviceRead,
+            get(allocations::detail),
+        ),
+        r(
+            M::POST,
+            "/api/v1/allocations/{id}/release",
+            S::OperationsWrite,
+            post(allocations::release),
+        ),
+        r(
+            M::GET,
+            "/api/v1/pools/{id}/capacity",
+            S::DeviceRead,
+            get(allocations::capacity),
+        ),
+        r(
+            M::GET,
+            "/api/v1/latch-drift/",
+            S::DeviceRead,
+            get(drift::list),
         ),
         r(
             M::GET,
