@@ -1,9 +1,10 @@
 //! The scenario engine: one fleet of simulated machines, the state of each
-//! external system about them (NetBox, Ironic, Placement, SLURM), the
-//! evolution of that state, and the ground truth derived from it by the
-//! rules of `spec/conditions.md`, written here again on purpose (never
-//! `fleet_domain::derivation`) so the hub's derivation has an independent
-//! check.
+//! external system about them (NetBox and its cables, Ironic, Placement,
+//! SLURM, Prometheus, Borneo custody, the front-end and back-end switches,
+//! NMX-M), the evolution of that state, and the ground truth derived from
+//! it by the rules of `spec/conditions.md`, written here again on purpose
+//! (never `fleet_domain::derivation`) so the hub's derivation has an
+//! independent check.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,21 @@ use rand::{Rng, SeedableRng};
 pub const CUSTOMER_PROJECT: &str = "c0ffee00-customer-project";
 pub const MAINTENANCE_PROJECT: &str = "5eed0000-slurm-project";
 pub const CUSTOMER_READY_TRAIT: &str = "CUSTOM_CUSTOMER_READY";
+
+/// The VRF an idle front-end port sits in, and the prefix of customer VRFs
+/// (`connectors.fabric.sites.<s>.customer_vrfs = ["cust-*"]`).
+pub const ISOLATE_VRF: &str = "isolate";
+pub const CUSTOMER_VRF_PREFIX: &str = "cust-";
+/// The back-end VRFs: the tenant's and the maintenance VRF.
+pub const TENANT_BACKEND_VRF: &str = "tenant-be";
+pub const MAINTENANCE_VRF: &str = "maint";
+/// NMX-M: the repair partition, and the partition GPUs are in otherwise.
+pub const REPAIR_PARTITION: &str = "repair";
+pub const REPAIR_PARTITION_ID: u32 = 7;
+pub const DEFAULT_PARTITION_ID: u32 = 1;
+pub const GPUS_PER_DEVICE: u8 = 8;
+/// Devices per rack; each rack has one front-end and one back-end leaf.
+pub const RACK_SIZE: usize = 32;
 
 /// Ironic provision states that are failures (what `IronicProvisionHealthy
 /// = False` means); the engine produces only these two.
@@ -60,6 +76,102 @@ pub struct SimDevice {
     pub slurm: Option<SlurmState>,
     /// The `chassis_health` reading: 0 Ok, 1 Warning, 2 Critical.
     pub health: u8,
+    /// The VRF the device's front-end port (`eth0` on its rack's front-end
+    /// leaf) is in on the switch.
+    pub frontend_vrf: String,
+    /// The VRF of its back-end port (`ens1f0` on the back-end leaf).
+    pub backend_vrf: &'static str,
+    /// How many of its GPUs NMX-M has in the repair partition.
+    pub gpus_in_repair: u8,
+    /// What Borneo lists for it (`None`: not listed).
+    pub custody: Option<Custody>,
+    /// The latch `FrontendPortsInCustomerVrf` as it should be on record.
+    pub frontend_latch: Option<FrontendLatch>,
+    /// The hub has put (or will put, at Borneo's next read) the device in
+    /// custody: `delegated` from then on, frozen (`conditions.md`, holds).
+    pub delegated: bool,
+    /// Borneo reported it `DRAINED`: `drained` from then on, frozen.
+    pub drained: bool,
+    /// Borneo has answered a read with the device `GOOGLE_OWNED`, so the
+    /// hub has seen the custody entry; only then may it come back.
+    pub custody_served: bool,
+    /// A handover or return whose front-end flip waits for the simulated
+    /// workflow to verify it and write the latch.
+    pub pending: Option<FlipJob>,
+    /// Times the partner rotated the returned credential.
+    pub credential_rotation: u32,
+}
+
+/// The Borneo custody states the simulated partner reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Custody {
+    GoogleOwned,
+    PartnerOwned,
+    Drained,
+}
+
+impl Custody {
+    pub fn wire(self) -> &'static str {
+        match self {
+            Custody::GoogleOwned => "GOOGLE_OWNED",
+            Custody::PartnerOwned => "PARTNER_OWNED",
+            Custody::Drained => "DRAINED",
+        }
+    }
+}
+
+/// `FrontendPortsInCustomerVrf` as the scenario expects it on record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FrontendLatch {
+    /// True `CustomerVrfFlipVerified`.
+    CustomerVrfFlipVerified,
+    /// False `IsolateFlipVerified`.
+    IsolateFlipVerified,
+    /// Unknown `HandoverBreach`: custody entry with no verified flip.
+    HandoverBreach,
+}
+
+impl FrontendLatch {
+    pub fn reason(self) -> &'static str {
+        match self {
+            FrontendLatch::CustomerVrfFlipVerified => "CustomerVrfFlipVerified",
+            FrontendLatch::IsolateFlipVerified => "IsolateFlipVerified",
+            FrontendLatch::HandoverBreach => "HandoverBreach",
+        }
+    }
+}
+
+/// A front-end flip the switch has applied and the simulated handover
+/// workflow must read back and record as a latch before custody moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlipJob {
+    pub index: usize,
+    pub site: String,
+    pub name: String,
+    pub switch: String,
+    pub port: String,
+    /// The VRF the port must read back in.
+    pub vrf: String,
+    /// The latch to write once verified.
+    pub latch: FrontendLatch,
+}
+
+/// The tri-state of an observation condition, as the ground truth has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tri {
+    True,
+    False,
+    Unknown,
+}
+
+impl Tri {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tri::True => "True",
+            Tri::False => "False",
+            Tri::Unknown => "Unknown",
+        }
+    }
 }
 
 /// Which source is out (answers 503) right now.
@@ -67,6 +179,19 @@ pub struct SimDevice {
 pub struct Outages {
     pub ironic: bool,
     pub slurm: bool,
+}
+
+/// The front-end and back-end leaf names of a rack, and a device's port
+/// on each (`swp1` ... `swp32`; `swp31`/`swp32` of a full rack are
+/// devices too: uplinks are `swp49`/`swp50`).
+pub fn frontend_switch(rack: &str) -> String {
+    format!("fe-{rack}")
+}
+pub fn backend_switch(rack: &str) -> String {
+    format!("be-{rack}")
+}
+pub fn switch_port(d: &SimDevice) -> String {
+    format!("swp{}", d.index % RACK_SIZE + 1)
 }
 
 /// Counters of what the engine did, for the summary.
@@ -83,11 +208,24 @@ pub struct Activity {
     pub validated: u64,
     pub outages: u64,
     pub health_changes: u64,
+    /// Handovers to the partner with a verified front-end flip.
+    pub handovers: u64,
+    /// Custody entries without a flip, on purpose (`HandoverBreach`).
+    pub breaches: u64,
+    pub returns: u64,
+    pub drains: u64,
+    pub vrf_flips: u64,
+    pub nvlink_moves: u64,
+    /// Latch writes by the simulated handover workflow, and failures.
+    pub latch_writes: u64,
+    pub latch_failures: u64,
 }
 
 pub struct Scenario {
     pub sites: Vec<String>,
     pub devices: Vec<SimDevice>,
+    /// Device indices per rack (racks never change).
+    pub racks: BTreeMap<String, Vec<usize>>,
     pub outages: Outages,
     outage_ticks_left: u32,
     pub activity: Activity,
@@ -135,6 +273,16 @@ impl Scenario {
                         92..=97 => 1,
                         _ => 2,
                     },
+                    frontend_vrf: ISOLATE_VRF.into(),
+                    backend_vrf: TENANT_BACKEND_VRF,
+                    gpus_in_repair: 0,
+                    custody: None,
+                    frontend_latch: None,
+                    delegated: false,
+                    drained: false,
+                    custody_served: false,
+                    pending: None,
+                    credential_rotation: 0,
                 };
                 match rng.gen_range(0..100) {
                     0..=54 => {
@@ -157,15 +305,49 @@ impl Scenario {
                     }
                     _ => d.provision_state = "deploying",
                 }
+                // The repair fabric: a device in the maintenance pool has its
+                // back-end in the maintenance VRF and its GPUs in the repair
+                // partition, mostly.
+                if d.lessee == MAINTENANCE_PROJECT {
+                    if rng.gen_bool(0.8) {
+                        d.backend_vrf = MAINTENANCE_VRF;
+                    }
+                    d.gpus_in_repair = match rng.gen_range(0..10) {
+                        0..=6 => GPUS_PER_DEVICE,
+                        7 => GPUS_PER_DEVICE / 2,
+                        _ => 0,
+                    };
+                }
                 d
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Some handovers under way from the start: most waiting for their
+        // verified flip to be recorded, a few breaches on purpose.
+        let mut activity = Activity::default();
+        let devices = devices
+            .into_iter()
+            .map(|mut d| {
+                if handover_eligible(&d) {
+                    match rng.gen_range(0..100) {
+                        0..=14 => start_handover(&mut d, false, &mut activity),
+                        15..=19 => start_handover(&mut d, true, &mut activity),
+                        _ => {}
+                    }
+                }
+                d
+            })
+            .collect::<Vec<SimDevice>>();
+        let mut racks: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for d in &devices {
+            racks.entry(d.rack.clone()).or_default().push(d.index);
+        }
         Scenario {
             sites: sites.to_vec(),
             devices,
+            racks,
             outages: Outages::default(),
             outage_ticks_left: 0,
-            activity: Activity::default(),
+            activity,
             rng,
         }
     }
@@ -198,7 +380,17 @@ impl Scenario {
             let roll = self.rng.gen_range(0..100);
             let a = &mut self.activity;
             let d = &mut self.devices[i];
+            if d.custody.is_some() || d.pending.is_some() {
+                // With the partner, or mid-handover: only custody moves.
+                custody_step(d, roll, a);
+                continue;
+            }
+            if roll < 3 && handover_eligible(d) && self.rng.gen_bool(0.5) {
+                start_handover(d, roll < 1 && self.rng.gen_bool(0.5), a);
+                continue;
+            }
             step(d, roll, a);
+            fabric_step(d, self.rng.gen_range(0..100), a);
             // Health degrades and recovers apart from the lifecycle.
             let h = self.rng.gen_range(0..100);
             if h < 10 {
@@ -210,6 +402,84 @@ impl Scenario {
                 a.health_changes += 1;
             }
         }
+    }
+
+    /// The front-end flips waiting for the simulated workflow.
+    pub fn flip_jobs(&self) -> Vec<FlipJob> {
+        self.devices
+            .iter()
+            .filter_map(|d| d.pending.clone())
+            .collect()
+    }
+
+    /// The workflow read the flip back and the hub recorded its latch:
+    /// custody moves (a handover enters `GOOGLE_OWNED`, a return is done).
+    pub fn flip_recorded(&mut self, job: &FlipJob) {
+        self.activity.latch_writes += 1;
+        let Some(d) = self.devices.get_mut(job.index) else {
+            return;
+        };
+        if d.pending.as_ref() != Some(job) {
+            return;
+        }
+        d.pending = None;
+        d.frontend_latch = Some(job.latch);
+        if job.latch == FrontendLatch::CustomerVrfFlipVerified {
+            enter_custody(d);
+            self.activity.handovers += 1;
+        }
+    }
+
+    /// The workflow could not verify or record the flip: it tries again.
+    pub fn flip_failed(&mut self) {
+        self.activity.latch_failures += 1;
+    }
+
+    /// Borneo answered a read listing these serials `GOOGLE_OWNED`.
+    pub fn custody_served(&mut self, indices: &[usize]) {
+        for &i in indices {
+            if let Some(d) = self.devices.get_mut(i) {
+                d.custody_served = true;
+            }
+        }
+    }
+
+    /// Expected `(condition, status)` counts of the three live-fabric
+    /// observations, from the switches' and NMX-M's own state.
+    pub fn fabric_truth(&self) -> BTreeMap<(&'static str, Tri), usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            let (f, b, n) = expected_fabric(d);
+            *out.entry(("FrontendPortsObservedInCustomerVrf", f))
+                .or_default() += 1;
+            *out.entry(("BackendPortsObservedInMaintenanceVrf", b))
+                .or_default() += 1;
+            *out.entry(("NvLinkGpusObservedInRepairPartition", n))
+                .or_default() += 1;
+        }
+        out
+    }
+
+    /// Expected `FrontendPortsInCustomerVrf` latches by reason.
+    pub fn latch_truth(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            if let Some(l) = d.frontend_latch {
+                *out.entry(l.reason()).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Devices per custody state Borneo reports (the hub's `custody`).
+    pub fn custody_truth(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            if let Some(c) = d.custody {
+                *out.entry(c.wire()).or_default() += 1;
+            }
+        }
+        out
     }
 
     /// Ends every outage now (a quiescent point for a check).
@@ -249,6 +519,132 @@ impl Scenario {
         }
         out
     }
+}
+
+/// Handed over: a customer-ready device nothing runs on, not in custody.
+fn handover_eligible(d: &SimDevice) -> bool {
+    d.provision_state == "available"
+        && d.customer_ready
+        && d.maintenance.is_none()
+        && d.lessee == CUSTOMER_PROJECT
+        && d.custody.is_none()
+        && d.pending.is_none()
+        && !d.delegated
+}
+
+/// A handover to the partner. A proper one flips the front-end port into
+/// the device's customer VRF on the switch and waits for the workflow to
+/// verify and record it; `breach` hands the device over with no flip.
+fn start_handover(d: &mut SimDevice, breach: bool, a: &mut Activity) {
+    if d.delegated || d.drained {
+        return;
+    }
+    if breach {
+        // `conditions.md`: custody entry with no verified flip on record.
+        d.frontend_latch = Some(FrontendLatch::HandoverBreach);
+        enter_custody(d);
+        a.breaches += 1;
+        return;
+    }
+    d.frontend_vrf = format!("{CUSTOMER_VRF_PREFIX}{:04}", d.index % 10_000);
+    d.pending = Some(FlipJob {
+        index: d.index,
+        site: d.site.clone(),
+        name: d.name.clone(),
+        switch: frontend_switch(&d.rack),
+        port: switch_port(d),
+        vrf: d.frontend_vrf.clone(),
+        latch: FrontendLatch::CustomerVrfFlipVerified,
+    });
+}
+
+fn enter_custody(d: &mut SimDevice) {
+    d.custody = Some(Custody::GoogleOwned);
+    d.delegated = true;
+    d.custody_served = false;
+}
+
+/// A device with the partner: it comes back (`PARTNER_OWNED`, the
+/// front-end flipped back to isolate and recorded) or is drained, but only
+/// after Borneo has reported the custody entry to the hub.
+fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
+    if d.pending.is_some() {
+        return;
+    }
+    match d.custody {
+        Some(Custody::GoogleOwned) if d.custody_served && roll < 30 => {
+            d.custody = Some(Custody::PartnerOwned);
+            a.returns += 1;
+            if d.frontend_latch == Some(FrontendLatch::CustomerVrfFlipVerified) {
+                d.frontend_vrf = ISOLATE_VRF.into();
+                d.pending = Some(FlipJob {
+                    index: d.index,
+                    site: d.site.clone(),
+                    name: d.name.clone(),
+                    switch: frontend_switch(&d.rack),
+                    port: switch_port(d),
+                    vrf: ISOLATE_VRF.into(),
+                    latch: FrontendLatch::IsolateFlipVerified,
+                });
+            }
+        }
+        Some(Custody::GoogleOwned) if d.custody_served && roll < 35 => {
+            d.custody = Some(Custody::Drained);
+            d.drained = true;
+            a.drains += 1;
+        }
+        Some(Custody::PartnerOwned) if roll < 10 => {
+            // The partner rotates the credential it returned.
+            d.credential_rotation += 1;
+        }
+        _ => {}
+    }
+}
+
+/// Fabric moves apart from custody: back-end VRF flips and NVLink
+/// repair-partition moves, now and then one caught half-way.
+fn fabric_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
+    match roll {
+        0..=4 => {
+            d.backend_vrf = if d.backend_vrf == MAINTENANCE_VRF {
+                TENANT_BACKEND_VRF
+            } else {
+                MAINTENANCE_VRF
+            };
+            a.vrf_flips += 1;
+        }
+        5..=8 => {
+            d.gpus_in_repair = if d.gpus_in_repair == 0 {
+                GPUS_PER_DEVICE
+            } else {
+                0
+            };
+            a.nvlink_moves += 1;
+        }
+        9 => {
+            d.gpus_in_repair = GPUS_PER_DEVICE / 2;
+            a.nvlink_moves += 1;
+        }
+        _ => {}
+    }
+}
+
+/// The three live-fabric observations connector-fabric should publish for
+/// the device (`connectors.md`): front-end in a customer VRF, back-end in
+/// the maintenance VRF, every GPU in the repair partition (some but not
+/// all: `Unknown` `PartiallyInRepairPartition`).
+pub fn expected_fabric(d: &SimDevice) -> (Tri, Tri, Tri) {
+    let b = |v: bool| if v { Tri::True } else { Tri::False };
+    let nvlink = match d.gpus_in_repair {
+        0 => Tri::False,
+        n if n == GPUS_PER_DEVICE => Tri::True,
+        _ => Tri::Unknown,
+    };
+    (
+        b(d.frontend_vrf.starts_with(CUSTOMER_VRF_PREFIX)),
+        b(d.backend_vrf == MAINTENANCE_VRF),
+        nvlink,
+    )
 }
 
 fn enter_maintenance_pool(d: &mut SimDevice) {
@@ -343,6 +739,15 @@ pub fn expected_health(d: &SimDevice) -> &'static str {
 /// connectors read of this device: the conditions each source reports,
 /// then the ordered rules. Written from the spec, not from the hub.
 pub fn expected_status(d: &SimDevice, outages: Outages) -> &'static str {
+    // Custody holds freeze the status whatever the conditions say:
+    // `DRAINED` drained, `GOOGLE_OWNED` delegated; `PARTNER_OWNED` changes
+    // nothing, so a returned device stays as it was.
+    if d.drained {
+        return "drained";
+    }
+    if d.delegated {
+        return "delegated";
+    }
     #[derive(Clone, Copy, PartialEq)]
     enum C {
         True,
@@ -467,6 +872,88 @@ mod tests {
     }
 
     #[test]
+    fn custody_freezes_the_status_and_a_handover_waits_for_its_latch() {
+        let none = Outages::default();
+        let mut a = Activity::default();
+        let mut d = dev();
+        d.provision_state = "available";
+        d.instance_uuid = None;
+        d.customer_ready = true;
+        d.maintenance = None;
+        d.lessee = CUSTOMER_PROJECT;
+        assert!(handover_eligible(&d));
+        assert_eq!(expected_fabric(&d).0, Tri::False);
+        // A proper handover: the port is flipped, custody waits.
+        start_handover(&mut d, false, &mut a);
+        let job = d.pending.clone().expect("a flip to verify");
+        assert_eq!(job.vrf, d.frontend_vrf);
+        assert!(job.vrf.starts_with(CUSTOMER_VRF_PREFIX));
+        assert_eq!(d.custody, None);
+        assert_eq!(expected_status(&d, none), "available");
+        assert_eq!(expected_fabric(&d).0, Tri::True);
+        let mut s = Scenario::new(1, &["s1".into()], 1);
+        s.devices[0] = d;
+        assert_eq!(s.flip_jobs(), vec![job.clone()]);
+        s.flip_recorded(&job);
+        let d = &s.devices[0];
+        assert_eq!(d.custody, Some(Custody::GoogleOwned));
+        assert_eq!(
+            d.frontend_latch,
+            Some(FrontendLatch::CustomerVrfFlipVerified)
+        );
+        assert_eq!(expected_status(d, none), "delegated");
+        assert!(s.flip_jobs().is_empty());
+        // No return before Borneo has reported the entry.
+        let mut d = s.devices[0].clone();
+        for roll in 0..100 {
+            custody_step(&mut d, roll, &mut a);
+        }
+        assert_eq!(d.custody, Some(Custody::GoogleOwned));
+        // Served: a return flips back to isolate; still delegated (frozen).
+        d.custody_served = true;
+        custody_step(&mut d, 0, &mut a);
+        assert_eq!(d.custody, Some(Custody::PartnerOwned));
+        assert_eq!(d.frontend_vrf, ISOLATE_VRF);
+        assert_eq!(
+            d.pending.as_ref().map(|j| j.latch),
+            Some(FrontendLatch::IsolateFlipVerified)
+        );
+        assert_eq!(expected_status(&d, none), "delegated");
+        // A breach: custody at once, the hub's HandoverBreach expected.
+        let mut b = dev();
+        b.provision_state = "available";
+        b.customer_ready = true;
+        b.maintenance = None;
+        b.lessee = CUSTOMER_PROJECT;
+        b.instance_uuid = None;
+        start_handover(&mut b, true, &mut a);
+        assert_eq!(b.frontend_latch, Some(FrontendLatch::HandoverBreach));
+        assert_eq!(b.frontend_vrf, ISOLATE_VRF);
+        assert!(b.pending.is_none());
+        assert_eq!(expected_status(&b, none), "delegated");
+        // Drained overrides delegated.
+        b.custody_served = true;
+        custody_step(&mut b, 32, &mut a);
+        assert_eq!(b.custody, Some(Custody::Drained));
+        assert_eq!(expected_status(&b, none), "drained");
+    }
+
+    #[test]
+    fn nvlink_and_backend_observations() {
+        let mut d = dev();
+        d.backend_vrf = MAINTENANCE_VRF;
+        d.gpus_in_repair = GPUS_PER_DEVICE;
+        assert_eq!(expected_fabric(&d).1, Tri::True);
+        assert_eq!(expected_fabric(&d).2, Tri::True);
+        d.gpus_in_repair = 3;
+        assert_eq!(expected_fabric(&d).2, Tri::Unknown);
+        d.gpus_in_repair = 0;
+        d.backend_vrf = TENANT_BACKEND_VRF;
+        assert_eq!(expected_fabric(&d).1, Tri::False);
+        assert_eq!(expected_fabric(&d).2, Tri::False);
+    }
+
+    #[test]
     fn evolution_keeps_every_device_and_moves_the_distribution() {
         let mut s = Scenario::new(500, &["s1".into(), "s2".into()], 7);
         let before = s.distribution();
@@ -481,5 +968,14 @@ mod tests {
         assert!(s.activity.deploys > 0 && s.activity.releases > 0);
         let names: std::collections::BTreeSet<_> = s.devices.iter().map(|d| &d.name).collect();
         assert_eq!(names.len(), 500);
+        // Handovers under way and a breach or two from the start.
+        assert!(s.activity.breaches > 0, "{:?}", s.activity);
+        assert!(!s.flip_jobs().is_empty());
+        let ports: std::collections::BTreeSet<_> = s
+            .devices
+            .iter()
+            .map(|d| (frontend_switch(&d.rack), switch_port(d)))
+            .collect();
+        assert_eq!(ports.len(), 500, "one switch port per device");
     }
 }

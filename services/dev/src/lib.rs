@@ -7,7 +7,10 @@
 //! joins them and removes what the run made.
 
 pub mod engine;
+pub mod fabric;
+pub mod handover;
 pub mod infra;
+pub mod partner;
 pub mod servers;
 pub mod status;
 
@@ -16,7 +19,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fleet_runtime::connectors::{
-    Credential, HealthSiteConfig, OpenstackSiteConfig, PollConfig, Secret, SlurmSiteConfig,
+    Credential, FabricSiteConfig, HealthSiteConfig, OpenstackSiteConfig, PollConfig, Secret,
+    SlurmSiteConfig,
 };
 use fleet_runtime::shutdown::ShutdownTrigger;
 use fleet_runtime::{FleetConfig, Shutdown};
@@ -86,6 +90,7 @@ pub struct DevMesh {
     pub pool: PgPool,
     pub devices: usize,
     paused: Arc<std::sync::atomic::AtomicBool>,
+    busy: Arc<std::sync::atomic::AtomicBool>,
     tasks: Vec<Task>,
     sim_tasks: Vec<JoinHandle<()>>,
     infra: infra::Infra,
@@ -184,7 +189,15 @@ impl DevMesh {
         config.radar.listen = "127.0.0.1:0".into();
         // Three missed reads before a row goes stale, as in production.
         let ttl = (opts.resync_secs * 3.0).ceil().max(5.0) as u64;
-        for source in ["openstack", "slurm", "netbox", "health-status"] {
+        for source in [
+            "openstack",
+            "slurm",
+            "netbox",
+            "health-status",
+            "frontend-fabric",
+            "backend-fabric",
+            "nvlink-fabric",
+        ] {
             config.hub.ttl_secs.insert(source.into(), ttl);
         }
         config.hub.sweep_interval_ms = 1000;
@@ -211,7 +224,14 @@ impl DevMesh {
         let scenario: servers::Shared =
             Arc::new(Mutex::new(Scenario::new(opts.devices, &sites, opts.seed)));
         let (endpoints, mut sim_tasks) = servers::start(scenario.clone()).await?;
-        wire_connectors(config, &endpoints, &sites, opts.resync_secs);
+        let racks: Vec<String> = scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .racks
+            .keys()
+            .cloned()
+            .collect();
+        wire_connectors(config, &endpoints, &sites, &racks, opts.resync_secs);
 
         let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
         sim_tasks.push(tokio::spawn(evolve(
@@ -269,6 +289,29 @@ impl DevMesh {
         spawn("connector-health", &mut tasks, |c, s| {
             Box::pin(fleet_connector_health::run(c, s))
         });
+        spawn("connector-borneo", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_borneo::run(c, s))
+        });
+        spawn("connector-fabric", &mut tasks, |c, s| {
+            Box::pin(fleet_connector_fabric::run(c, s))
+        });
+        // The handover workflow writes latches through the hub.
+        let nats = fleet_bus::connect(&config.nats.url, "fleet-dev-handover")
+            .await
+            .context("connecting the simulated handover workflow to NATS")?;
+        let subjects = fleet_bus::Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        sim_tasks.push(tokio::spawn(
+            handover::Workflow::new(
+                scenario.clone(),
+                endpoints.nvue.clone(),
+                nats,
+                subjects,
+                paused.clone(),
+                busy.clone(),
+            )
+            .run(),
+        ));
         Ok(Parts {
             scenario,
             endpoints,
@@ -276,6 +319,7 @@ impl DevMesh {
             hub_listen,
             pool,
             paused,
+            busy,
             tasks,
             sim_tasks,
             admin_url,
@@ -283,10 +327,17 @@ impl DevMesh {
         })
     }
 
-    /// Stops the scenario engine's evolution (and ends any outage), so the
-    /// ground truth holds still; `resume` lets it go on.
-    pub fn pause(&self) {
+    /// Stops the scenario engine's evolution and the handover workflow
+    /// (waiting for a round in progress) and ends any outage, so the ground
+    /// truth holds still; `resume` lets it go on.
+    pub async fn pause(&self) {
         self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.busy.load(std::sync::atomic::Ordering::SeqCst)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         self.scenario
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -408,6 +459,7 @@ struct Parts {
     hub_listen: String,
     pool: PgPool,
     paused: Arc<std::sync::atomic::AtomicBool>,
+    busy: Arc<std::sync::atomic::AtomicBool>,
     tasks: Vec<Task>,
     sim_tasks: Vec<JoinHandle<()>>,
     admin_url: String,
@@ -426,6 +478,7 @@ impl Parts {
             pool: self.pool,
             devices: opts.devices,
             paused: self.paused,
+            busy: self.busy,
             tasks: self.tasks,
             sim_tasks: self.sim_tasks,
             infra,
@@ -441,12 +494,12 @@ mod futures_boxed {
         std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
 }
 
-/// Points the netbox, openstack and slurm connectors at the simulated
-/// systems, every site.
+/// Points the connectors at the simulated systems, every site.
 fn wire_connectors(
     config: &mut FleetConfig,
     e: &servers::Endpoints,
     sites: &[String],
+    racks: &[String],
     resync: f64,
 ) {
     let nb = &mut config.connectors.netbox;
@@ -499,6 +552,73 @@ fn wire_connectors(
                 s.clone(),
                 HealthSiteConfig {
                     url: format!("{}/{s}", e.prometheus),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let b = &mut config.connectors.borneo;
+    b.listen = "127.0.0.1:0".into();
+    b.url = e.borneo.clone();
+    b.token_url = format!("{}/oauth2/token", e.borneo);
+    b.client_id = partner::CLIENT_ID.into();
+    b.client_secret = Credential {
+        value: Secret::new(partner::CLIENT_SECRET),
+        ..Default::default()
+    };
+    b.page_size = 500;
+    b.poll = fast_poll(resync);
+    b.sites = sites
+        .iter()
+        .map(|s| (s.clone(), partner::partner_of(s)))
+        .collect();
+
+    let f = &mut config.connectors.fabric;
+    f.listen = "127.0.0.1:0".into();
+    f.netbox_url = e.netbox.clone();
+    f.netbox_token = Credential {
+        value: Secret::new(servers::NETBOX_TOKEN),
+        ..Default::default()
+    };
+    f.netbox_auth_scheme = "token".into();
+    f.netbox_page_size = 1000;
+    f.nvue_username = fabric::NVUE_USER.into();
+    f.nvue_password = Credential {
+        value: Secret::new(fabric::NVUE_PASSWORD),
+        ..Default::default()
+    };
+    f.nvue_revision = "operational".into();
+    f.poll = fast_poll(resync);
+    f.sites = sites
+        .iter()
+        .map(|s| {
+            let site_racks: Vec<&String> = racks
+                .iter()
+                .filter(|r| r.starts_with(&format!("{s}-")))
+                .collect();
+            let switches = |name: fn(&str) -> String| {
+                site_racks
+                    .iter()
+                    .map(|r| (name(r), format!("{}/{}", e.nvue, name(r))))
+                    .collect()
+            };
+            (
+                s.clone(),
+                FabricSiteConfig {
+                    netbox_site: s.clone(),
+                    frontend_switches: switches(engine::frontend_switch),
+                    backend_switches: switches(engine::backend_switch),
+                    customer_vrfs: vec![format!("{}*", engine::CUSTOMER_VRF_PREFIX)],
+                    maintenance_vrf: engine::MAINTENANCE_VRF.into(),
+                    exclude_peers: vec!["spine-*".into()],
+                    nmx_url: format!("{}/{s}", e.nmx),
+                    nmx_username: fabric::NMX_USER.into(),
+                    nmx_password: Credential {
+                        value: Secret::new(fabric::NMX_PASSWORD),
+                        ..Default::default()
+                    },
+                    repair_partition: engine::REPAIR_PARTITION.into(),
                     ..Default::default()
                 },
             )

@@ -1,7 +1,10 @@
-//! The simulated external systems: NetBox, Keystone + Ironic + Placement
-//! and slurmrestd, each an axum server on 127.0.0.1 port 0 serving the real
-//! JSON shapes from the scenario engine's state, so the real connectors run
-//! unchanged against them. Every site is a path prefix (`/<site>/...`).
+//! The simulated external systems: NetBox (devices and cabled
+//! interfaces), Keystone + Ironic + Placement, slurmrestd, Prometheus, and
+//! (in [`crate::partner`] and [`crate::fabric`]) the Borneo custody API,
+//! the switches' NVUE and NMX-M, each an axum server on 127.0.0.1 port 0
+//! serving the real JSON shapes from the scenario engine's state, so the
+//! real connectors run unchanged against them. Every site is a path prefix
+//! (`/<site>/...`), every switch too (`/<switch>/nvue_v1/...`).
 
 use std::sync::{Arc, Mutex};
 
@@ -25,29 +28,49 @@ const KEYSTONE_TOKEN: &str = "gAAAAAsim-keystone-token";
 pub type Shared = Arc<Mutex<Scenario>>;
 
 #[derive(Clone)]
-struct App {
-    scenario: Shared,
-    base: String,
+pub(crate) struct App {
+    pub(crate) scenario: Shared,
+    pub(crate) base: String,
 }
 
-fn body(status: StatusCode, v: Value) -> Response {
+pub(crate) fn body(status: StatusCode, v: Value) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
-fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+pub(crate) fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
-/// The addresses of the three simulated systems.
+/// The addresses of the simulated systems.
 #[derive(Debug, Clone)]
 pub struct Endpoints {
     pub netbox: String,
     pub openstack: String,
     pub slurm: String,
     pub prometheus: String,
+    /// Borneo: the custody API and its OAuth2 token endpoint.
+    pub borneo: String,
+    /// Every switch's NVUE, under `/<switch>/`.
+    pub nvue: String,
+    /// NMX-M of every site, under `/<site>/`.
+    pub nmx: String,
 }
 
-/// Starts the three servers; they stop when their tasks are aborted.
+impl Endpoints {
+    pub fn all(&self) -> [&String; 7] {
+        [
+            &self.netbox,
+            &self.openstack,
+            &self.slurm,
+            &self.prometheus,
+            &self.borneo,
+            &self.nvue,
+            &self.nmx,
+        ]
+    }
+}
+
+/// Starts the servers; they stop when their tasks are aborted.
 pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandle<()>>)> {
     let mut tasks = Vec::new();
     let mut serve = |router: fn(App) -> Router, listener: TcpListener, base: String| {
@@ -63,7 +86,15 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
         }));
     };
     let mut urls = Vec::new();
-    for router in [netbox as fn(App) -> Router, openstack, slurm, prometheus] {
+    for router in [
+        netbox as fn(App) -> Router,
+        openstack,
+        slurm,
+        prometheus,
+        crate::partner::router,
+        crate::fabric::nvue_router,
+        crate::fabric::nmx_router,
+    ] {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         urls.push(base.clone());
@@ -75,6 +106,9 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
             openstack: urls[1].clone(),
             slurm: urls[2].clone(),
             prometheus: urls[3].clone(),
+            borneo: urls[4].clone(),
+            nvue: urls[5].clone(),
+            nmx: urls[6].clone(),
         },
         tasks,
     ))
@@ -85,6 +119,10 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
 fn netbox(app: App) -> Router {
     Router::new()
         .route("/api/dcim/devices/", get(netbox_devices))
+        .route(
+            "/api/dcim/interfaces/",
+            get(crate::fabric::netbox_interfaces),
+        )
         .with_state(app)
 }
 
@@ -95,13 +133,39 @@ struct NetboxQuery {
     offset: Option<usize>,
 }
 
+/// NetBox's answer to a request without the simulated token.
+pub(crate) fn netbox_auth(h: &HeaderMap) -> Option<Response> {
+    (header(h, "authorization") != format!("Token {NETBOX_TOKEN}"))
+        .then(|| body(StatusCode::FORBIDDEN, json!({"detail": "Invalid v1 token"})))
+}
+
+/// `Basic <base64(user:password)>`.
+pub(crate) fn basic(user: &str, password: &str) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{password}").into_bytes();
+    let mut out = String::from("Basic ");
+    for c in input.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for (k, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if k <= c.len() {
+                out.push(T[(n >> shift & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 async fn netbox_devices(
     State(app): State<App>,
     Query(q): Query<NetboxQuery>,
     h: HeaderMap,
 ) -> Response {
-    if header(&h, "authorization") != format!("Token {NETBOX_TOKEN}") {
-        return body(StatusCode::FORBIDDEN, json!({"detail": "Invalid v1 token"}));
+    if let Some(refused) = netbox_auth(&h) {
+        return refused;
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 1000);
     let offset = q.offset.unwrap_or(0);
@@ -423,4 +487,17 @@ async fn prometheus_query(
         StatusCode::OK,
         json!({"status": "success", "data": {"resultType": "vector", "result": result}}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn basic_authorization_is_base64() {
+        assert_eq!(
+            super::basic("Aladdin", "open sesame"),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
+        assert_eq!(super::basic("a", "b"), "Basic YTpi");
+        assert_eq!(super::basic("ab", "c"), "Basic YWI6Yw==");
+    }
 }
