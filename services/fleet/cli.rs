@@ -1,5 +1,5 @@
-//! The operator CLI against the API: `fleet devices ...` and
-//! `fleet impairments ...`. The API URL and token come from flags or
+//! The operator CLI against the API: `fleet devices ...`,
+//! `fleet impairments ...`, `fleet allocations ...` and `fleet pools ...`. The API URL and token come from flags or
 //! `FLEET_API_URL` / `FLEET_TOKEN`. Errors name the API's code and say
 //! what to do about it.
 
@@ -135,10 +135,15 @@ impl std::fmt::Display for ApiError {
         let hint = match self.code.as_str() {
             "UNAUTHENTICATED" => " (pass --token or set FLEET_TOKEN)",
             "FORBIDDEN" => " (the token lacks the scope this needs)",
-            "NOT_FOUND" => " (check the id with `fleet devices list`)",
+            "NOT_FOUND" => " (check the id with `fleet devices list` or `fleet allocations list`)",
+            "INSUFFICIENT_CAPACITY" => {
+                " (no schedulable GPUs fit the request; see `fleet pools capacity <pool>`)"
+            }
             "CONFLICT" => " (the device changed meanwhile; run the command again)",
             "INVALID_STATE" => " (the device's state does not allow this now)",
-            "UNAVAILABLE" => " (the hub, NATS or PostgreSQL is not answering; retry shortly)",
+            "UNAVAILABLE" => {
+                " (the hub, the placer, NATS or PostgreSQL is not answering; retry shortly)"
+            }
             _ => "",
         };
         write!(
@@ -225,6 +230,43 @@ impl Api {
     pub async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
         self.call(reqwest::Method::POST, path, &[], Some(body))
             .await
+    }
+
+    /// A POST whose arguments are in the query (no body).
+    pub async fn post_query(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, query, None).await
+    }
+
+    /// Every page of a list, following `next_cursor`, up to `want` items.
+    pub async fn list_all(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        want: Option<usize>,
+    ) -> anyhow::Result<Vec<Value>> {
+        let want = want.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut q = query.to_vec();
+            q.push((
+                "limit",
+                want.saturating_sub(out.len()).min(1000).to_string(),
+            ));
+            if let Some(c) = &cursor {
+                q.push(("cursor", c.clone()));
+            }
+            let page = self.get(path, &q).await?;
+            if let Some(items) = page["items"].as_array() {
+                out.extend(items.iter().cloned());
+            }
+            cursor = page["next_cursor"].as_str().map(str::to_string);
+            if cursor.is_none() || out.len() >= want {
+                break;
+            }
+        }
+        out.truncate(want);
+        Ok(out)
     }
 
     pub async fn device(&self, id: &str) -> anyhow::Result<Value> {
@@ -580,6 +622,213 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
     }
 }
 
+#[derive(Subcommand, Debug, Clone)]
+pub enum AllocationsCommand {
+    /// Book GPUs in a pool for a tenant (through the placer).
+    Create {
+        #[arg(long)]
+        pool: String,
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        gpus: u32,
+        /// All GPUs on one device.
+        #[arg(long)]
+        same_device: bool,
+        /// An NVLink domain, or `*` for one domain, whichever fits.
+        #[arg(long)]
+        nvlink_domain: Option<String>,
+        /// Idempotency key: running the command again with it answers the
+        /// first allocation instead of booking twice.
+        #[arg(long)]
+        request_id: Option<String>,
+    },
+    /// One allocation with its GPUs.
+    Show { id: String },
+    /// Release an allocation's GPUs (releasing twice is harmless).
+    Release {
+        id: String,
+        /// Refuse (NOT_FOUND) unless the allocation is this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// List allocations, newest first (every page unless --limit).
+    List {
+        #[arg(long)]
+        pool: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// `active`, `impaired` or `released`.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum PoolsCommand {
+    /// GPUs of a pool per capacity bucket, as the placer books against them.
+    Capacity { id: String },
+}
+
+fn allocation_rows(items: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|a| {
+            let devices: std::collections::BTreeSet<&str> = a["atoms"]
+                .as_array()
+                .map(|x| x.iter().filter_map(|t| t["device_id"].as_str()).collect())
+                .unwrap_or_default();
+            vec![
+                s(&a["id"]),
+                s(&a["tenant_id"]),
+                s(&a["pool_id"]),
+                s(&a["gpus"]),
+                s(&a["status"]),
+                if devices.is_empty() {
+                    "-".into()
+                } else {
+                    devices.into_iter().collect::<Vec<_>>().join(",")
+                },
+                s(&a["created_at"]),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "TENANT", "POOL", "GPUS", "STATUS", "DEVICES", "CREATED",
+        ],
+        &rows,
+    )
+}
+
+fn show_allocation(a: &Value) {
+    for k in [
+        "id",
+        "tenant_id",
+        "pool_id",
+        "gpus",
+        "status",
+        "same_device",
+        "nvlink_domain",
+        "request_id",
+        "created_at",
+        "impaired_reason",
+        "impaired_at",
+        "released_at",
+    ] {
+        println!("{k:<16} {}", s(&a[k]));
+    }
+    let atoms: Vec<Vec<String>> = a["atoms"]
+        .as_array()
+        .map(|x| {
+            x.iter()
+                .map(|t| vec![s(&t["device_id"]), s(&t["atom"])])
+                .collect()
+        })
+        .unwrap_or_default();
+    println!();
+    print!("{}", table(&["DEVICE", "GPU"], &atoms));
+}
+
+pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let json_out = t.output == Output::Json;
+    let v = match what {
+        AllocationsCommand::Create {
+            pool,
+            tenant,
+            gpus,
+            same_device,
+            nvlink_domain,
+            request_id,
+        } => {
+            api.post(
+                "/api/v1/allocations/",
+                json!({"pool_id": pool, "tenant_id": tenant, "gpus": gpus,
+                       "same_device": same_device, "nvlink_domain": nvlink_domain,
+                       "request_id": request_id}),
+            )
+            .await?
+        }
+        AllocationsCommand::Show { id } => {
+            api.get(&format!("/api/v1/allocations/{id}/"), &[]).await?
+        }
+        AllocationsCommand::Release { id, tenant } => {
+            let q: Vec<(&str, String)> = tenant.map(|t| ("tenant_id", t)).into_iter().collect();
+            api.post_query(&format!("/api/v1/allocations/{id}/release"), &q)
+                .await?
+        }
+        AllocationsCommand::List {
+            pool,
+            tenant,
+            status,
+            limit,
+        } => {
+            let q: Vec<(&str, String)> = [("pool", pool), ("tenant", tenant), ("status", status)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            let items = api.list_all("/api/v1/allocations/", &q, limit).await?;
+            if json_out {
+                return print_json(&Value::Array(items));
+            }
+            print!("{}", allocation_rows(&items));
+            eprintln!("{} allocations", items.len());
+            return Ok(());
+        }
+    };
+    if json_out {
+        print_json(&v)
+    } else {
+        show_allocation(&v);
+        Ok(())
+    }
+}
+
+/// The capacity buckets in the order `device.md` checks them.
+const CAPACITY_BUCKETS: [&str; 7] = [
+    "schedulable_available",
+    "schedulable_allocated",
+    "excluded",
+    "maintenance",
+    "provisioning",
+    "unreachable",
+    "unhealthy",
+];
+
+pub fn capacity_table(c: &Value) -> String {
+    let mut rows: Vec<Vec<String>> = CAPACITY_BUCKETS
+        .iter()
+        .map(|k| vec![k.to_string(), s(&c[*k])])
+        .collect();
+    rows.push(vec!["total".into(), s(&c["total"])]);
+    format!(
+        "pool {} ({} devices)\n{}",
+        s(&c["pool_id"]),
+        s(&c["devices"]),
+        table(&["BUCKET", "GPUS"], &rows)
+    )
+}
+
+pub async fn pools(t: Target, what: PoolsCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    match what {
+        PoolsCommand::Capacity { id } => {
+            let c = api
+                .get(&format!("/api/v1/pools/{id}/capacity"), &[])
+                .await?;
+            if t.output == Output::Json {
+                print_json(&c)
+            } else {
+                print!("{}", capacity_table(&c));
+                Ok(())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -592,6 +841,17 @@ mod tests {
             ],
         );
         assert_eq!(t, "A    LONGER\nxyz  1\nq    22\n");
+    }
+
+    #[test]
+    fn capacity_lists_every_bucket_and_the_total() {
+        let c = serde_json::json!({"pool_id": "p1", "devices": 2, "total": 16,
+            "schedulable_available": 12, "schedulable_allocated": 4, "excluded": 0,
+            "maintenance": 0, "provisioning": 0, "unreachable": 0, "unhealthy": 0});
+        let t = super::capacity_table(&c);
+        assert!(t.starts_with("pool p1 (2 devices)\nBUCKET"), "{t}");
+        assert!(t.contains("schedulable_available  12\n"), "{t}");
+        assert!(t.ends_with("total                  16\n"), "{t}");
     }
 
     #[test]

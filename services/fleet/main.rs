@@ -81,6 +81,20 @@ enum Command {
         #[command(subcommand)]
         what: fleet::cli::ImpairmentsCommand,
     },
+    /// Operator CLI: GPU allocations through the API (the placer books them).
+    Allocations {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::cli::AllocationsCommand,
+    },
+    /// Operator CLI: pool capacity through the API.
+    Pools {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::cli::PoolsCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -114,6 +128,8 @@ fn main() -> anyhow::Result<()> {
             Command::Dev(args) => dev_cmd::run(config, args).await,
             Command::Devices { target, what } => fleet::cli::devices(target, what).await,
             Command::Impairments { target, what } => fleet::cli::impairments(target, what).await,
+            Command::Allocations { target, what } => fleet::cli::allocations(target, what).await,
+            Command::Pools { target, what } => fleet::cli::pools(target, what).await,
             Command::Config => {
                 let mut c = config.clone();
                 c.database.url = fleet_store::redact(&c.database.url);
