@@ -1,8 +1,11 @@
 //! `fleet dev` smoke test: the whole mesh in-process with 200 simulated
 //! devices against this test's database and subject root. Every device is
 //! derived; at a quiescent point the API's distribution of operational
-//! statuses equals the scenario engine's ground truth (computed apart from
-//! the hub); a cordon through the CLI's client shows in the API and on
+//! statuses (custody's `delegated` and `drained` included) equals the
+//! scenario engine's ground truth (computed apart from the hub), and so do
+//! the custody states, the front-end latches (verified handovers and the
+//! scenario's deliberate `HandoverBreach`es) and the three live-fabric
+//! observations; a cordon through the CLI's client shows in the API and on
 //! STATUS; shutdown joins every task and leaves nothing running.
 
 use std::collections::BTreeMap;
@@ -56,10 +59,21 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // Let custody move: some device comes back from the partner.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while mesh.scenario.lock().unwrap().activity.returns == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no device came back from the partner: {:?}",
+            mesh.scenario.lock().unwrap().activity
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // A quiescent point: the engine holds still, the connectors' next reads
     // carry its state to the hub, and the API must then agree with the
     // ground truth exactly.
-    mesh.pause();
+    mesh.pause().await;
     let truth: BTreeMap<String, usize> = mesh
         .ground_truth()
         .into_iter()
@@ -106,6 +120,92 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         health_seen, health_truth,
         "health: API (left) against the scenario (right)"
     );
+
+    // Custody, latches and the live fabric, from PostgreSQL, against the
+    // simulated Borneo, switches and NMX-M.
+    let (custody_truth, latch_truth, fabric_truth) = {
+        let s = mesh.scenario.lock().unwrap();
+        let c: BTreeMap<String, i64> = s
+            .custody_truth()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v as i64))
+            .collect();
+        let l: BTreeMap<String, i64> = s
+            .latch_truth()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v as i64))
+            .collect();
+        let f: BTreeMap<(String, String), i64> = s
+            .fabric_truth()
+            .into_iter()
+            .map(|((t, st), v)| ((t.to_string(), st.as_str().to_string()), v as i64))
+            .collect();
+        (c, l, f)
+    };
+    assert!(
+        latch_truth
+            .get("CustomerVrfFlipVerified")
+            .copied()
+            .unwrap_or(0)
+            > 0
+            && latch_truth.get("HandoverBreach").copied().unwrap_or(0) > 0,
+        "verified handovers and a deliberate breach: {latch_truth:?}"
+    );
+    assert!(
+        custody_truth.contains_key("PARTNER_OWNED"),
+        "a return: {custody_truth:?}"
+    );
+    assert!(truth.contains_key("delegated"), "{truth:?}");
+    eprintln!("ground truth: {truth:?}\ncustody {custody_truth:?}\nlatches {latch_truth:?}\nfabric {fabric_truth:?}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let custody: BTreeMap<String, i64> = sqlx::query_as(
+            "SELECT custody, count(*) FROM devices WHERE custody IS NOT NULL GROUP BY 1",
+        )
+        .fetch_all(&mesh.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        let latches: BTreeMap<String, i64> = sqlx::query_as(
+            "SELECT reason, count(*) FROM device_conditions \
+             WHERE type = 'FrontendPortsInCustomerVrf' GROUP BY 1",
+        )
+        .fetch_all(&mesh.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        let fabric: BTreeMap<(String, String), i64> = sqlx::query_as::<_, (String, String, i64)>(
+            "SELECT type, status, count(*) FROM device_conditions \
+             WHERE type IN ('FrontendPortsObservedInCustomerVrf', \
+                            'BackendPortsObservedInMaintenanceVrf', \
+                            'NvLinkGpusObservedInRepairPartition') GROUP BY 1, 2",
+        )
+        .fetch_all(&mesh.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(t, st, n)| ((t, st), n))
+        .collect();
+        let agreed = custody == custody_truth && latches == latch_truth && fabric == fabric_truth;
+        if agreed || tokio::time::Instant::now() > deadline {
+            assert_eq!(
+                custody, custody_truth,
+                "custody: hub (left), Borneo (right)"
+            );
+            assert_eq!(
+                latches, latch_truth,
+                "front-end latches: hub (left), scenario (right)"
+            );
+            assert_eq!(
+                fabric, fabric_truth,
+                "live fabric: hub (left), switches and NMX-M (right)"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // Per device too: the same status for the same name.
     let by_name: BTreeMap<(String, String), String> = api
@@ -189,7 +289,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         "shutdown took {:?}",
         started.elapsed()
     );
-    for url in [&endpoints.netbox, &endpoints.openstack, &endpoints.slurm] {
+    for url in endpoints.all() {
         let addr = url.trim_start_matches("http://");
         assert!(
             tokio::net::TcpStream::connect(addr).await.is_err(),

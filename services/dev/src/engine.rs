@@ -374,6 +374,14 @@ impl Scenario {
         if n == 0 {
             return;
         }
+        // Custody moves on its own clock: each device with the partner may
+        // come back or be drained every tick.
+        for i in 0..n {
+            if self.devices[i].custody.is_some() {
+                let roll = self.rng.gen_range(0..100);
+                custody_step(&mut self.devices[i], roll, &mut self.activity);
+            }
+        }
         let changes = ((n as f64 * rate).ceil() as usize).max(1);
         for _ in 0..changes {
             let i = self.rng.gen_range(0..n);
@@ -382,7 +390,6 @@ impl Scenario {
             let d = &mut self.devices[i];
             if d.custody.is_some() || d.pending.is_some() {
                 // With the partner, or mid-handover: only custody moves.
-                custody_step(d, roll, a);
                 continue;
             }
             if roll < 3 && handover_eligible(d) && self.rng.gen_bool(0.5) {
@@ -572,7 +579,7 @@ fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
         return;
     }
     match d.custody {
-        Some(Custody::GoogleOwned) if d.custody_served && roll < 30 => {
+        Some(Custody::GoogleOwned) if d.custody_served && roll < 8 => {
             d.custody = Some(Custody::PartnerOwned);
             a.returns += 1;
             if d.frontend_latch == Some(FrontendLatch::CustomerVrfFlipVerified) {
@@ -588,12 +595,12 @@ fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
                 });
             }
         }
-        Some(Custody::GoogleOwned) if d.custody_served && roll < 35 => {
+        Some(Custody::GoogleOwned) if d.custody_served && roll < 10 => {
             d.custody = Some(Custody::Drained);
             d.drained = true;
             a.drains += 1;
         }
-        Some(Custody::PartnerOwned) if roll < 10 => {
+        Some(Custody::PartnerOwned) if roll < 5 => {
             // The partner rotates the credential it returned.
             d.credential_rotation += 1;
         }
@@ -933,7 +940,7 @@ mod tests {
         assert_eq!(expected_status(&b, none), "delegated");
         // Drained overrides delegated.
         b.custody_served = true;
-        custody_step(&mut b, 32, &mut a);
+        custody_step(&mut b, 9, &mut a);
         assert_eq!(b.custody, Some(Custody::Drained));
         assert_eq!(expected_status(&b, none), "drained");
     }
