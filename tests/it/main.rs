@@ -1,5 +1,6 @@
 //! Integration tests against the real NATS JetStream and PostgreSQL.
 
+mod allocations;
 mod api;
 mod connectors;
 mod crash;
