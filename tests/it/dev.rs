@@ -59,9 +59,13 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Let custody move: some device comes back from the partner.
+    // Let custody move (some device comes back from the partner) and the
+    // agents connect (one restarted).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    while mesh.scenario.lock().unwrap().activity.returns == 0 {
+    while {
+        let s = mesh.scenario.lock().unwrap();
+        s.activity.returns == 0 || s.activity.agent_closes == 0
+    } {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no device came back from the partner: {:?}",
@@ -201,6 +205,36 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
             assert_eq!(
                 fabric, fabric_truth,
                 "live fabric: hub (left), switches and NMX-M (right)"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Connectivity from the simulated agents through the gateway: every
+    // device with an open session connected, the rest disconnected.
+    let connectivity_truth: BTreeMap<String, i64> = mesh
+        .connectivity_truth()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v as i64))
+        .collect();
+    assert!(
+        connectivity_truth.get("connected").copied().unwrap_or(0) > 150,
+        "most agents have a session: {connectivity_truth:?}"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen: BTreeMap<String, i64> =
+            sqlx::query_as("SELECT connectivity, count(*) FROM devices GROUP BY 1")
+                .fetch_all(&mesh.pool)
+                .await
+                .unwrap()
+                .into_iter()
+                .collect();
+        if seen == connectivity_truth || tokio::time::Instant::now() > deadline {
+            assert_eq!(
+                seen, connectivity_truth,
+                "connectivity: hub (left), simulated agents (right)"
             );
             break;
         }

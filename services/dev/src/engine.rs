@@ -100,6 +100,14 @@ pub struct SimDevice {
     pub pending: Option<FlipJob>,
     /// Times the partner rotated the returned credential.
     pub credential_rotation: u32,
+    /// A simulated node agent runs on the device.
+    pub has_agent: bool,
+    /// The scenario wants its session open (false: the agent closed it,
+    /// a reboot or an agent upgrade).
+    pub agent_wanted: bool,
+    /// What the agent did last: `Some(true)` opened a session the gateway
+    /// accepted, `Some(false)` closed it; `None` never opened one.
+    pub agent_session: Option<bool>,
 }
 
 /// The Borneo custody states the simulated partner reports.
@@ -219,6 +227,9 @@ pub struct Activity {
     /// Latch writes by the simulated handover workflow, and failures.
     pub latch_writes: u64,
     pub latch_failures: u64,
+    /// Agent sessions the scenario closed and reopened.
+    pub agent_closes: u64,
+    pub agent_reopens: u64,
 }
 
 pub struct Scenario {
@@ -283,6 +294,9 @@ impl Scenario {
                     custody_served: false,
                     pending: None,
                     credential_rotation: 0,
+                    has_agent: false,
+                    agent_wanted: true,
+                    agent_session: None,
                 };
                 match rng.gen_range(0..100) {
                     0..=54 => {
@@ -382,6 +396,21 @@ impl Scenario {
                 custody_step(&mut self.devices[i], roll, &mut self.activity);
             }
         }
+        // Agents restart now and then: the session closes, and opens again
+        // a few ticks later.
+        for i in 0..n {
+            if !self.devices[i].has_agent {
+                continue;
+            }
+            let d = &mut self.devices[i];
+            if d.agent_wanted && d.agent_session == Some(true) && self.rng.gen_bool(rate / 4.0) {
+                d.agent_wanted = false;
+                self.activity.agent_closes += 1;
+            } else if !d.agent_wanted && d.agent_session == Some(false) && self.rng.gen_bool(0.3) {
+                d.agent_wanted = true;
+                self.activity.agent_reopens += 1;
+            }
+        }
         let changes = ((n as f64 * rate).ceil() as usize).max(1);
         for _ in 0..changes {
             let i = self.rng.gen_range(0..n);
@@ -463,6 +492,39 @@ impl Scenario {
                 .or_default() += 1;
             *out.entry(("NvLinkGpusObservedInRepairPartition", n))
                 .or_default() += 1;
+        }
+        out
+    }
+
+    /// Gives `count` devices, spread over the fleet, a simulated agent.
+    pub fn enable_agents(&mut self, count: usize) {
+        let n = self.devices.len();
+        let count = count.min(n);
+        for k in 0..count {
+            self.devices[k * n / count].has_agent = true;
+        }
+    }
+
+    /// What an agent did: opened (`true`) or closed (`false`) its session.
+    pub fn agent_session(&mut self, index: usize, open: bool) {
+        if let Some(d) = self.devices.get_mut(index) {
+            d.agent_session = Some(open);
+        }
+    }
+
+    /// Devices per expected `connectivity`: `connected` while its agent's
+    /// session is open, `disconnected` otherwise (a closed session, or no
+    /// session ever: the column's default). Agents never go silent here,
+    /// so `unreachable` and `lost` are not expected.
+    pub fn connectivity_truth(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for d in &self.devices {
+            let c = if d.agent_session == Some(true) {
+                "connected"
+            } else {
+                "disconnected"
+            };
+            *out.entry(c).or_default() += 1;
         }
         out
     }

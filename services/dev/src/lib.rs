@@ -6,6 +6,7 @@
 //! with its own shutdown signal. [`DevMesh::shutdown`] stops them in order,
 //! joins them and removes what the run made.
 
+pub mod agents;
 pub mod engine;
 pub mod fabric;
 pub mod handover;
@@ -49,6 +50,9 @@ pub struct DevOptions {
     pub isolate: bool,
     /// Start the placer, gateway and radar too.
     pub consumers: bool,
+    /// Simulated node agents connecting to the gateway (at most
+    /// `devices`; none without the consumers).
+    pub agents: usize,
     pub seed: u64,
 }
 
@@ -62,6 +66,7 @@ impl DevOptions {
             resync_secs: 5.0,
             isolate: true,
             consumers: true,
+            agents: devices,
             seed: 20261129,
         }
     }
@@ -91,6 +96,7 @@ pub struct DevMesh {
     pub devices: usize,
     paused: Arc<std::sync::atomic::AtomicBool>,
     busy: Arc<std::sync::atomic::AtomicBool>,
+    agents_busy: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<Task>,
     sim_tasks: Vec<JoinHandle<()>>,
     infra: infra::Infra,
@@ -221,8 +227,11 @@ impl DevMesh {
             .await
             .context("creating the dev API token")?;
 
-        let scenario: servers::Shared =
-            Arc::new(Mutex::new(Scenario::new(opts.devices, &sites, opts.seed)));
+        let mut sc = Scenario::new(opts.devices, &sites, opts.seed);
+        if opts.consumers {
+            sc.enable_agents(opts.agents);
+        }
+        let scenario: servers::Shared = Arc::new(Mutex::new(sc));
         let (endpoints, mut sim_tasks) = servers::start(scenario.clone()).await?;
         let racks: Vec<String> = scenario
             .lock()
@@ -305,13 +314,29 @@ impl DevMesh {
             handover::Workflow::new(
                 scenario.clone(),
                 endpoints.nvue.clone(),
-                nats,
-                subjects,
+                nats.clone(),
+                subjects.clone(),
                 paused.clone(),
                 busy.clone(),
             )
             .run(),
         ));
+        let agents_busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        if opts.consumers && opts.agents > 0 {
+            let agents = agents::Agents {
+                scenario: scenario.clone(),
+                pool: pool.clone(),
+                nats,
+                subjects,
+                paused: paused.clone(),
+                busy: agents_busy.clone(),
+            };
+            sim_tasks.push(tokio::spawn(async move {
+                if let Err(e) = agents.run().await {
+                    tracing::error!(error = %format!("{e:#}"), "simulated agents stopped");
+                }
+            }));
+        }
         Ok(Parts {
             scenario,
             endpoints,
@@ -320,6 +345,7 @@ impl DevMesh {
             pool,
             paused,
             busy,
+            agents_busy,
             tasks,
             sim_tasks,
             admin_url,
@@ -333,7 +359,8 @@ impl DevMesh {
     pub async fn pause(&self) {
         self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.busy.load(std::sync::atomic::Ordering::SeqCst)
+        while (self.busy.load(std::sync::atomic::Ordering::SeqCst)
+            || self.agents_busy.load(std::sync::atomic::Ordering::SeqCst) > 0)
             && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -363,6 +390,14 @@ impl DevMesh {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .health_distribution()
+    }
+
+    /// Devices per expected connectivity (the simulated agents' sessions).
+    pub fn connectivity_truth(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        self.scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .connectivity_truth()
     }
 
     /// A task that ended on its own (an error or an early return).
@@ -460,6 +495,7 @@ struct Parts {
     pool: PgPool,
     paused: Arc<std::sync::atomic::AtomicBool>,
     busy: Arc<std::sync::atomic::AtomicBool>,
+    agents_busy: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<Task>,
     sim_tasks: Vec<JoinHandle<()>>,
     admin_url: String,
@@ -479,6 +515,7 @@ impl Parts {
             devices: opts.devices,
             paused: self.paused,
             busy: self.busy,
+            agents_busy: self.agents_busy,
             tasks: self.tasks,
             sim_tasks: self.sim_tasks,
             infra,

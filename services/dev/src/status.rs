@@ -36,6 +36,18 @@ pub struct Summary {
     pub truth: BTreeMap<&'static str, usize>,
     /// Expected by the scenario engine, per health status.
     pub health_truth: BTreeMap<&'static str, usize>,
+    /// Devices per `connectivity`, hub and expected (the simulated agents).
+    pub connectivity: BTreeMap<String, i64>,
+    pub connectivity_truth: BTreeMap<&'static str, usize>,
+    /// Devices per Borneo custody state, hub and expected.
+    pub custody: BTreeMap<String, i64>,
+    pub custody_truth: BTreeMap<&'static str, usize>,
+    /// `FrontendPortsInCustomerVrf` latches per reason, hub and expected.
+    pub latches: BTreeMap<String, i64>,
+    pub latch_truth: BTreeMap<&'static str, usize>,
+    /// Live-fabric observations that are `True`, per type, hub and expected.
+    pub fabric_true: BTreeMap<String, i64>,
+    pub fabric_true_truth: BTreeMap<&'static str, usize>,
 }
 
 impl DevMesh {
@@ -80,7 +92,60 @@ impl DevMesh {
         )
         .fetch_one(&self.pool)
         .await?;
+        let pairs = |rows: Vec<(String, i64)>| rows.into_iter().collect::<BTreeMap<_, _>>();
+        let connectivity = pairs(
+            sqlx::query_as("SELECT connectivity, count(*) FROM devices GROUP BY 1")
+                .fetch_all(&self.pool)
+                .await?,
+        );
+        let custody = pairs(
+            sqlx::query_as(
+                "SELECT custody, count(*) FROM devices WHERE custody IS NOT NULL GROUP BY 1",
+            )
+            .fetch_all(&self.pool)
+            .await?,
+        );
+        let latches = pairs(
+            sqlx::query_as(
+                "SELECT reason, count(*) FROM device_conditions \
+                 WHERE type = 'FrontendPortsInCustomerVrf' GROUP BY 1",
+            )
+            .fetch_all(&self.pool)
+            .await?,
+        );
+        let fabric_true = pairs(
+            sqlx::query_as(
+                "SELECT type, count(*) FROM device_conditions WHERE status = 'True' AND type IN \
+                 ('FrontendPortsObservedInCustomerVrf', 'BackendPortsObservedInMaintenanceVrf', \
+                  'NvLinkGpusObservedInRepairPartition') GROUP BY 1",
+            )
+            .fetch_all(&self.pool)
+            .await?,
+        );
+        let (connectivity_truth, custody_truth, latch_truth, fabric_true_truth) = {
+            let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = BTreeMap::new();
+            for ((t, st), n) in s.fabric_truth() {
+                if st == crate::engine::Tri::True {
+                    f.insert(t, n);
+                }
+            }
+            (
+                s.connectivity_truth(),
+                s.custody_truth(),
+                s.latch_truth(),
+                f,
+            )
+        };
         Ok(Summary {
+            connectivity,
+            connectivity_truth,
+            custody,
+            custody_truth,
+            latches,
+            latch_truth,
+            fabric_true,
+            fabric_true_truth,
             operational,
             health: health.into_iter().collect(),
             no_schedule,

@@ -1,0 +1,259 @@
+//! Simulated node agents for the gateway the mesh runs: one
+//! [`fleet_gateway::sim::SimAgent`] per device the scenario gave an agent,
+//! speaking the real agent protocol over NATS. Each machine's hardware
+//! identifiers are generated from its number; before its agent joins, the
+//! dev harness records that hardware key on the device NetBox brought in
+//! (what a factory enrollment record would hold), so the join re-joins
+//! the NetBox device in place instead of creating a second one. The
+//! agent then opens a session and heartbeats; the scenario closes and
+//! reopens sessions now and then (agent restarts), and the agents report
+//! what they did back to the engine, whose ground truth for
+//! `connectivity` follows from that.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleet_bus::Subjects;
+use fleet_domain::hardware::{hardware_key, HardwareIds};
+use fleet_domain::Trust;
+use fleet_gateway::sim::{SimAgent, SimSpec};
+use sqlx::PgPool;
+
+use crate::engine::GPUS_PER_DEVICE;
+use crate::servers::Shared;
+
+/// Workers the agents are spread over; each runs its agents' requests one
+/// after another.
+const WORKERS: usize = 16;
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+pub struct Agents {
+    pub scenario: Shared,
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub subjects: Subjects,
+    pub paused: Arc<AtomicBool>,
+    /// Workers in a round (a pause waits for none).
+    pub busy: Arc<AtomicUsize>,
+}
+
+enum State {
+    /// Not joined yet; the next attempt not before this instant.
+    Unjoined(Instant),
+    Joined {
+        open: bool,
+        last: Instant,
+    },
+}
+
+struct One {
+    index: usize,
+    site: String,
+    name: String,
+    key: String,
+    agent: SimAgent,
+    state: State,
+}
+
+/// The machine behind device `index`, with the device's name as host name.
+pub fn spec(index: usize, name: &str) -> SimSpec {
+    let mut s = SimSpec::numbered("fleet-dev", index, GPUS_PER_DEVICE as u32);
+    s.hostname = name.to_string();
+    s
+}
+
+/// Its hardware key as the gateway computes it.
+pub fn key_of(s: &SimSpec) -> Option<String> {
+    let h = &s.hardware;
+    let k = hardware_key(&HardwareIds {
+        system_serial: h.system_serial.clone(),
+        board_serial: h.board_serial.clone(),
+        bmc_mac: h.bmc_mac.clone(),
+        nic_macs: h.nic_macs.clone(),
+        tpm_ek_hash: h.tpm_ek_hash.clone(),
+    })?;
+    k.trusted.then_some(k.key)
+}
+
+impl Agents {
+    /// Issues a join token per site and runs the agents until aborted.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let sites = self
+            .scenario
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sites
+            .clone();
+        let mut tokens = BTreeMap::new();
+        for s in &sites {
+            let t = fleet_gateway::store::issue_join_token(
+                &self.pool,
+                s,
+                None,
+                Trust::Platform,
+                None,
+                "fleet dev: simulated agents",
+                None,
+            )
+            .await?;
+            tokens.insert(s.clone(), t);
+        }
+        let mut shards: Vec<Vec<One>> = (0..WORKERS).map(|_| Vec::new()).collect();
+        {
+            let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
+            for d in s.devices.iter().filter(|d| d.has_agent) {
+                let spec = spec(d.index, &d.name);
+                let Some(key) = key_of(&spec) else {
+                    continue;
+                };
+                shards[d.index % WORKERS].push(One {
+                    index: d.index,
+                    site: d.site.clone(),
+                    name: d.name.clone(),
+                    key,
+                    agent: {
+                        let mut a = SimAgent::new(self.nats.clone(), self.subjects.clone(), spec);
+                        a.heartbeat_interval = HEARTBEAT;
+                        a
+                    },
+                    state: State::Unjoined(Instant::now()),
+                });
+            }
+        }
+        let me = Arc::new(self);
+        let tokens = Arc::new(tokens);
+        let mut set = tokio::task::JoinSet::new();
+        for shard in shards.into_iter().filter(|s| !s.is_empty()) {
+            set.spawn(me.clone().worker(shard, tokens.clone()));
+        }
+        while set.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    async fn worker(self: Arc<Self>, mut agents: Vec<One>, tokens: Arc<BTreeMap<String, String>>) {
+        let mut every = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            every.tick().await;
+            self.busy.fetch_add(1, Ordering::SeqCst);
+            let paused = self.paused.load(Ordering::SeqCst);
+            let wanted: Vec<bool> = {
+                let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
+                agents
+                    .iter()
+                    .map(|a| s.devices[a.index].agent_wanted)
+                    .collect()
+            };
+            for (a, want) in agents.iter_mut().zip(wanted) {
+                // A pause freezes what changes connectivity; heartbeats go on.
+                if let Some(open) = self.step(a, want, paused, &tokens).await {
+                    self.scenario
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .agent_session(a.index, open);
+                }
+            }
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One agent's next move; `Some(open)` when its session opened or
+    /// closed.
+    async fn step(
+        &self,
+        a: &mut One,
+        want: bool,
+        paused: bool,
+        tokens: &BTreeMap<String, String>,
+    ) -> Option<bool> {
+        let now = Instant::now();
+        match a.state {
+            State::Unjoined(not_before) => {
+                if paused || now < not_before {
+                    return None;
+                }
+                match self.join(a, tokens).await {
+                    Ok(()) => {
+                        a.state = State::Joined {
+                            open: false,
+                            last: now,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(device = %a.name, error = %e, "simulated agent not joined yet");
+                        a.state = State::Unjoined(now + Duration::from_secs(2));
+                    }
+                }
+                None
+            }
+            State::Joined { open: false, .. } if want && !paused => match a.agent.open().await {
+                Ok(_) => {
+                    a.state = State::Joined {
+                        open: true,
+                        last: now,
+                    };
+                    Some(true)
+                }
+                Err(e) => {
+                    tracing::debug!(device = %a.name, error = %e, "simulated agent could not open");
+                    None
+                }
+            },
+            State::Joined { open: true, .. } if !want && !paused => {
+                let _ = a.agent.close().await;
+                a.state = State::Joined {
+                    open: false,
+                    last: now,
+                };
+                Some(false)
+            }
+            State::Joined { open: true, last } if now.duration_since(last) >= HEARTBEAT => {
+                match a.agent.heartbeat().await {
+                    Ok(()) => {
+                        a.state = State::Joined {
+                            open: true,
+                            last: now,
+                        };
+                        None
+                    }
+                    Err(e) if e.code == "UNAVAILABLE" => None,
+                    Err(e) => {
+                        // The gateway closed the session (a revoked identity).
+                        tracing::info!(device = %a.name, error = %e, "simulated agent session ended");
+                        a.state = State::Unjoined(now + Duration::from_secs(2));
+                        Some(false)
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Records the machine's hardware key on its NetBox device (once NetBox
+    /// brought it in), then joins: the hub re-joins that device in place.
+    async fn join(&self, a: &mut One, tokens: &BTreeMap<String, String>) -> anyhow::Result<()> {
+        let bound = sqlx::query(
+            "UPDATE devices SET hardware_key = $3, hardware_key_trusted = true \
+             WHERE site_id = $1 AND name = $2 AND deleted_at IS NULL \
+               AND (hardware_key IS NULL OR hardware_key = $3)",
+        )
+        .bind(&a.site)
+        .bind(&a.name)
+        .bind(&a.key)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        anyhow::ensure!(bound == 1, "device {}/{} not imported yet", a.site, a.name);
+        let token = tokens
+            .get(&a.site)
+            .ok_or_else(|| anyhow::anyhow!("no join token for site {}", a.site))?;
+        let r = a.agent.join(token).await?;
+        anyhow::ensure!(
+            r.rejoined,
+            "the join made a new device {} instead of re-joining",
+            r.device_id
+        );
+        Ok(())
+    }
+}
