@@ -19,6 +19,7 @@ export FLEET__NATS__RADAR_ROOT="ciapiradar${ID}"
 export FLEET__NATS__STREAM_PREFIX="CIAPI${ID}_"
 export FLEET__HUB__LISTEN="127.0.0.1:0"
 export FLEET__API__LISTEN="127.0.0.1:0"
+export FLEET__PLACER__LISTEN="127.0.0.1:0"
 export FLEET__API__HUB_TIMEOUT_MS=10000
 export FLEET__LOG__FILTER="warn,fleet_api=info"
 export FLEET__LOG__FORMAT=json
@@ -51,6 +52,8 @@ INSERT INTO sites (id, name) VALUES ('s1', 'site one');
 INSERT INTO devices (id, name, site_id, role) SELECT 'dev_ci' || i, 'gpu-' || i, 's1', 'host' FROM generate_series(1, 20) i;
 SQL
 $BIN hub >"$WORK/hub.log" 2>&1 & PIDS+=($!)
+# Allocations and pool capacity are answered by the placer.
+FLEET__LOG__FILTER="warn,fleet_placer=info" $BIN placer >"$WORK/placer.log" 2>&1 & PIDS+=($!)
 $BIN api >"$WORK/api.log" 2>&1 & PIDS+=($!)
 # The API binds port 0 and logs the address it got.
 ADDR=""
@@ -60,6 +63,11 @@ for _ in $(seq 1 150); do
   sleep 0.2
 done
 [ -n "$ADDR" ] || { echo "fleet api did not start:"; cat "$WORK/api.log"; exit 1; }
+for _ in $(seq 1 150); do
+  grep -q 'placer running' "$WORK/placer.log" && break
+  sleep 0.2
+done
+grep -q 'placer running' "$WORK/placer.log" || { echo "fleet placer did not start:"; cat "$WORK/placer.log"; exit 1; }
 curl -fs -H "Authorization: Bearer ${TOKEN}" "http://${ADDR}/api/v1/openapi.json" >"$WORK/openapi.json"
 
 # Device routes get a real device, so the fuzzed bodies reach the hub.
