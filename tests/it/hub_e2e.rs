@@ -164,3 +164,121 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
     task.await.unwrap();
     env.cleanup().await;
 }
+
+/// The fast path (`fleet_domain::state::confirm`) end to end: a repeated
+/// snapshot moves only the freshness row without loading the device; a
+/// single write to a row the source owns makes the next snapshot go the
+/// full way, which puts the snapshot's value back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
+    let env = TestEnv::new().await;
+    let (hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-fast-01").await;
+    let t0 = micros(Utc::now()) - chrono::Duration::seconds(60);
+    let snap = |at| {
+        openstack(
+            "s1",
+            "gpu-fast-01",
+            at,
+            true,
+            false,
+            true,
+            true,
+            false,
+            false,
+        )
+    };
+    let freshness = |id: String| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_as::<_, (chrono::DateTime<Utc>, i64)>(
+                "SELECT observed_at, settled_version FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'",
+            )
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let maintenance_row = |id: String| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, chrono::DateTime<Utc>)>(
+                "SELECT status, received_at FROM device_conditions WHERE device_id = $1 AND type = 'IronicMaintenance'",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    env.publish_snapshot(&snap(t0)).await;
+    let version: i64 = env.device_field(&id, "version").await.parse().unwrap();
+    let settled = eventually("the first snapshot settles", || async {
+        let (at, settled) = freshness(id.clone()).await?;
+        let version: i64 = env.device_field(&id, "version").await.parse().unwrap();
+        (at == t0 && settled == version).then_some(settled)
+    })
+    .await;
+    assert!(settled >= version);
+    let confirmed = hub.metrics.confirmed.get();
+    let (_, received) = maintenance_row(id.clone()).await;
+
+    // Same content, later: confirmed from the freshness row alone.
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(10)))
+        .await;
+    eventually("the resync is confirmed", || async {
+        let (at, _) = freshness(id.clone()).await?;
+        (at == t0 + chrono::Duration::seconds(10)).then_some(())
+    })
+    .await;
+    assert_eq!(hub.metrics.confirmed.get(), confirmed + 1);
+    assert_eq!(
+        maintenance_row(id.clone()).await.1,
+        received,
+        "rows untouched"
+    );
+    assert_eq!(freshness(id.clone()).await.unwrap().1, settled);
+
+    // A single write by openstack to a row its snapshots own.
+    let write = v1::hub_command::Command::WriteCondition(v1::ConditionWrite {
+        source: "openstack".into(),
+        device: Some(v1::DeviceKey {
+            site: "s1".into(),
+            kind: "device_id".into(),
+            key: id.clone(),
+        }),
+        condition: Some(cond("IronicMaintenance", "True", "SetByHand")),
+        observed_at: Some(fleet_proto::timestamp(t0 + chrono::Duration::seconds(15))),
+        hub_ordered: false,
+    });
+    let r = env.command("write_condition", 0, write).await;
+    assert!(r.error.is_none(), "{r:?}");
+    assert_eq!(maintenance_row(id.clone()).await.0, "True");
+    assert_eq!(
+        freshness(id.clone()).await.unwrap().1,
+        0,
+        "the freshness row no longer vouches for the rows"
+    );
+
+    // The same content again must be applied in full: the write is undone
+    // by the later snapshot, as in-order application says.
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(20)))
+        .await;
+    eventually("the snapshot is applied in full", || async {
+        (maintenance_row(id.clone()).await.0 == "False").then_some(())
+    })
+    .await;
+    assert_eq!(hub.metrics.confirmed.get(), confirmed + 1, "not confirmed");
+    let (_, settled_again) = freshness(id.clone()).await.unwrap();
+    assert_eq!(
+        settled_again.to_string(),
+        env.device_field(&id, "version").await,
+        "settled again at the device's version"
+    );
+
+    trigger.trigger();
+    let _ = task.await;
+    env.cleanup().await;
+}

@@ -21,6 +21,7 @@ pub struct HubMetrics {
     pub commands: Family<Labels, Counter>,
     pub batch_size: Histogram,
     pub swept: Counter,
+    pub confirmed: Counter,
     pub registry: Arc<Mutex<Registry>>,
 }
 
@@ -35,6 +36,7 @@ impl HubMetrics {
             commands: Family::default(),
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             swept: Counter::default(),
+            confirmed: Counter::default(),
             registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_hub"))),
         };
         {
@@ -79,6 +81,11 @@ impl HubMetrics {
                 "Devices re-derived by the sweeper",
                 m.swept.clone(),
             );
+            r.register(
+                "snapshots_confirmed",
+                "Snapshots the fast path applied without loading the device (same content, only freshness moved); a subset of applied",
+                m.confirmed.clone(),
+            );
         }
         m
     }
@@ -96,6 +103,7 @@ impl HubMetrics {
         Self::count(&self.observations, "outcome", "duplicate", s.duplicate);
         Self::count(&self.observations, "outcome", "unresolved", s.unresolved);
         Self::count(&self.observations, "outcome", "rejected", s.rejected);
+        self.confirmed.inc_by(s.confirmed);
         Self::count(
             &self.rows_written,
             "table",

@@ -2,13 +2,13 @@
 //! in id order, ack only after commit. A batch that fails is retried one
 //! message at a time so one bad message cannot hold the others back.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
 use fleet_bus::trace::TraceParent;
 use fleet_domain::state::Outcome;
-use fleet_domain::{DomainError, KeyKind};
+use fleet_domain::{DomainError, KeyKind, Source};
 use fleet_store::devices;
 use fleet_store::StoreError;
 
@@ -69,6 +69,8 @@ pub fn parse(msg: jetstream::Message) -> Item {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BatchStats {
     pub applied: u64,
+    /// Of `applied`, the snapshots the fast path confirmed.
+    pub confirmed: u64,
     pub stale: u64,
     pub duplicate: u64,
     pub unresolved: u64,
@@ -186,8 +188,24 @@ impl Hub {
             }
         }
 
-        let ids: Vec<String> = resolved.values().cloned().collect();
-        let mut work = Work::lock(&mut tx, &ids).await?;
+        let mut ids: Vec<String> = resolved.values().cloned().collect();
+        ids.sort();
+        ids.dedup();
+        let mut sources: Vec<&str> = obs.iter().map(|(_, o)| o.source().as_str()).collect();
+        sources.sort();
+        sources.dedup();
+        // Every device of the batch is locked here, in id order; only the
+        // ones the fast path cannot confirm are loaded in full.
+        let heads = devices::lock_heads(&mut tx, &ids, &sources).await?;
+        let plan = plan(&obs, &resolved, &heads, now, &self.ttls);
+        stats.stale += plan.stale;
+        stats.duplicate += plan.duplicate;
+        stats.applied += plan.applied;
+        stats.confirmed += plan.applied;
+        let refreshed = devices::refresh_freshness(&mut tx, &plan.refreshed, now).await?;
+
+        let load: Vec<String> = plan.load.iter().cloned().collect();
+        let mut work = Work::load_locked(&mut tx, &load).await?;
         for (item, o) in &obs {
             let key = o.key();
             let Some(id) = resolved.get(&key) else {
@@ -204,6 +222,9 @@ impl Hub {
                 stats.unresolved += 1;
                 continue;
             };
+            if !plan.load.contains(id) {
+                continue;
+            }
             let cause = format!("source:{}", o.source());
             let Some(state) = work.device(id, &cause, item.trace.as_ref()) else {
                 stats.unresolved += 1;
@@ -255,9 +276,10 @@ impl Hub {
                 Outcome::Duplicate => stats.duplicate += 1,
             }
         }
-        let (summary, work) = work
+        let (mut summary, work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
+        summary.written.freshness += refreshed;
         self.claim(&work.outbox);
         if let Err(e) = tx.commit().await {
             self.unclaim(work.outbox.iter().map(|r| r.id));
@@ -268,8 +290,103 @@ impl Hub {
     }
 }
 
+/// Which devices of a batch the fast path settles and which must be loaded.
+struct Plan<'a> {
+    /// Confirmed snapshots: the freshness rows to move.
+    refreshed: Vec<(&'a str, Source, chrono::DateTime<Utc>)>,
+    applied: u64,
+    stale: u64,
+    duplicate: u64,
+    /// Devices applied in full (every observation of theirs in the batch).
+    load: BTreeSet<String>,
+}
+
+/// Runs `confirm` over the batch in order, device by device: a device goes
+/// the fast way only when every observation of its in the batch is a
+/// snapshot the fast path decides (each one seeing the freshness the
+/// previous ones left).
+fn plan<'a>(
+    obs: &'a [(&Item, &Observation)],
+    resolved: &'a BTreeMap<Key, String>,
+    heads: &BTreeMap<String, devices::Head>,
+    now: chrono::DateTime<Utc>,
+    ttls: &fleet_domain::state::Ttls,
+) -> Plan<'a> {
+    use fleet_domain::state::{confirm, Confirmation};
+    let mut load = BTreeSet::new();
+    let mut fresh: BTreeMap<&str, BTreeMap<Source, fleet_domain::state::Freshness>> =
+        BTreeMap::new();
+    let mut decided: Vec<(&str, Source, chrono::DateTime<Utc>, Confirmation)> = vec![];
+    for (_, o) in obs {
+        let Some(id) = resolved.get(&o.key()) else {
+            continue;
+        };
+        if load.contains(id) {
+            continue;
+        }
+        let (Observation::Snapshot { snapshot, .. }, Some(head)) = (o, heads.get(id)) else {
+            load.insert(id.clone());
+            continue;
+        };
+        if head.deleted {
+            load.insert(id.clone());
+            continue;
+        }
+        let rows = fresh
+            .entry(id.as_str())
+            .or_insert_with(|| head.freshness.clone());
+        let c = confirm(
+            rows.get(&snapshot.source),
+            head.version,
+            snapshot.source,
+            snapshot.observed_at,
+            &snapshot.digest(),
+            now,
+            ttls,
+        );
+        match c {
+            Confirmation::Load => {
+                load.insert(id.clone());
+                continue;
+            }
+            Confirmation::Refresh => {
+                if let Some(f) = rows.get_mut(&snapshot.source) {
+                    f.observed_at = snapshot.observed_at;
+                }
+            }
+            Confirmation::Stale | Confirmation::Duplicate => {}
+        }
+        decided.push((id.as_str(), snapshot.source, snapshot.observed_at, c));
+    }
+    let mut p = Plan {
+        refreshed: vec![],
+        applied: 0,
+        stale: 0,
+        duplicate: 0,
+        load,
+    };
+    let mut last: BTreeMap<(&str, Source), chrono::DateTime<Utc>> = BTreeMap::new();
+    for (id, source, at, c) in decided {
+        if p.load.contains(id) {
+            continue;
+        }
+        match c {
+            Confirmation::Stale => p.stale += 1,
+            Confirmation::Duplicate => p.duplicate += 1,
+            Confirmation::Refresh => {
+                p.applied += 1;
+                last.insert((id, source), at);
+            }
+            Confirmation::Load => unreachable!("loaded devices are skipped"),
+        }
+    }
+    p.refreshed = last.into_iter().map(|((i, s), at)| (i, s, at)).collect();
+    p
+}
+
 fn merge(into: &mut BatchStats, s: BatchStats) {
     into.applied += s.applied;
+    into.confirmed += s.confirmed;
     into.stale += s.stale;
     into.duplicate += s.duplicate;
     into.unresolved += s.unresolved;

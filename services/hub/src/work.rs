@@ -45,6 +45,18 @@ impl Work {
         sorted.sort();
         sorted.dedup();
         let states = devices::lock_states(tx, &sorted).await?;
+        Ok(Work::of(states))
+    }
+
+    /// Loads devices this transaction has locked already.
+    pub async fn load_locked(
+        tx: &mut Transaction<'_, Postgres>,
+        ids: &[String],
+    ) -> Result<Work, StoreError> {
+        Ok(Work::of(devices::locked_states(tx, ids).await?))
+    }
+
+    fn of(states: BTreeMap<String, DeviceState>) -> Work {
         let devices = states
             .into_iter()
             .map(|(id, s)| {
@@ -60,10 +72,10 @@ impl Work {
                 )
             })
             .collect();
-        Ok(Work {
+        Work {
             devices,
             outbox: vec![],
-        })
+        }
     }
 
     /// The live (not deleted) device, for an operation with `cause`.
@@ -95,13 +107,8 @@ impl Work {
         let mut lifecycle = Vec::new();
         let mut outbox_rows = Vec::new();
         for t in self.devices.values_mut() {
-            if !t.after.record.deleted {
-                t.after.reconcile(now, ttls);
-            }
             // A device is born at version 1, derived axes included.
-            if !t.born && t.after.record.differs_beyond_heartbeat(&t.before.record) {
-                t.after.record.version = t.before.record.version + 1;
-            }
+            t.after.finish(&t.before.record, t.born, now, ttls);
             events(t, now, subjects, &mut lifecycle, &mut outbox_rows);
         }
         let pairs: Vec<(&DeviceState, &DeviceState)> = self

@@ -44,6 +44,72 @@ impl ConditionRow {
 pub struct Freshness {
     pub observed_at: DateTime<Utc>,
     pub digest: Vec<u8>,
+    /// The device `version` right after this snapshot was applied and the
+    /// device re-derived, when that left every row the source owns holding
+    /// the snapshot's values; `UNSETTLED` otherwise, and again as soon as
+    /// anything but a snapshot writes a condition. While it equals the
+    /// device's version, a later snapshot with the same digest can change
+    /// nothing but this row's `observed_at` (see [`confirm`]).
+    pub settled_version: i64,
+}
+
+/// `Freshness::settled_version` of a row a later snapshot cannot confirm
+/// without loading the device.
+pub const UNSETTLED: i64 = 0;
+/// Set by `apply_snapshot`, turned into the device's version by `finish`.
+const SETTLING: i64 = -1;
+
+/// What a snapshot does to a device, decided from its freshness row and the
+/// device's version alone, without loading the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Older than the stored snapshot: not applied.
+    Stale,
+    /// Same time and content as the stored snapshot: a no-op.
+    Duplicate,
+    /// Same content, later: only the freshness row's `observed_at` moves.
+    Refresh,
+    /// Anything else: load the device and apply it in full.
+    Load,
+}
+
+/// The hub's fast path for a freshness-only resync (`quality.md`: "a
+/// freshness-only resync writes O(1) rows per snapshot"). `Refresh` is
+/// returned only when applying the snapshot in full and re-deriving would
+/// change nothing but `observed_at`: same digest, settled at the device's
+/// current version, the source not silent now (so refreshing it cannot
+/// change what derivation reads), and not Borneo (custody entries act on
+/// the device's status, not only on its rows). Stale and duplicate are
+/// decided as `apply_snapshot` decides them; the re-derivation the full path
+/// would do at the same time is left to the sweeper.
+pub fn confirm(
+    stored: Option<&Freshness>,
+    version: i64,
+    source: Source,
+    observed_at: DateTime<Utc>,
+    digest: &[u8],
+    now: DateTime<Utc>,
+    ttls: &Ttls,
+) -> Confirmation {
+    let Some(f) = stored else {
+        return Confirmation::Load;
+    };
+    match (observed_at, digest).cmp(&(f.observed_at, f.digest.as_slice())) {
+        std::cmp::Ordering::Less => Confirmation::Stale,
+        std::cmp::Ordering::Equal => Confirmation::Duplicate,
+        std::cmp::Ordering::Greater => {
+            if source != Source::Borneo
+                && f.digest == digest
+                && f.settled_version == version
+                && version > UNSETTLED
+                && f.observed_at + ttls.of(source) >= now
+            {
+                Confirmation::Refresh
+            } else {
+                Confirmation::Load
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -437,11 +503,23 @@ impl DeviceState {
                 false,
             );
         }
+        // Settled only when every owned row now holds this snapshot's
+        // value (a later single write may have kept one).
+        let holds = observation_types_of(snap.source).all(|t| {
+            let row = self.conditions.get(&t);
+            match snap.conditions.iter().find(|c| c.condition_type == t) {
+                Some(c) => row.is_some_and(|r| r.same_value(c.status, &c.reason, &c.message)),
+                None => row.is_some_and(|r| {
+                    r.same_value(ConditionStatus::Unknown, reasons::NOT_REPORTED, "")
+                }),
+            }
+        });
         self.freshness.insert(
             snap.source,
             Freshness {
                 observed_at: snap.observed_at,
                 digest,
+                settled_version: if holds { SETTLING } else { UNSETTLED },
             },
         );
         let notes = self.apply_mirror(&snap.mirror, now);
@@ -462,6 +540,13 @@ impl DeviceState {
         now: DateTime<Utc>,
         refresh_observed_at: bool,
     ) -> bool {
+        if refresh_observed_at {
+            // Written by something other than a snapshot: no snapshot's
+            // freshness vouches for the rows any more.
+            for f in self.freshness.values_mut() {
+                f.settled_version = UNSETTLED;
+            }
+        }
         match self.conditions.get_mut(&t) {
             Some(row) if row.observed_at > observed_at && !refresh_observed_at => false,
             Some(row) if row.same_value(status, reason, message) => {
@@ -816,6 +901,25 @@ impl DeviceState {
             out.push("health:critical".into());
         }
         out
+    }
+
+    /// Ends a transaction's work on the device: re-derives (unless
+    /// deleted), bumps `version` when the record changed beyond the
+    /// heartbeat (a device `born` here keeps version 1), and settles the
+    /// freshness rows of the snapshots applied since `before`.
+    pub fn finish(&mut self, before: &DeviceRecord, born: bool, now: DateTime<Utc>, ttls: &Ttls) {
+        if !self.record.deleted {
+            self.reconcile(now, ttls);
+        }
+        if !born && self.record.differs_beyond_heartbeat(before) {
+            self.record.version = before.version + 1;
+        }
+        let version = self.record.version;
+        for f in self.freshness.values_mut() {
+            if f.settled_version == SETTLING {
+                f.settled_version = version;
+            }
+        }
     }
 
     /// The tracked axes whose value differs from `before`.

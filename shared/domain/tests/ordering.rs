@@ -380,3 +380,245 @@ fn source_silence_reads_unknown_and_keeps_validation() {
     s.reconcile(t(200), &ttls);
     assert_eq!(s.record.operational_status, OperationalStatus::Validation);
 }
+
+/// One step of the fast-path property below.
+#[derive(Debug, Clone)]
+enum Step {
+    Snapshot(u8, i64, [u8; 6]),
+    /// A single condition write by openstack with a status and a time.
+    Write(u8, i64),
+    /// An operator change to the record (bumps `version`).
+    Cordon,
+    /// The clock moves on, by seconds (past the TTL now and then).
+    Wait(i64),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..3, 0i64..20, prop::array::uniform6(0u8..2)).prop_map(|(s, d, v)| Step::Snapshot(s, d, v)),
+        2 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::Write(v, d)),
+        1 => Just(Step::Cordon),
+        2 => (0i64..90).prop_map(Step::Wait),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// `confirm` is what lets the hub resync without loading a device; it
+    /// must never say `Refresh` where the full path would do more than move
+    /// the freshness row, and its stale/duplicate must be the full path's.
+    #[test]
+    fn the_fast_path_confirms_only_what_the_full_path_would_not_change(
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let ttls = Ttls::uniform(Duration::seconds(60));
+        let mut now = t(1_000);
+        let mut clock = 0i64;
+        let mut s = base();
+        let mut refreshes = 0;
+        for st in steps {
+            let before = s.clone();
+            match st {
+                Step::Snapshot(src, d, v) => {
+                    clock += d;
+                    let mut snap = snap(src, 0, v);
+                    snap.observed_at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
+                    let c = confirm(
+                        s.freshness.get(&snap.source),
+                        s.record.version,
+                        snap.source,
+                        snap.observed_at,
+                        &snap.digest(),
+                        now,
+                        &ttls,
+                    );
+                    let (outcome, _) = s.apply_snapshot(&snap, now);
+                    s.finish(&before.record, false, now, &ttls);
+                    match c {
+                        Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
+                        Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
+                        Confirmation::Load => {}
+                        Confirmation::Refresh => {
+                            refreshes += 1;
+                            prop_assert_eq!(outcome, Outcome::Applied);
+                            // The fast path: move observed_at, nothing else.
+                            let mut fast = before.clone();
+                            fast.freshness.get_mut(&snap.source).unwrap().observed_at = snap.observed_at;
+                            // Refreshing changes nothing derivation reads...
+                            let mut a = fast.clone();
+                            a.finish(&fast.record, false, now, &ttls);
+                            let mut b = before.clone();
+                            b.finish(&before.record, false, now, &ttls);
+                            for t in fast.conditions.keys() {
+                                prop_assert_eq!(fast.effective(*t, now, &ttls), before.effective(*t, now, &ttls));
+                            }
+                            prop_assert_eq!(&a.record, &b.record);
+                            prop_assert_eq!(&a.conditions, &b.conditions);
+                            // ...and the full path is the fast one plus the
+                            // sweeper's re-derivation.
+                            prop_assert_eq!(&s, &a);
+                        }
+                    }
+                }
+                Step::Write(v, d) => {
+                    clock += d;
+                    let w = ConditionInput {
+                        condition_type: ConditionType::IronicMaintenance,
+                        status: status(v),
+                        reason: String::new(),
+                        message: String::new(),
+                    };
+                    let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
+                    let _ = s.apply_condition_write(Source::Openstack, &w, Some(at), false, now);
+                    s.finish(&before.record, false, now, &ttls);
+                }
+                Step::Cordon => {
+                    s.record.cordoned = !s.record.cordoned;
+                    s.finish(&before.record, false, now, &ttls);
+                }
+                Step::Wait(secs) => {
+                    now += Duration::seconds(secs);
+                    // The sweeper re-derives what went silent.
+                    s.finish(&before.record, false, now, &ttls);
+                }
+            }
+        }
+        let _ = refreshes;
+    }
+}
+
+#[test]
+fn a_repeated_snapshot_is_confirmed_until_something_else_writes() {
+    let ttls = Ttls::uniform(Duration::seconds(60));
+    let now = t(40);
+    let mut s = base();
+    let first = snap(0, 10, [1, 0, 1, 0, 1, 0]);
+    let again = Snapshot {
+        observed_at: t(20),
+        ..first.clone()
+    };
+    let c = |s: &DeviceState, snap: &Snapshot| {
+        confirm(
+            s.freshness.get(&snap.source),
+            s.record.version,
+            snap.source,
+            snap.observed_at,
+            &snap.digest(),
+            now,
+            &ttls,
+        )
+    };
+    assert_eq!(c(&s, &first), Confirmation::Load, "nothing stored yet");
+    let before = s.record.clone();
+    s.apply_snapshot(&first, now);
+    s.finish(&before, false, now, &ttls);
+    assert_eq!(c(&s, &first), Confirmation::Duplicate);
+    assert_eq!(c(&s, &again), Confirmation::Refresh);
+    let older = Snapshot {
+        observed_at: t(5),
+        ..first.clone()
+    };
+    assert_eq!(c(&s, &older), Confirmation::Stale);
+    // A single write to a row the source owns: the rows no longer hold the
+    // snapshot's values as far as the freshness row can vouch.
+    let w = ConditionInput {
+        condition_type: ConditionType::IronicMaintenance,
+        status: ConditionStatus::True,
+        reason: String::new(),
+        message: String::new(),
+    };
+    let before = s.record.clone();
+    s.apply_condition_write(Source::Openstack, &w, Some(t(15)), false, now)
+        .unwrap();
+    s.finish(&before, false, now, &ttls);
+    assert_eq!(c(&s, &again), Confirmation::Load);
+    // Applied in full, the snapshot settles again.
+    let before = s.record.clone();
+    s.apply_snapshot(&again, now);
+    s.finish(&before, false, now, &ttls);
+    let third = Snapshot {
+        observed_at: t(30),
+        ..first.clone()
+    };
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // An operator change bumps the version: load once more.
+    let before = s.record.clone();
+    s.record.cordoned = true;
+    s.finish(&before, false, now, &ttls);
+    assert_eq!(c(&s, &third), Confirmation::Load);
+    // A silent source is never refreshed without loading.
+    let before = s.record.clone();
+    s.apply_snapshot(&third, now);
+    s.finish(&before, false, now, &ttls);
+    let late = t(30) + Duration::seconds(61);
+    let fourth = Snapshot {
+        observed_at: late,
+        ..first.clone()
+    };
+    assert_eq!(
+        confirm(
+            s.freshness.get(&Source::Openstack),
+            s.record.version,
+            Source::Openstack,
+            late,
+            &first.digest(),
+            late + Duration::seconds(1),
+            &ttls
+        ),
+        Confirmation::Load,
+    );
+    let _ = fourth;
+}
+
+#[test]
+fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
+    let ttls = Ttls::uniform(Duration::seconds(60));
+    let now = t(40);
+    let mut s = base();
+    let first = snap(0, 10, [1, 0, 1, 0, 1, 0]);
+    let before = s.record.clone();
+    s.apply_snapshot(&first, now);
+    s.finish(&before, false, now, &ttls);
+    // A single write observed at 25 ...
+    let w = ConditionInput {
+        condition_type: ConditionType::IronicMaintenance,
+        status: ConditionStatus::Unknown,
+        reason: "Written".into(),
+        message: String::new(),
+    };
+    let before = s.record.clone();
+    s.apply_condition_write(Source::Openstack, &w, Some(t(25)), false, now)
+        .unwrap();
+    s.finish(&before, false, now, &ttls);
+    // ... outlives the same snapshot observed at 20 ...
+    let again = Snapshot {
+        observed_at: t(20),
+        ..first.clone()
+    };
+    let before = s.record.clone();
+    s.apply_snapshot(&again, now);
+    s.finish(&before, false, now, &ttls);
+    assert_eq!(
+        s.conditions[&ConditionType::IronicMaintenance].reason,
+        "Written"
+    );
+    // ... so the one observed at 30, which the full path applies over the
+    // write, cannot be confirmed from the freshness row.
+    let third = Snapshot {
+        observed_at: t(30),
+        ..first.clone()
+    };
+    assert_eq!(
+        confirm(
+            s.freshness.get(&Source::Openstack),
+            s.record.version,
+            Source::Openstack,
+            third.observed_at,
+            &third.digest(),
+            now,
+            &ttls
+        ),
+        Confirmation::Load,
+    );
+}

@@ -133,13 +133,30 @@ pub async fn lock_states(
     tx: &mut Tx<'_>,
     ids: &[String],
 ) -> Result<BTreeMap<String, DeviceState>, StoreError> {
+    read_states(tx, ids, true).await
+}
+
+/// Reads devices this transaction locked already (see [`lock_heads`]).
+pub async fn locked_states(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+) -> Result<BTreeMap<String, DeviceState>, StoreError> {
+    read_states(tx, ids, false).await
+}
+
+async fn read_states(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+    lock: bool,
+) -> Result<BTreeMap<String, DeviceState>, StoreError> {
     let mut out = BTreeMap::new();
     if ids.is_empty() {
         return Ok(out);
     }
+    let lock = if lock { "FOR UPDATE OF d" } else { "" };
     let sql = format!(
         "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
-         WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d"
+         WHERE d.id = ANY($1) ORDER BY d.id {lock}"
     );
     for row in sqlx::query(&sql).bind(ids).fetch_all(&mut **tx).await? {
         let record = record_from_row(&row)?;
@@ -159,7 +176,7 @@ pub async fn lock_states(
             s.conditions.insert(c.condition_type, c);
         }
     }
-    let rows = sqlx::query("SELECT device_id, source, observed_at, digest FROM device_source_freshness WHERE device_id = ANY($1)")
+    let rows = sqlx::query("SELECT device_id, source, observed_at, digest, settled_version FROM device_source_freshness WHERE device_id = ANY($1)")
         .bind(ids)
         .fetch_all(&mut **tx)
         .await?;
@@ -173,6 +190,7 @@ pub async fn lock_states(
                 Freshness {
                     observed_at: row.try_get("observed_at")?,
                     digest: row.try_get("digest")?,
+                    settled_version: row.try_get("settled_version")?,
                 },
             );
         }
@@ -285,7 +303,8 @@ pub async fn write_diffs(
     written.conditions = c.device_id.len() as u64;
     c.upsert(tx).await?;
 
-    let (mut ids, mut sources, mut observed, mut digests) = (vec![], vec![], vec![], vec![]);
+    let (mut ids, mut sources, mut observed, mut digests, mut settled) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for (before, after) in pairs {
         for (source, f) in &after.freshness {
             if before.freshness.get(source) != Some(f) {
@@ -293,26 +312,106 @@ pub async fn write_diffs(
                 sources.push(source.as_str());
                 observed.push(f.observed_at);
                 digests.push(f.digest.as_slice());
+                settled.push(f.settled_version);
             }
         }
     }
     if !ids.is_empty() {
         written.freshness = ids.len() as u64;
         sqlx::query(
-            "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, received_at) \
-             SELECT i, s, o, g, $5 FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::bytea[]) AS u(i, s, o, g) \
+            "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, settled_version, received_at) \
+             SELECT i, s, o, g, v, $6 FROM UNNEST($1::text[], $2::text[], $3::timestamptz[], $4::bytea[], $5::bigint[]) \
+             AS u(i, s, o, g, v) \
              ON CONFLICT (device_id, source) DO UPDATE SET observed_at = EXCLUDED.observed_at, \
-             digest = EXCLUDED.digest, received_at = EXCLUDED.received_at",
+             digest = EXCLUDED.digest, settled_version = EXCLUDED.settled_version, received_at = EXCLUDED.received_at",
         )
         .bind(&ids)
         .bind(&sources)
         .bind(&observed)
         .bind(&digests)
+        .bind(&settled)
         .bind(now)
         .execute(&mut **tx)
         .await?;
     }
     Ok(written)
+}
+
+/// A device as the fast path sees it: locked, with its version and the
+/// freshness rows of the sources a batch brings, nothing else loaded.
+#[derive(Debug, Clone, Default)]
+pub struct Head {
+    pub version: i64,
+    pub deleted: bool,
+    pub freshness: BTreeMap<Source, Freshness>,
+}
+
+/// Locks the devices in id order (as [`lock_states`] does) and reads only
+/// their heads.
+pub async fn lock_heads(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+    sources: &[&str],
+) -> Result<BTreeMap<String, Head>, StoreError> {
+    let mut out: BTreeMap<String, Head> = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let rows = sqlx::query(
+        "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, f.source, f.observed_at, f.digest, \
+         f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
+         ON f.device_id = d.id AND f.source = ANY($2) \
+         WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d",
+    )
+    .bind(ids)
+    .bind(sources)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let id: String = row.try_get("id")?;
+        let head = out.entry(id).or_insert_with(|| Head::default());
+        head.version = row.try_get("version")?;
+        head.deleted = row.try_get("deleted")?;
+        let Some(source): Option<&str> = row.try_get("source")? else {
+            continue;
+        };
+        let source = Source::parse(source).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        head.freshness.insert(
+            source,
+            Freshness {
+                observed_at: row.try_get("observed_at")?,
+                digest: row.try_get("digest")?,
+                settled_version: row.try_get("settled_version")?,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The fast path's only write: a confirmed snapshot moves `observed_at`.
+pub async fn refresh_freshness(
+    tx: &mut Tx<'_>,
+    rows: &[(&str, Source, DateTime<Utc>)],
+    now: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    let sources: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let observed: Vec<DateTime<Utc>> = rows.iter().map(|r| r.2).collect();
+    let done = sqlx::query(
+        "UPDATE device_source_freshness f SET observed_at = u.o, received_at = $4 \
+         FROM UNNEST($1::text[], $2::text[], $3::timestamptz[]) AS u(i, s, o) \
+         WHERE f.device_id = u.i AND f.source = u.s",
+    )
+    .bind(&ids)
+    .bind(&sources)
+    .bind(&observed)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 #[derive(Default)]
