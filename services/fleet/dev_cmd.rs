@@ -23,9 +23,17 @@ pub struct DevArgs {
     /// Seconds between two reads of each simulated system by its connector.
     #[arg(long, default_value_t = 5.0)]
     pub resync_secs: f64,
-    /// Without the placer, gateway and radar.
+    /// Without the placer, gateway and radar (and so without agents).
     #[arg(long)]
     pub no_consumers: bool,
+    /// Simulated node agents connecting to the gateway (default: one per
+    /// device; 0 for none).
+    #[arg(long)]
+    pub agents: Option<usize>,
+    /// No simulated node agents (`--agents 0`): every device stays
+    /// disconnected and carries the `unreachable` no-schedule reason.
+    #[arg(long, conflicts_with = "agents")]
+    pub no_agents: bool,
     /// Stop once the fleet is fully derived and print the figures
     /// (for measurements).
     #[arg(long)]
@@ -64,11 +72,18 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     opts.tick = Duration::from_secs_f64(args.tick_secs.max(0.2));
     opts.resync_secs = args.resync_secs.max(0.5);
     opts.consumers = !args.no_consumers;
+    opts.agents = if args.no_agents {
+        0
+    } else {
+        args.agents.unwrap_or(args.sim).min(args.sim)
+    };
     let tty = std::io::stdout().is_terminal();
     let started = Instant::now();
     eprintln!(
-        "fleet dev: starting the mesh with {} simulated devices over {} sites ...",
-        opts.devices, opts.sites
+        "fleet dev: starting the mesh with {} simulated devices over {} sites, {} simulated agents ...",
+        opts.devices,
+        opts.sites,
+        if opts.consumers { opts.agents } else { 0 }
     );
     let mut mesh = DevMesh::start(config, opts).await?;
     println!("API        {}", mesh.api_url);
@@ -87,6 +102,10 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         mesh.endpoints.openstack,
         mesh.endpoints.slurm,
         mesh.endpoints.prometheus
+    );
+    println!(
+        "           borneo {}  nvue {}/<switch>  nmx-m {}/<site>",
+        mesh.endpoints.borneo, mesh.endpoints.nvue, mesh.endpoints.nmx
     );
     println!(
         "database   {}  subjects {}.>",
@@ -206,13 +225,42 @@ fn map(m: &std::collections::BTreeMap<String, i64>) -> String {
 
 fn line(s: &Summary, secs: f64, obs: f64, cpu: f64) -> String {
     format!(
-        "[{secs:6.1}s] operational {} | health {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | cpu {cpu:.0}%",
+        "[{secs:6.1}s] operational {} | health {} | connectivity {} | custody {} | latches {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | cpu {cpu:.0}%",
         map(&s.operational),
         map(&s.health),
+        map(&s.connectivity),
+        map(&s.custody),
+        map(&s.latches),
         s.no_schedule,
         s.outbox_rows,
         s.outbox_oldest_secs
     )
+}
+
+/// Rows of `hub` beside `expected`, every key of either.
+fn table(
+    o: &mut String,
+    title: &str,
+    hub: &std::collections::BTreeMap<String, i64>,
+    expected: &std::collections::BTreeMap<&'static str, usize>,
+) {
+    use std::fmt::Write as _;
+    let _ = writeln!(o, "\n{title:<38} {:>9} {:>9}", "hub", "expected");
+    let mut keys: Vec<String> = hub.keys().cloned().collect();
+    for k in expected.keys() {
+        if !keys.iter().any(|x| x == k) {
+            keys.push(k.to_string());
+        }
+    }
+    keys.sort();
+    for k in &keys {
+        let _ = writeln!(
+            o,
+            "  {k:<36} {:>9} {:>9}",
+            hub.get(k).copied().unwrap_or(0),
+            expected.get(k.as_str()).copied().unwrap_or(0)
+        );
+    }
 }
 
 fn screen(
@@ -231,39 +279,28 @@ fn screen(
         mesh.devices,
         derived_at.unwrap_or(0.0)
     );
-    let _ = writeln!(o, "API {}   token {}\n", mesh.api_url, mesh.token);
-    let _ = writeln!(o, "{:<18} {:>9} {:>9}", "operational", "hub", "expected");
-    let mut keys: Vec<String> = s.operational.keys().cloned().collect();
-    for k in s.truth.keys() {
-        if !keys.iter().any(|x| x == k) {
-            keys.push(k.to_string());
-        }
-    }
-    keys.sort();
-    for k in &keys {
-        let _ = writeln!(
-            o,
-            "  {k:<16} {:>9} {:>9}",
-            s.operational.get(k).copied().unwrap_or(0),
-            s.truth.get(k.as_str()).copied().unwrap_or(0)
-        );
-    }
-    let _ = writeln!(o, "\n{:<18} {:>9} {:>9}", "health", "hub", "expected");
-    let mut hk: Vec<String> = s.health.keys().cloned().collect();
-    for k in s.health_truth.keys() {
-        if !hk.iter().any(|x| x == k) {
-            hk.push(k.to_string());
-        }
-    }
-    hk.sort();
-    for k in &hk {
-        let _ = writeln!(
-            o,
-            "  {k:<16} {:>9} {:>9}",
-            s.health.get(k).copied().unwrap_or(0),
-            s.health_truth.get(k.as_str()).copied().unwrap_or(0)
-        );
-    }
+    let _ = writeln!(o, "API {}   token {}", mesh.api_url, mesh.token);
+    table(&mut o, "operational", &s.operational, &s.truth);
+    table(&mut o, "health", &s.health, &s.health_truth);
+    table(
+        &mut o,
+        "connectivity (agents)",
+        &s.connectivity,
+        &s.connectivity_truth,
+    );
+    table(&mut o, "custody (Borneo)", &s.custody, &s.custody_truth);
+    table(
+        &mut o,
+        "FrontendPortsInCustomerVrf latch",
+        &s.latches,
+        &s.latch_truth,
+    );
+    table(
+        &mut o,
+        "live fabric observed True",
+        &s.fabric_true,
+        &s.fabric_true_truth,
+    );
     let _ = writeln!(
         o,
         "\nno-schedule {}   cordoned {}",
@@ -286,6 +323,12 @@ fn screen(
             a.ticks, a.deploys, a.releases, a.ironic_failures, a.repairs, a.maintenance,
             a.slurm_drains, a.slurm_downs, a.validated, a.outages,
             if out.ironic { " — IRONIC OUT NOW" } else if out.slurm { " — SLURM OUT NOW" } else { "" }
+        );
+        let _ = writeln!(
+            o,
+            "          {} handovers, {} breaches (on purpose), {} returns, {} drains, {} latch writes ({} retried), {} back-end VRF flips, {} NVLink moves, {} agent restarts",
+            a.handovers, a.breaches, a.returns, a.drains, a.latch_writes, a.latch_failures,
+            a.vrf_flips, a.nvlink_moves, a.agent_closes
         );
     }
     o

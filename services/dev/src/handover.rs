@@ -29,6 +29,8 @@ const PER_ROUND: usize = 64;
 
 pub struct Workflow {
     pub scenario: Shared,
+    /// To leave alone devices NetBox has not brought in yet.
+    pub pool: sqlx::PgPool,
     pub nvue: String,
     pub writer: LatchWriter,
     pub paused: Arc<AtomicBool>,
@@ -39,6 +41,7 @@ pub struct Workflow {
 impl Workflow {
     pub fn new(
         scenario: Shared,
+        pool: sqlx::PgPool,
         nvue: String,
         nats: async_nats::Client,
         subjects: Subjects,
@@ -50,6 +53,7 @@ impl Workflow {
         writer.timeout = Duration::from_secs(5);
         Workflow {
             scenario,
+            pool,
             nvue,
             writer,
             paused,
@@ -76,7 +80,28 @@ impl Workflow {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .flip_jobs();
-        for job in jobs.into_iter().take(PER_ROUND) {
+        if jobs.is_empty() {
+            return;
+        }
+        // Devices the hub knows (a latch write for any other is refused).
+        let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
+        let known: std::collections::BTreeSet<(String, String)> = match sqlx::query_as(
+            "SELECT site_id, name FROM devices WHERE name = ANY($1) AND deleted_at IS NULL",
+        )
+        .bind(&names)
+        .fetch_all(&self.pool)
+        .await
+        {
+            Ok(rows) => rows.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "simulated handover workflow cannot read devices");
+                return;
+            }
+        };
+        let jobs = jobs
+            .into_iter()
+            .filter(|j| known.contains(&(j.site.clone(), j.name.clone())));
+        for job in jobs.take(PER_ROUND) {
             match self.flip(&job).await {
                 Ok(()) => self
                     .scenario

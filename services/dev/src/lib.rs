@@ -313,6 +313,7 @@ impl DevMesh {
         sim_tasks.push(tokio::spawn(
             handover::Workflow::new(
                 scenario.clone(),
+                pool.clone(),
                 endpoints.nvue.clone(),
                 nats.clone(),
                 subjects.clone(),
