@@ -322,7 +322,7 @@ fn screen(
             "scenario: {} ticks, {} deploys, {} releases, {} ironic failures, {} repairs, {} maintenance, {} slurm drains, {} downs, {} validated, {} outages{}",
             a.ticks, a.deploys, a.releases, a.ironic_failures, a.repairs, a.maintenance,
             a.slurm_drains, a.slurm_downs, a.validated, a.outages,
-            if out.ironic { " — IRONIC OUT NOW" } else if out.slurm { " — SLURM OUT NOW" } else { "" }
+            if out.ironic { " — IRONIC OUT NOW" } else if out.slurm { " — SLURM OUT NOW" } else if out.switch.is_some() { " — A LEAF SWITCH OUT NOW" } else if out.nmx.is_some() { " — NMX-M OUT NOW" } else { "" }
         );
         let _ = writeln!(
             o,

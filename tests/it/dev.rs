@@ -30,6 +30,33 @@ async fn api_distribution(api: &Api) -> BTreeMap<String, usize> {
     out
 }
 
+/// The live-fabric observations in PostgreSQL: `(type, status)` counts.
+async fn fabric_seen(pool: &sqlx::PgPool) -> BTreeMap<(String, String), i64> {
+    sqlx::query_as::<_, (String, String, i64)>(
+        "SELECT type, status, count(*) FROM device_conditions \
+         WHERE type IN ('FrontendPortsObservedInCustomerVrf', \
+                        'BackendPortsObservedInMaintenanceVrf', \
+                        'NvLinkGpusObservedInRepairPartition') GROUP BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(t, st, n)| ((t, st), n))
+    .collect()
+}
+
+/// The scenario's live-fabric ground truth in the same shape.
+fn fabric_truth(mesh: &DevMesh) -> BTreeMap<(String, String), i64> {
+    mesh.scenario
+        .lock()
+        .unwrap()
+        .fabric_truth()
+        .into_iter()
+        .map(|((t, st), v)| ((t.to_string(), st.as_str().to_string()), v as i64))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     let env = TestEnv::new().await;
@@ -127,7 +154,8 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
 
     // Custody, latches and the live fabric, from PostgreSQL, against the
     // simulated Borneo, switches and NMX-M.
-    let (custody_truth, latch_truth, fabric_truth) = {
+    let fabric_expected = fabric_truth(&mesh);
+    let (custody_truth, latch_truth) = {
         let s = mesh.scenario.lock().unwrap();
         let c: BTreeMap<String, i64> = s
             .custody_truth()
@@ -139,12 +167,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v as i64))
             .collect();
-        let f: BTreeMap<(String, String), i64> = s
-            .fabric_truth()
-            .into_iter()
-            .map(|((t, st), v)| ((t.to_string(), st.as_str().to_string()), v as i64))
-            .collect();
-        (c, l, f)
+        (c, l)
     };
     assert!(
         latch_truth
@@ -160,7 +183,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         "a return: {custody_truth:?}"
     );
     assert!(truth.contains_key("delegated"), "{truth:?}");
-    eprintln!("ground truth: {truth:?}\ncustody {custody_truth:?}\nlatches {latch_truth:?}\nfabric {fabric_truth:?}");
+    eprintln!("ground truth: {truth:?}\ncustody {custody_truth:?}\nlatches {latch_truth:?}\nfabric {fabric_expected:?}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let custody: BTreeMap<String, i64> = sqlx::query_as(
@@ -180,19 +203,9 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .unwrap()
         .into_iter()
         .collect();
-        let fabric: BTreeMap<(String, String), i64> = sqlx::query_as::<_, (String, String, i64)>(
-            "SELECT type, status, count(*) FROM device_conditions \
-             WHERE type IN ('FrontendPortsObservedInCustomerVrf', \
-                            'BackendPortsObservedInMaintenanceVrf', \
-                            'NvLinkGpusObservedInRepairPartition') GROUP BY 1, 2",
-        )
-        .fetch_all(&mesh.pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(t, st, n)| ((t, st), n))
-        .collect();
-        let agreed = custody == custody_truth && latches == latch_truth && fabric == fabric_truth;
+        let fabric = fabric_seen(&mesh.pool).await;
+        let agreed =
+            custody == custody_truth && latches == latch_truth && fabric == fabric_expected;
         if agreed || tokio::time::Instant::now() > deadline {
             assert_eq!(
                 custody, custody_truth,
@@ -203,7 +216,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
                 "front-end latches: hub (left), scenario (right)"
             );
             assert_eq!(
-                fabric, fabric_truth,
+                fabric, fabric_expected,
                 "live fabric: hub (left), switches and NMX-M (right)"
             );
             break;
@@ -240,6 +253,29 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+
+    // One front-end leaf and one site's NMX-M out: only the devices behind
+    // that leaf lose their front-end view, only that site its NVLink view.
+    {
+        let mut s = mesh.scenario.lock().unwrap();
+        s.outages.switch = Some((0, true));
+        s.outages.nmx = Some(1);
+    }
+    let outage_truth = fabric_truth(&mesh);
+    assert_ne!(outage_truth, fabric_expected);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = fabric_seen(&mesh.pool).await;
+        if seen == outage_truth || tokio::time::Instant::now() > deadline {
+            assert_eq!(
+                seen, outage_truth,
+                "fabric with a leaf and an NMX-M out: hub (left), scenario (right)"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    mesh.scenario.lock().unwrap().heal();
 
     // Per device too: the same status for the same name.
     let by_name: BTreeMap<(String, String), String> = api

@@ -187,6 +187,11 @@ impl Tri {
 pub struct Outages {
     pub ironic: bool,
     pub slurm: bool,
+    /// One leaf switch's NVUE: the rack of this device index, front-end
+    /// (`true`) or back-end.
+    pub switch: Option<(usize, bool)>,
+    /// One site's NMX-M, by its position in `sites`.
+    pub nmx: Option<usize>,
 }
 
 /// The front-end and back-end leaf names of a rack, and a device's port
@@ -378,10 +383,14 @@ impl Scenario {
         } else if allow_outages && self.rng.gen_bool(0.03) {
             self.activity.outages += 1;
             self.outage_ticks_left = self.rng.gen_range(2..5);
-            if self.rng.gen_bool(0.5) {
-                self.outages.ironic = true;
-            } else {
-                self.outages.slurm = true;
+            match self.rng.gen_range(0..6) {
+                0 | 1 => self.outages.ironic = true,
+                2 | 3 => self.outages.slurm = true,
+                4 if !self.devices.is_empty() => {
+                    let i = self.rng.gen_range(0..self.devices.len());
+                    self.outages.switch = Some((i, self.rng.gen_bool(0.5)));
+                }
+                _ => self.outages.nmx = Some(self.rng.gen_range(0..self.sites.len().max(1))),
             }
         }
         let n = self.devices.len();
@@ -485,7 +494,7 @@ impl Scenario {
     pub fn fabric_truth(&self) -> BTreeMap<(&'static str, Tri), usize> {
         let mut out = BTreeMap::new();
         for d in &self.devices {
-            let (f, b, n) = expected_fabric(d);
+            let (f, b, n) = expected_fabric(d, self.fabric_outage(d));
             *out.entry(("FrontendPortsObservedInCustomerVrf", f))
                 .or_default() += 1;
             *out.entry(("BackendPortsObservedInMaintenanceVrf", b))
@@ -527,6 +536,37 @@ impl Scenario {
             *out.entry(c).or_default() += 1;
         }
         out
+    }
+
+    /// Which of the device's fabric reads is out: `(front-end leaf,
+    /// back-end leaf, NMX-M)`.
+    pub fn fabric_outage(&self, d: &SimDevice) -> (bool, bool, bool) {
+        let (mut fe, mut be) = (false, false);
+        if let Some((i, frontend)) = self.outages.switch {
+            if self.devices.get(i).is_some_and(|o| o.rack == d.rack) {
+                fe = frontend;
+                be = !frontend;
+            }
+        }
+        let nmx = self
+            .outages
+            .nmx
+            .is_some_and(|k| self.sites.get(k) == Some(&d.site));
+        (fe, be, nmx)
+    }
+
+    /// Whether a leaf's NVUE is out (answers 503) now.
+    pub fn switch_out(&self, rack: &str, frontend: bool) -> bool {
+        self.outages.switch.is_some_and(|(i, f)| {
+            f == frontend && self.devices.get(i).is_some_and(|d| d.rack == rack)
+        })
+    }
+
+    /// Whether a site's NMX-M is out now.
+    pub fn nmx_out(&self, site: &str) -> bool {
+        self.outages
+            .nmx
+            .is_some_and(|k| self.sites.get(k).map(String::as_str) == Some(site))
     }
 
     /// Expected `FrontendPortsInCustomerVrf` latches by reason.
@@ -701,8 +741,20 @@ fn fabric_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
 /// The three live-fabric observations connector-fabric should publish for
 /// the device (`connectors.md`): front-end in a customer VRF, back-end in
 /// the maintenance VRF, every GPU in the repair partition (some but not
-/// all: `Unknown` `PartiallyInRepairPartition`).
-pub fn expected_fabric(d: &SimDevice) -> (Tri, Tri, Tri) {
+/// all: `Unknown` `PartiallyInRepairPartition`). A leaf that cannot be read
+/// makes only its plane `Unknown` (`SwitchUnreachable`), an NMX-M outage the
+/// NVLink one (`NmxUnreachable`): `out` is `(front-end, back-end, NMX-M)`.
+pub fn expected_fabric(d: &SimDevice, out: (bool, bool, bool)) -> (Tri, Tri, Tri) {
+    let (f, b, n) = expected_fabric_live(d);
+    let unknown_if = |o: bool, t: Tri| if o { Tri::Unknown } else { t };
+    (
+        unknown_if(out.0, f),
+        unknown_if(out.1, b),
+        unknown_if(out.2, n),
+    )
+}
+
+fn expected_fabric_live(d: &SimDevice) -> (Tri, Tri, Tri) {
     let b = |v: bool| if v { Tri::True } else { Tri::False };
     let nvlink = match d.gpus_in_repair {
         0 => Tri::False,
@@ -887,6 +939,8 @@ pub fn expected_status(d: &SimDevice, outages: Outages) -> &'static str {
 mod tests {
     use super::*;
 
+    const OK: (bool, bool, bool) = (false, false, false);
+
     fn dev() -> SimDevice {
         Scenario::new(1, &["s1".into()], 1).devices[0].clone()
     }
@@ -923,14 +977,14 @@ mod tests {
         d.slurm = Some(SlurmState::Idle);
         let slurm_out = Outages {
             slurm: true,
-            ironic: false,
+            ..Outages::default()
         };
         assert_eq!(expected_status(&d, slurm_out), "validation");
         // Never failed or quarantine because Ironic is out.
         d.provision_state = "deploy failed";
         let ironic_out = Outages {
             ironic: true,
-            slurm: false,
+            ..Outages::default()
         };
         assert_eq!(expected_status(&d, ironic_out), "unknown");
         // In the maintenance pool, SLURM never listing the node: rule 7.
@@ -951,7 +1005,7 @@ mod tests {
         d.maintenance = None;
         d.lessee = CUSTOMER_PROJECT;
         assert!(handover_eligible(&d));
-        assert_eq!(expected_fabric(&d).0, Tri::False);
+        assert_eq!(expected_fabric(&d, OK).0, Tri::False);
         // A proper handover: the port is flipped, custody waits.
         start_handover(&mut d, false, &mut a);
         let job = d.pending.clone().expect("a flip to verify");
@@ -959,7 +1013,7 @@ mod tests {
         assert!(job.vrf.starts_with(CUSTOMER_VRF_PREFIX));
         assert_eq!(d.custody, None);
         assert_eq!(expected_status(&d, none), "available");
-        assert_eq!(expected_fabric(&d).0, Tri::True);
+        assert_eq!(expected_fabric(&d, OK).0, Tri::True);
         let mut s = Scenario::new(1, &["s1".into()], 1);
         s.devices[0] = d;
         assert_eq!(s.flip_jobs(), vec![job.clone()]);
@@ -1012,14 +1066,35 @@ mod tests {
         let mut d = dev();
         d.backend_vrf = MAINTENANCE_VRF;
         d.gpus_in_repair = GPUS_PER_DEVICE;
-        assert_eq!(expected_fabric(&d).1, Tri::True);
-        assert_eq!(expected_fabric(&d).2, Tri::True);
+        assert_eq!(expected_fabric(&d, OK).1, Tri::True);
+        assert_eq!(expected_fabric(&d, OK).2, Tri::True);
         d.gpus_in_repair = 3;
-        assert_eq!(expected_fabric(&d).2, Tri::Unknown);
+        assert_eq!(expected_fabric(&d, OK).2, Tri::Unknown);
         d.gpus_in_repair = 0;
         d.backend_vrf = TENANT_BACKEND_VRF;
-        assert_eq!(expected_fabric(&d).1, Tri::False);
-        assert_eq!(expected_fabric(&d).2, Tri::False);
+        assert_eq!(expected_fabric(&d, OK).1, Tri::False);
+        assert_eq!(expected_fabric(&d, OK).2, Tri::False);
+        // Outages: only the plane (or NVLink) that cannot be read.
+        assert_eq!(
+            expected_fabric(&d, (false, true, false)),
+            (Tri::False, Tri::Unknown, Tri::False)
+        );
+        assert_eq!(expected_fabric(&d, (false, false, true)).2, Tri::Unknown);
+        let mut s = Scenario::new(100, &["s1".into(), "s2".into()], 3);
+        s.outages.switch = Some((0, true));
+        s.outages.nmx = Some(1);
+        let (a, far) = (s.devices[1].clone(), s.devices[99].clone());
+        assert_eq!(a.rack, s.devices[0].rack);
+        assert_eq!(s.fabric_outage(&a), (true, false, false));
+        assert_eq!(s.fabric_outage(&far), (false, false, true));
+        assert!(s.switch_out(&a.rack, true) && !s.switch_out(&a.rack, false));
+        assert!(s.nmx_out("s2") && !s.nmx_out("s1"));
+        let truth = s.fabric_truth();
+        let unknown_fe = truth
+            .get(&("FrontendPortsObservedInCustomerVrf", Tri::Unknown))
+            .copied()
+            .unwrap_or(0);
+        assert_eq!(unknown_fe, s.racks[&a.rack].len());
     }
 
     #[test]

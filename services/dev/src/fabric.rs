@@ -214,6 +214,12 @@ async fn nvue_interfaces(
             json!({"status": 404, "title": "Not Found"}),
         );
     };
+    if s.switch_out(rack, frontend) {
+        return body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": 503, "title": "Service Unavailable", "detail": "simulated outage: nvued is not running"}),
+        );
+    }
     let mut out = Map::new();
     out.insert(
         "eth0".into(),
@@ -255,9 +261,28 @@ fn gpu_id(d: &SimDevice, k: u8) -> String {
     format!("GPU-{}-{k}", d.uuid)
 }
 
-async fn nmx_partitions(h: HeaderMap) -> Response {
+fn nmx_down() -> Response {
+    body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({"error": "simulated outage: NMX-M is down"}),
+    )
+}
+
+async fn nmx_partitions(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    h: HeaderMap,
+) -> Response {
     if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
         return unauthorized();
+    }
+    if app
+        .scenario
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .nmx_out(&site)
+    {
+        return nmx_down();
     }
     body(
         StatusCode::OK,
@@ -273,6 +298,9 @@ async fn nmx_gpus(State(app): State<App>, Path(site): Path<String>, h: HeaderMap
         return unauthorized();
     }
     let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.nmx_out(&site) {
+        return nmx_down();
+    }
     let gpus: Vec<Value> = s
         .devices
         .iter()
@@ -296,6 +324,9 @@ async fn nmx_nodes(State(app): State<App>, Path(site): Path<String>, h: HeaderMa
         return unauthorized();
     }
     let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.nmx_out(&site) {
+        return nmx_down();
+    }
     let nodes: Vec<Value> = s
         .devices
         .iter()
