@@ -169,14 +169,14 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
             .collect();
         (c, l)
     };
+    let verified = latch_truth
+        .get("CustomerVrfFlipVerified")
+        .copied()
+        .unwrap_or(0)
+        + latch_truth.get("IsolateFlipVerified").copied().unwrap_or(0);
     assert!(
-        latch_truth
-            .get("CustomerVrfFlipVerified")
-            .copied()
-            .unwrap_or(0)
-            > 0
-            && latch_truth.get("HandoverBreach").copied().unwrap_or(0) > 0,
-        "verified handovers and a deliberate breach: {latch_truth:?}"
+        verified > 0 && latch_truth.get("HandoverBreach").copied().unwrap_or(0) > 0,
+        "verified flips and a deliberate breach: {latch_truth:?}"
     );
     assert!(
         custody_truth.contains_key("PARTNER_OWNED"),

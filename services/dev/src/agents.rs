@@ -42,6 +42,8 @@ pub struct Agents {
 enum State {
     /// Not joined yet; the next attempt not before this instant.
     Unjoined(Instant),
+    /// Its hardware key is on its NetBox device: the join may go.
+    Bound,
     Joined {
         open: bool,
         last: Instant,
@@ -145,6 +147,9 @@ impl Agents {
                     .map(|a| s.devices[a.index].agent_wanted)
                     .collect()
             };
+            if !paused {
+                self.bind(&mut agents).await;
+            }
             for (a, want) in agents.iter_mut().zip(wanted) {
                 // A pause freezes what changes connectivity; heartbeats go on.
                 if let Some(open) = self.step(a, want, paused, &tokens).await {
@@ -169,8 +174,9 @@ impl Agents {
     ) -> Option<bool> {
         let now = Instant::now();
         match a.state {
-            State::Unjoined(not_before) => {
-                if paused || now < not_before {
+            State::Unjoined(_) => None,
+            State::Bound => {
+                if paused {
                     return None;
                 }
                 match self.join(a, tokens).await {
@@ -230,21 +236,54 @@ impl Agents {
         }
     }
 
-    /// Records the machine's hardware key on its NetBox device (once NetBox
-    /// brought it in), then joins: the hub re-joins that device in place.
-    async fn join(&self, a: &mut One, tokens: &BTreeMap<String, String>) -> anyhow::Result<()> {
-        let bound = sqlx::query(
-            "UPDATE devices SET hardware_key = $3, hardware_key_trusted = true \
-             WHERE site_id = $1 AND name = $2 AND deleted_at IS NULL \
-               AND (hardware_key IS NULL OR hardware_key = $3)",
+    /// Records the hardware keys of the agents waiting to join on their
+    /// NetBox devices, those NetBox brought in by now, in one statement.
+    async fn bind(&self, agents: &mut [One]) {
+        let now = Instant::now();
+        let due: Vec<usize> = agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a.state, State::Unjoined(t) if now >= t))
+            .map(|(k, _)| k)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let col = |f: fn(&One) -> &String| -> Vec<String> {
+            due.iter().map(|&k| f(&agents[k]).clone()).collect()
+        };
+        let bound: Result<Vec<(String, String)>, _> = sqlx::query_as(
+            "UPDATE devices d SET hardware_key = v.key, hardware_key_trusted = true \
+             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(site, name, key) \
+             WHERE d.site_id = v.site AND d.name = v.name AND d.deleted_at IS NULL \
+               AND (d.hardware_key IS NULL OR d.hardware_key = v.key) \
+             RETURNING d.site_id, d.name",
         )
-        .bind(&a.site)
-        .bind(&a.name)
-        .bind(&a.key)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        anyhow::ensure!(bound == 1, "device {}/{} not imported yet", a.site, a.name);
+        .bind(col(|a| &a.site))
+        .bind(col(|a| &a.name))
+        .bind(col(|a| &a.key))
+        .fetch_all(&self.pool)
+        .await;
+        let bound: std::collections::BTreeSet<(String, String)> = match bound {
+            Ok(rows) => rows.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "simulated agents: recording hardware keys");
+                Default::default()
+            }
+        };
+        for k in due {
+            let a = &mut agents[k];
+            a.state = if bound.contains(&(a.site.clone(), a.name.clone())) {
+                State::Bound
+            } else {
+                // Not imported yet.
+                State::Unjoined(now + Duration::from_secs(2))
+            };
+        }
+    }
+
+    /// Joins: the hub re-joins the NetBox device the key is on in place.
+    async fn join(&self, a: &mut One, tokens: &BTreeMap<String, String>) -> anyhow::Result<()> {
         let token = tokens
             .get(&a.site)
             .ok_or_else(|| anyhow::anyhow!("no join token for site {}", a.site))?;
