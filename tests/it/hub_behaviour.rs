@@ -785,3 +785,135 @@ async fn status_events_continue_the_publishers_trace() {
     task.await.unwrap();
     env.cleanup().await;
 }
+
+/// `create_devices`: one transaction, one outcome per item in order, a
+/// refused item refuses only itself, births as single creates have them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_devices_creates_many_and_refuses_item_by_item() {
+    use v1::hub_command::Command as C;
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    sqlx::query("INSERT INTO pools (id, site_id, kind) VALUES ('pd', 's1', 'metal-dedicated')")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let existing = env.create_device("s1", "gpu-b-00").await;
+    let d = |site: &str, name: &str| v1::CreateDevice {
+        site: site.into(),
+        name: name.into(),
+        ..Default::default()
+    };
+    let mut list: Vec<v1::CreateDevice> = (1..=300)
+        .map(|i| d("s1", &format!("gpu-b-{i:03}")))
+        .collect();
+    list.push(d("s1", "gpu-b-00")); // exists
+    list.push(d("s1", "gpu-b-001")); // twice in the batch
+    list.push(d("nowhere", "gpu-b-x")); // unknown site
+    list.push(v1::CreateDevice {
+        pool_id: "nopool".into(),
+        ..d("s1", "gpu-b-y")
+    });
+    list.push(v1::CreateDevice {
+        inventory_status: "sideways".into(),
+        ..d("s1", "gpu-b-z")
+    });
+    list.push(v1::CreateDevice {
+        pool_id: "pd".into(),
+        ..d("s1", "gpu-b-dedicated")
+    });
+    list.push(d("s1", "")); // no name
+    let r = env
+        .command(
+            "create_devices",
+            0,
+            C::CreateDevices(v1::CreateDevices { devices: list }),
+        )
+        .await;
+    assert!(r.error.is_none(), "{r:?}");
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&r.record_json).unwrap();
+    assert_eq!(items.len(), 307);
+    let code = |i: usize| items[i]["code"].as_str().unwrap().to_string();
+    assert!(
+        (0..300).all(|i| code(i) == "OK" && items[i]["id"].as_str().unwrap().starts_with("dev_"))
+    );
+    assert_eq!(
+        (300..307).map(code).collect::<Vec<_>>(),
+        [
+            "CONFLICT",
+            "CONFLICT",
+            "NOT_FOUND",
+            "NOT_FOUND",
+            "INVALID_ARGUMENT",
+            "OK",
+            "INVALID_ARGUMENT"
+        ]
+    );
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM devices WHERE name LIKE 'gpu-b-%' AND deleted_at IS NULL",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        n, 302,
+        "the 300, the one that existed and the dedicated one; nothing refused was stored"
+    );
+    let role: String =
+        sqlx::query_scalar("SELECT role FROM devices WHERE name = 'gpu-b-dedicated'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(role, "dedicated", "the pool kind decides the role");
+    // Born like a single create: version 1, a birth row per tracked axis.
+    let id = items[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(env.device_field(&id, "version").await, "1");
+    let births: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1")
+            .bind(&id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    let single: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1")
+            .bind(&existing)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(births, single);
+    let cause: String = sqlx::query_scalar(
+        "SELECT DISTINCT cause FROM device_lifecycle_events WHERE device_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(cause, "command:create_devices:test");
+
+    // Too many, or none: the request is refused and nothing is stored.
+    let many: Vec<v1::CreateDevice> = (0..1001).map(|i| d("s1", &format!("gpu-m-{i}"))).collect();
+    let r = env
+        .command(
+            "create_devices",
+            0,
+            C::CreateDevices(v1::CreateDevices { devices: many }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let r = env
+        .command(
+            "create_devices",
+            0,
+            C::CreateDevices(v1::CreateDevices { devices: vec![] }),
+        )
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices WHERE name LIKE 'gpu-m-%'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+
+    trigger.trigger();
+    let _ = task.await;
+    env.cleanup().await;
+}

@@ -110,5 +110,6 @@ pub fn verb(c: &v1::hub_command::Command) -> &'static str {
         C::SetMaintenance(_) => "set_maintenance",
         C::Join(_) => "join",
         C::ApplySnapshot(_) => "apply_snapshot",
+        C::CreateDevices(_) => "create_devices",
     }
 }

@@ -1,6 +1,7 @@
 //! Creating the devices NetBox lists and the hub does not know, through the
-//! hub's `create_device` command. The connector reads nothing from
-//! PostgreSQL: a `CONFLICT` reply means the device exists already.
+//! hub's `create_devices` command (many creates in one transaction). The
+//! connector reads nothing from PostgreSQL: a `CONFLICT` item means the
+//! device exists already.
 
 use std::time::Duration;
 
@@ -9,10 +10,12 @@ use fleet_proto::{v1, Message};
 use futures::StreamExt;
 
 const ACTOR: &str = "connector-netbox";
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-const IN_FLIGHT: usize = 8;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Devices per `create_devices` request (the hub takes up to 1,000).
+pub const CHUNK: usize = 500;
+const IN_FLIGHT: usize = 2;
 
-/// What the hub said to one `create_device`.
+/// What the hub said about one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
     Created {
@@ -29,65 +32,93 @@ pub enum Created {
     Unanswered(String),
 }
 
-/// Interprets a hub reply.
-pub fn outcome(reply: &v1::HubReply) -> Created {
-    match &reply.error {
-        None => {
-            let id = serde_json::from_slice::<serde_json::Value>(&reply.record_json)
-                .ok()
-                .and_then(|v| v["id"].as_str().map(String::from))
-                .unwrap_or_default();
-            Created::Created { device_id: id }
-        }
-        Some(e) if e.code == "CONFLICT" => Created::Exists,
-        Some(e) => Created::Rejected {
-            code: e.code.clone(),
-            message: e.message.clone(),
+/// Interprets one item of a `create_devices` reply.
+pub fn item_outcome(item: &serde_json::Value) -> Created {
+    let s = |k: &str| item[k].as_str().unwrap_or_default().to_string();
+    match item["code"].as_str() {
+        Some("OK") => Created::Created { device_id: s("id") },
+        Some("CONFLICT") => Created::Exists,
+        _ => Created::Rejected {
+            code: s("code"),
+            message: s("message"),
         },
     }
 }
 
-async fn create_one(bus: &Bus, d: v1::CreateDevice) -> Created {
+/// Interprets a whole `create_devices` reply for the `n` devices sent: one
+/// outcome per device, in order. A refused request refuses every device.
+pub fn outcomes(reply: &v1::HubReply, n: usize) -> Vec<Created> {
+    if let Some(e) = &reply.error {
+        let c = Created::Rejected {
+            code: e.code.clone(),
+            message: e.message.clone(),
+        };
+        return vec![c; n];
+    }
+    match serde_json::from_slice::<Vec<serde_json::Value>>(&reply.record_json) {
+        Ok(items) if items.len() == n => items.iter().map(item_outcome).collect(),
+        Ok(items) => vec![
+            Created::Unanswered(format!(
+                "hub answered {} items for {n} devices",
+                items.len()
+            ));
+            n
+        ],
+        Err(e) => vec![Created::Unanswered(format!("undecodable hub reply: {e}")); n],
+    }
+}
+
+async fn create_chunk(bus: &Bus, devices: Vec<v1::CreateDevice>) -> Vec<Created> {
+    let n = devices.len();
     let cmd = v1::HubCommand {
         actor: ACTOR.into(),
         expected_version: 0,
-        command: Some(v1::hub_command::Command::CreateDevice(d)),
+        command: Some(v1::hub_command::Command::CreateDevices(v1::CreateDevices {
+            devices,
+        })),
     };
     let req = bus.nats.request(
-        bus.subjects.hub_cmd("create_device"),
+        bus.subjects.hub_cmd("create_devices"),
         cmd.encode_to_vec().into(),
     );
     match tokio::time::timeout(REQUEST_TIMEOUT, req).await {
-        Err(_) => Created::Unanswered(format!("no reply within {} s", REQUEST_TIMEOUT.as_secs())),
-        Ok(Err(e)) => Created::Unanswered(e.to_string()),
+        Err(_) => {
+            vec![Created::Unanswered(format!("no reply within {} s", REQUEST_TIMEOUT.as_secs())); n]
+        }
+        Ok(Err(e)) => vec![Created::Unanswered(e.to_string()); n],
         Ok(Ok(msg)) => match v1::HubReply::decode(msg.payload.as_ref()) {
-            Ok(r) => outcome(&r),
-            Err(e) => Created::Unanswered(format!("undecodable hub reply: {e}")),
+            Ok(r) => outcomes(&r, n),
+            Err(e) => vec![Created::Unanswered(format!("undecodable hub reply: {e}")); n],
         },
     }
 }
 
-/// Sends `create_device` for each device and returns the names the hub is
-/// now known to have (created or already there).
+/// Sends `create_devices` for the devices, `CHUNK` at a time, and returns
+/// the names the hub is now known to have (created or already there).
 pub async fn ensure_devices(
     bus: &Bus,
     metrics: &ConnectorMetrics,
     site: &str,
     devices: Vec<v1::CreateDevice>,
 ) -> Vec<String> {
-    let results: Vec<(String, Created)> = futures::stream::iter(devices)
-        .map(|d| async move {
-            let name = d.name.clone();
-            (name, create_one(bus, d).await)
+    let chunks: Vec<Vec<v1::CreateDevice>> = devices.chunks(CHUNK).map(|c| c.to_vec()).collect();
+    let results: Vec<(String, Created)> = futures::stream::iter(chunks)
+        .map(|chunk| async move {
+            let names: Vec<String> = chunk.iter().map(|d| d.name.clone()).collect();
+            names
+                .into_iter()
+                .zip(create_chunk(bus, chunk).await)
+                .collect::<Vec<_>>()
         })
         .buffer_unordered(IN_FLIGHT)
+        .flat_map(futures::stream::iter)
         .collect()
         .await;
     let mut known = Vec::new();
     for (name, r) in results {
         match r {
             Created::Created { device_id } => {
-                tracing::info!(site, device = %name, %device_id, "created device from netbox");
+                tracing::debug!(site, device = %name, %device_id, "created device from netbox");
                 known.push(name);
             }
             Created::Exists => known.push(name),
@@ -96,7 +127,7 @@ pub async fn ensure_devices(
                 metrics.warning("netbox", "create_rejected");
             }
             Created::Unanswered(e) => {
-                tracing::warn!(site, device = %name, error = %e, "create_device got no reply; retrying next poll");
+                tracing::warn!(site, device = %name, error = %e, "create_devices got no reply; retrying next poll");
                 metrics.error("netbox", site, "hub_command");
             }
         }
@@ -109,33 +140,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replies_are_read_by_code() {
+    fn replies_are_read_item_by_item() {
         let ok = v1::HubReply {
             error: None,
-            record_json: br#"{"id": "dev_01"}"#.to_vec(),
-            version: 1,
+            record_json: br#"[{"code": "OK", "id": "dev_01", "name": "a"}, {"code": "CONFLICT", "name": "b"}, {"code": "NOT_FOUND", "message": "site x", "name": "c"}]"#.to_vec(),
+            version: 0,
         };
         assert_eq!(
-            outcome(&ok),
-            Created::Created {
-                device_id: "dev_01".into()
-            }
+            outcomes(&ok, 3),
+            vec![
+                Created::Created {
+                    device_id: "dev_01".into()
+                },
+                Created::Exists,
+                Created::Rejected {
+                    code: "NOT_FOUND".into(),
+                    message: "site x".into()
+                }
+            ]
         );
-        let err = |code: &str| v1::HubReply {
+        assert!(
+            matches!(outcomes(&ok, 2)[0], Created::Unanswered(_)),
+            "a count mismatch is no answer"
+        );
+        let refused = v1::HubReply {
             error: Some(v1::HubError {
-                code: code.into(),
+                code: "INVALID_ARGUMENT".into(),
                 message: "m".into(),
             }),
             record_json: vec![],
             version: 0,
         };
-        assert_eq!(outcome(&err("CONFLICT")), Created::Exists);
         assert_eq!(
-            outcome(&err("NOT_FOUND")),
-            Created::Rejected {
-                code: "NOT_FOUND".into(),
-                message: "m".into()
-            }
+            outcomes(&refused, 2),
+            vec![
+                Created::Rejected {
+                    code: "INVALID_ARGUMENT".into(),
+                    message: "m".into()
+                };
+                2
+            ]
         );
     }
 }

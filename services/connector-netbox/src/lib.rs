@@ -2,7 +2,7 @@
 //! site and publishes the NetBox mirror (inventory status, provisioning
 //! tags) keyed by device name. NetBox is the inventory source of truth: a
 //! device the hub does not know is created through the hub's
-//! `create_device` command (a `CONFLICT` reply means it exists already).
+//! `create_devices` command (a `CONFLICT` item means it exists already).
 
 pub mod create;
 pub mod mapping;

@@ -87,7 +87,7 @@ impl Warning {
 #[derive(Debug, Default)]
 pub struct Mapped {
     pub snapshots: Vec<v1::ConditionSnapshot>,
-    /// One per named device: what `create_device` sends if the hub does not
+    /// One per named device: what `create_devices` sends if the hub does not
     /// know it yet.
     pub creates: Vec<v1::CreateDevice>,
     pub warnings: Vec<Warning>,

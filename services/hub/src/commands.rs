@@ -51,6 +51,7 @@ impl CommandError {
 pub fn verb(c: &C) -> &'static str {
     match c {
         C::CreateDevice(_) => "create_device",
+        C::CreateDevices(_) => "create_devices",
         C::Cordon(_) => "cordon",
         C::Uncordon(_) => "uncordon",
         C::Drain(_) => "drain",
@@ -71,6 +72,12 @@ pub fn verb(c: &C) -> &'static str {
 
 fn invalid(m: impl Into<String>) -> CommandError {
     CommandError::Domain(DomainError::InvalidArgument(m.into()))
+}
+
+/// A vocabulary field: empty means "the default", anything else must parse
+/// as sent.
+fn nonempty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
 }
 
 fn opt(s: &str) -> Option<String> {
@@ -207,6 +214,7 @@ impl Hub {
         let now = Utc::now();
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
+            C::CreateDevices(d) => self.create_devices(d.devices, &cause).await,
             C::Join(j) => self.join(j, &cause).await,
             C::ApplySnapshot(s) => self.apply_snapshot_command(s, c.expected_version).await,
             C::Triage(t) => {
@@ -306,70 +314,12 @@ impl Hub {
         d: v1::CreateDevice,
         cause: &str,
     ) -> Result<v1::HubReply, CommandError> {
-        let site = opt(&d.site).ok_or_else(|| invalid("site is required"))?;
-        let name = opt(&d.name).ok_or_else(|| invalid("name is required"))?;
-        let parse_or = |s: &str| {
-            if s.is_empty() {
-                None
-            } else {
-                Some(s.to_string())
-            }
-        };
-        let device_class = parse_or(&d.device_class)
-            .map(|s| DeviceClass::parse(&s))
-            .transpose()?
-            .unwrap_or(DeviceClass::GpuCompute);
-        let trust = parse_or(&d.trust)
-            .map(|s| Trust::parse(&s))
-            .transpose()?
-            .unwrap_or(Trust::Platform);
-        let inventory_status = parse_or(&d.inventory_status)
-            .map(|s| InventoryStatus::parse(&s))
-            .transpose()?
-            .unwrap_or(InventoryStatus::Unknown);
-        let provision_state = parse_or(&d.provision_state)
-            .map(|s| ProvisionState::parse(&s))
-            .transpose()?
-            .unwrap_or(ProvisionState::Adopting);
-        let explicit_role = parse_or(&d.role).map(|s| Role::parse(&s)).transpose()?;
+        let (site, name) = (d.site.trim().to_string(), d.name.trim().to_string());
+        let draft = draft(d)?;
         let mut tx = self.pool.begin().await?;
-        let pool_id = opt(&d.pool_id);
-        // Better Compute: the pool kind decides the role.
-        let role = match (&explicit_role, &pool_id) {
-            (Some(r), _) => *r,
-            (None, None) => Role::Unassigned,
-            (None, Some(p)) => {
-                let kind: Option<String> =
-                    sqlx::query_scalar("SELECT kind FROM pools WHERE id = $1")
-                        .bind(p)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                match kind.as_deref() {
-                    None => return Err(DomainError::NotFound(format!("pool {p}")).into()),
-                    Some("metal-dedicated") => Role::Dedicated,
-                    Some(_) => Role::Host,
-                }
-            }
-        };
-        let id = format!("dev_{}", ulid::Ulid::new());
-        let new = NewDevice {
-            id: id.clone(),
-            site_id: site.clone(),
-            name: name.clone(),
-            serial: opt(&d.serial),
-            netbox_id: (d.netbox_id > 0).then_some(d.netbox_id),
-            bmc_address: opt(&d.bmc_address),
-            infrastructure_ref: opt(&d.infrastructure_ref),
-            pool_id,
-            owner_tenant_id: opt(&d.owner_tenant_id),
-            rack: opt(&d.rack),
-            device_class,
-            role,
-            trust,
-            inventory_status,
-            provision_state,
-            labels: serde_json::to_value(&d.labels).unwrap_or_default(),
-        };
+        let kinds = pool_kinds(&mut tx, draft.pool_id.iter()).await?;
+        let new = draft.resolve(&kinds)?;
+        let id = new.id.clone();
         match devices::insert_device(&mut tx, &new).await {
             Ok(Some(())) => {}
             Ok(None) => return Err(DomainError::NotFound(format!("site {site}")).into()),
@@ -401,6 +351,180 @@ impl Hub {
     }
 }
 
+/// A create-device request checked for everything but the database.
+struct Draft {
+    new: NewDevice,
+    explicit_role: Option<Role>,
+    pool_id: Option<String>,
+}
+
+fn draft(d: v1::CreateDevice) -> Result<Draft, CommandError> {
+    let site = opt(&d.site).ok_or_else(|| invalid("site is required"))?;
+    let name = opt(&d.name).ok_or_else(|| invalid("name is required"))?;
+    let device_class = nonempty(&d.device_class)
+        .map(|s| DeviceClass::parse(&s))
+        .transpose()?
+        .unwrap_or(DeviceClass::GpuCompute);
+    let trust = nonempty(&d.trust)
+        .map(|s| Trust::parse(&s))
+        .transpose()?
+        .unwrap_or(Trust::Platform);
+    let inventory_status = nonempty(&d.inventory_status)
+        .map(|s| InventoryStatus::parse(&s))
+        .transpose()?
+        .unwrap_or(InventoryStatus::Unknown);
+    let provision_state = nonempty(&d.provision_state)
+        .map(|s| ProvisionState::parse(&s))
+        .transpose()?
+        .unwrap_or(ProvisionState::Adopting);
+    let explicit_role = nonempty(&d.role).map(|s| Role::parse(&s)).transpose()?;
+    let pool_id = opt(&d.pool_id);
+    Ok(Draft {
+        new: NewDevice {
+            id: format!("dev_{}", ulid::Ulid::new()),
+            site_id: site,
+            name,
+            serial: opt(&d.serial),
+            netbox_id: (d.netbox_id > 0).then_some(d.netbox_id),
+            bmc_address: opt(&d.bmc_address),
+            infrastructure_ref: opt(&d.infrastructure_ref),
+            pool_id: pool_id.clone(),
+            owner_tenant_id: opt(&d.owner_tenant_id),
+            rack: opt(&d.rack),
+            device_class,
+            role: explicit_role.unwrap_or(Role::Unassigned),
+            trust,
+            inventory_status,
+            provision_state,
+            labels: serde_json::to_value(&d.labels).unwrap_or_default(),
+        },
+        explicit_role,
+        pool_id,
+    })
+}
+
+impl Draft {
+    /// Better Compute: the pool kind decides the role unless one is given.
+    fn resolve(
+        mut self,
+        kinds: &std::collections::HashMap<String, String>,
+    ) -> Result<NewDevice, CommandError> {
+        if let (None, Some(p)) = (&self.explicit_role, &self.pool_id) {
+            self.new.role = match kinds.get(p).map(String::as_str) {
+                None => return Err(DomainError::NotFound(format!("pool {p}")).into()),
+                Some("metal-dedicated") => Role::Dedicated,
+                Some(_) => Role::Host,
+            };
+        }
+        Ok(self.new)
+    }
+}
+
+async fn pool_kinds(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    ids: impl Iterator<Item = &String>,
+) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
+    let ids: Vec<&String> = ids.collect();
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, kind FROM pools WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// The most devices one `create_devices` takes.
+pub const CREATE_DEVICES_MAX: usize = 1000;
+
+impl Hub {
+    /// `create_devices`: every item checked on its own, the valid ones
+    /// inserted with one statement (`ON CONFLICT DO NOTHING`: an existing
+    /// device is `CONFLICT`), born with their lifecycle and outbox rows, all
+    /// in one transaction.
+    async fn create_devices(
+        &self,
+        list: Vec<v1::CreateDevice>,
+        cause: &str,
+    ) -> Result<v1::HubReply, CommandError> {
+        if list.is_empty() {
+            return Err(invalid("devices is required"));
+        }
+        if list.len() > CREATE_DEVICES_MAX {
+            return Err(invalid(format!(
+                "at most {CREATE_DEVICES_MAX} devices per create_devices, got {}",
+                list.len()
+            )));
+        }
+        let mut results: Vec<serde_json::Value> = list
+            .iter()
+            .map(|d| serde_json::json!({"site": d.site.trim(), "name": d.name.trim(), "code": "OK", "message": "", "id": ""}))
+            .collect();
+        let fail = |r: &mut serde_json::Value, e: CommandError| {
+            r["code"] = e.code().into();
+            r["message"] = e.to_string().into();
+        };
+        let mut drafts = Vec::new();
+        for (i, d) in list.into_iter().enumerate() {
+            match draft(d) {
+                Ok(x) => drafts.push((i, x)),
+                Err(e) => fail(&mut results[i], e),
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        let kinds = pool_kinds(
+            &mut tx,
+            drafts.iter().filter_map(|(_, d)| d.pool_id.as_ref()),
+        )
+        .await?;
+        let mut news = Vec::new();
+        for (i, d) in drafts {
+            match d.resolve(&kinds) {
+                Ok(n) => news.push((i, n)),
+                Err(e) => fail(&mut results[i], e),
+            }
+        }
+        let refs = devices::missing_references(&mut tx, news.iter().map(|(_, n)| n)).await?;
+        news.retain(|(i, n)| match refs.get(&n.id) {
+            Some(what) => {
+                fail(&mut results[*i], DomainError::NotFound(what.clone()).into());
+                false
+            }
+            None => true,
+        });
+        let only: Vec<NewDevice> = news.iter().map(|(_, n)| n.clone()).collect();
+        let inserted = devices::insert_devices(&mut tx, &only).await?;
+        let ids: Vec<String> = inserted.iter().cloned().collect();
+        let mut work = Work::lock(&mut tx, &ids).await?;
+        for t in work.devices.values_mut() {
+            t.born = true;
+            t.cause = cause.to_string();
+        }
+        let now = Utc::now();
+        let (_, _work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        tx.commit().await?;
+        for (i, n) in &news {
+            if inserted.contains(&n.id) {
+                results[*i]["id"] = n.id.clone().into();
+            } else {
+                fail(
+                    &mut results[*i],
+                    DomainError::AlreadyExists(format!(
+                        "a device named {} (or with that netbox_id) already exists in site {}",
+                        n.name, n.site_id
+                    ))
+                    .into(),
+                );
+            }
+        }
+        Ok(reply_ok(serde_json::Value::Array(results), 0))
+    }
+}
+
 fn device_id(c: &C) -> &str {
     match c {
         C::Cordon(x) => &x.device_id,
@@ -415,7 +539,11 @@ fn device_id(c: &C) -> &str {
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
         C::Join(_) => "",
-        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) | C::ApplySnapshot(_) => "",
+        C::CreateDevice(_)
+        | C::CreateDevices(_)
+        | C::Triage(_)
+        | C::WriteCondition(_)
+        | C::ApplySnapshot(_) => "",
     }
 }
 
@@ -465,8 +593,12 @@ fn apply_device_command(
         C::Join(_) => Err(DomainError::InvalidArgument(
             "not a single-device command".into(),
         )),
-        C::CreateDevice(_) | C::Triage(_) | C::WriteCondition(_) | C::ApplySnapshot(_) => Err(
-            DomainError::InvalidArgument("not a single-device command".into()),
-        ),
+        C::CreateDevice(_)
+        | C::CreateDevices(_)
+        | C::Triage(_)
+        | C::WriteCondition(_)
+        | C::ApplySnapshot(_) => Err(DomainError::InvalidArgument(
+            "not a single-device command".into(),
+        )),
     }
 }

@@ -676,3 +676,134 @@ pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>,
     .await?;
     Ok((done.rows_affected() == 1).then_some(()))
 }
+
+/// What each device of a batch refers to and does not exist (site, pool,
+/// tenant), by device id: those would fail the whole insert.
+pub async fn missing_references<'a>(
+    tx: &mut Tx<'_>,
+    devices: impl Iterator<Item = &'a NewDevice>,
+) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
+    let devices: Vec<&NewDevice> = devices.collect();
+    let mut out = std::collections::HashMap::new();
+    if devices.is_empty() {
+        return Ok(out);
+    }
+    let sites = existing_ids(
+        tx,
+        "sites",
+        devices.iter().map(|d| d.site_id.as_str()).collect(),
+    )
+    .await?;
+    let pools = existing_ids(
+        tx,
+        "pools",
+        devices
+            .iter()
+            .filter_map(|d| d.pool_id.as_deref())
+            .collect(),
+    )
+    .await?;
+    let tenants = existing_ids(
+        tx,
+        "tenants",
+        devices
+            .iter()
+            .filter_map(|d| d.owner_tenant_id.as_deref())
+            .collect(),
+    )
+    .await?;
+    for d in devices {
+        let missing = if !sites.contains(&d.site_id) {
+            Some(format!("site {}", d.site_id))
+        } else if let Some(p) = d.pool_id.as_ref().filter(|p| !pools.contains(*p)) {
+            Some(format!("pool {p}"))
+        } else {
+            d.owner_tenant_id
+                .as_ref()
+                .filter(|t| !tenants.contains(*t))
+                .map(|t| format!("tenant {t}"))
+        };
+        if let Some(m) = missing {
+            out.insert(d.id.clone(), m);
+        }
+    }
+    Ok(out)
+}
+
+async fn existing_ids(
+    tx: &mut Tx<'_>,
+    table: &'static str,
+    ids: Vec<&str>,
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let found: Vec<String> =
+        sqlx::query_scalar(&format!("SELECT id FROM {table} WHERE id = ANY($1)"))
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await?;
+    Ok(found.into_iter().collect())
+}
+
+/// Inserts many devices with one statement; a device whose name or NetBox
+/// id exists in its site is skipped. Returns the ids inserted. References
+/// must exist (see [`missing_references`]).
+pub async fn insert_devices(
+    tx: &mut Tx<'_>,
+    devices: &[NewDevice],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    if devices.is_empty() {
+        return Ok(Default::default());
+    }
+    let col = |f: fn(&NewDevice) -> Option<&str>| -> Vec<Option<&str>> {
+        devices.iter().map(f).collect()
+    };
+    let ids = col(|d| Some(&d.id));
+    let names = col(|d| Some(&d.name));
+    let sites = col(|d| Some(&d.site_id));
+    let pools = col(|d| d.pool_id.as_deref());
+    let tenants = col(|d| d.owner_tenant_id.as_deref());
+    let racks = col(|d| d.rack.as_deref());
+    let serials = col(|d| d.serial.as_deref());
+    let bmcs = col(|d| d.bmc_address.as_deref());
+    let refs = col(|d| d.infrastructure_ref.as_deref());
+    let classes = col(|d| Some(d.device_class.as_str()));
+    let roles = col(|d| Some(d.role.as_str()));
+    let trusts = col(|d| Some(d.trust.as_str()));
+    let inventory = col(|d| Some(d.inventory_status.as_str()));
+    let provision = col(|d| Some(d.provision_state.as_str()));
+    let netbox: Vec<Option<i64>> = devices.iter().map(|d| d.netbox_id).collect();
+    let labels: Vec<Value> = devices.iter().map(|d| d.labels.clone()).collect();
+    let inserted: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO devices (id, name, site_id, pool_id, owner_tenant_id, rack, serial, netbox_id, bmc_address, \
+         infrastructure_ref, device_class, role, trust, inventory_status, provision_state, labels, inventory_only) \
+         SELECT u.id, u.name, s.id, u.pool, u.tenant, u.rack, u.serial, u.netbox, u.bmc, u.ref, u.class, u.role, \
+         u.trust, u.inv, u.prov, u.labels, s.inventory_only \
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+         $8::bigint[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], \
+         $16::jsonb[]) WITH ORDINALITY AS u(id, name, site, pool, tenant, rack, serial, netbox, bmc, ref, class, role, \
+         trust, inv, prov, labels, n) \
+         JOIN sites s ON s.id = u.site ORDER BY u.n \
+         ON CONFLICT DO NOTHING RETURNING id",
+    )
+    .bind(&ids)
+    .bind(&names)
+    .bind(&sites)
+    .bind(&pools)
+    .bind(&tenants)
+    .bind(&racks)
+    .bind(&serials)
+    .bind(&netbox)
+    .bind(&bmcs)
+    .bind(&refs)
+    .bind(&classes)
+    .bind(&roles)
+    .bind(&trusts)
+    .bind(&inventory)
+    .bind(&provision)
+    .bind(&labels)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(inserted.into_iter().collect())
+}
