@@ -194,17 +194,21 @@ impl DevMesh {
         config.gateway.listen = "127.0.0.1:0".into();
         config.radar.listen = "127.0.0.1:0".into();
         // Three missed reads before a row goes stale, as in production.
-        let ttl = (opts.resync_secs * 3.0).ceil().max(5.0) as u64;
-        for source in [
-            "openstack",
-            "slurm",
-            "netbox",
-            "health-status",
-            "frontend-fabric",
-            "backend-fabric",
-            "nvlink-fabric",
-        ] {
-            config.hub.ttl_secs.insert(source.into(), ttl);
+        let ttl = |resync: f64| (resync * 3.0).ceil().max(5.0) as u64;
+        for source in ["openstack", "slurm", "netbox", "health-status"] {
+            config
+                .hub
+                .ttl_secs
+                .insert(source.into(), ttl(opts.resync_secs));
+        }
+        // The fabric publishes three snapshots per device per read: read it
+        // less often in large fleets so the hub is not mostly busy with it.
+        let fabric_resync = fabric_resync(opts.resync_secs, opts.devices);
+        for source in ["frontend-fabric", "backend-fabric", "nvlink-fabric"] {
+            config
+                .hub
+                .ttl_secs
+                .insert(source.into(), ttl(fabric_resync));
         }
         config.hub.sweep_interval_ms = 1000;
 
@@ -240,7 +244,14 @@ impl DevMesh {
             .keys()
             .cloned()
             .collect();
-        wire_connectors(config, &endpoints, &sites, &racks, opts.resync_secs);
+        wire_connectors(
+            config,
+            &endpoints,
+            &sites,
+            &racks,
+            opts.resync_secs,
+            fabric_resync,
+        );
 
         let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
         sim_tasks.push(tokio::spawn(evolve(
@@ -539,6 +550,7 @@ fn wire_connectors(
     sites: &[String],
     racks: &[String],
     resync: f64,
+    fabric_resync: f64,
 ) {
     let nb = &mut config.connectors.netbox;
     nb.listen = "127.0.0.1:0".into();
@@ -627,7 +639,7 @@ fn wire_connectors(
         ..Default::default()
     };
     f.nvue_revision = "operational".into();
-    f.poll = fast_poll(resync);
+    f.poll = fast_poll(fabric_resync);
     f.sites = sites
         .iter()
         .map(|s| {
@@ -705,6 +717,14 @@ async fn evolve(
     }
 }
 
+/// Seconds between two fabric reads: the others' up to 2,000 devices, then
+/// one more resync per 2,000, at most a minute (or the others' if longer).
+pub fn fabric_resync(resync: f64, devices: usize) -> f64 {
+    (resync * (devices as f64 / 2000.0).max(1.0))
+        .min(60.0)
+        .max(resync)
+}
+
 /// Creates the database named in the URL when it does not exist.
 async fn ensure_database(url: &str) -> anyhow::Result<()> {
     use sqlx::postgres::PgConnectOptions;
@@ -732,8 +752,24 @@ async fn ensure_database(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Installs the process-wide rustls crypto provider (ring) that reqwest
+/// built with `rustls-no-provider` needs before a client is built; the
+/// operator CLI calls it. Installing twice is harmless.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fabric_reads_slow_down_with_the_fleet() {
+        assert_eq!(super::fabric_resync(1.0, 200), 1.0);
+        assert_eq!(super::fabric_resync(5.0, 1000), 5.0);
+        assert_eq!(super::fabric_resync(5.0, 10_000), 25.0);
+        assert_eq!(super::fabric_resync(5.0, 100_000), 60.0);
+        assert_eq!(super::fabric_resync(90.0, 100_000), 90.0);
+    }
+
     #[test]
     fn database_in_url_is_replaced() {
         assert_eq!(
@@ -749,11 +785,4 @@ mod tests {
             "postgres://postgres@h:5432/x"
         );
     }
-}
-
-/// Installs the process-wide rustls crypto provider (ring) that reqwest
-/// built with `rustls-no-provider` needs before a client is built; the
-/// operator CLI calls it. Installing twice is harmless.
-pub fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
