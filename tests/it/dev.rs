@@ -86,16 +86,21 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Let custody move (some device comes back from the partner) and the
-    // agents connect (one restarted).
+    // Let custody move (some device comes back from the partner) and every
+    // agent connect (and one restart).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
     while {
         let s = mesh.scenario.lock().unwrap();
-        s.activity.returns == 0 || s.activity.agent_closes == 0
+        let unjoined = s
+            .devices
+            .iter()
+            .filter(|d| d.has_agent && d.agent_session.is_none())
+            .count();
+        s.activity.returns == 0 || s.activity.agent_closes == 0 || unjoined > 0
     } {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no device came back from the partner: {:?}",
+            "no return from the partner, no agent restart or agents not joined: {:?}",
             mesh.scenario.lock().unwrap().activity
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
