@@ -114,30 +114,26 @@ pub(crate) async fn netbox_interfaces(
             if !site.is_empty() && d.site != site {
                 continue;
             }
-            let (port, dport) = if frontend {
-                (switch_port(d), FRONTEND_PORT)
+            let dport = if frontend {
+                FRONTEND_PORT
             } else {
-                (switch_port(d), BACKEND_PORT)
+                BACKEND_PORT
             };
-            let id = 100_000 + 4 * (i + if frontend { 0 } else { s.devices.len() });
-            all.push((*sw, port, d.name.clone(), dport.to_string(), id));
+            all.push((*sw, switch_port(d), d.name.clone(), dport.to_string()));
         }
         if let Some(&first) = members.first() {
             let d = &s.devices[first];
-            all.push((
-                *sw,
-                UPLINK.to_string(),
-                spine_of(&d.site),
-                format!("swp{}", first / RACK_SIZE + 1),
-                10 * first + if frontend { 1 } else { 3 },
-            ));
+            let spine_port = format!("swp{}", first / RACK_SIZE + 1);
+            all.push((*sw, UPLINK.to_string(), spine_of(&d.site), spine_port));
         }
     }
+    // Interface ids: the position in this (stable) listing.
     let results: Vec<Value> = all
         .iter()
+        .enumerate()
         .skip(offset)
         .take(limit)
-        .map(|(sw, port, dev, dport, id)| cabled(*id, sw, port, dev, dport))
+        .map(|(k, (sw, port, dev, dport))| cabled(2 * k + 1, sw, port, dev, dport))
         .collect();
     let next = (offset + limit < all.len()).then(|| {
         let mut u = format!(
