@@ -27,7 +27,11 @@ use crate::servers::Shared;
 /// Workers the agents are spread over; each runs its agents' requests one
 /// after another.
 const WORKERS: usize = 16;
-pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// Heartbeat interval: 10 s, 20 s above 2,000 agents (every heartbeat is a
+/// hub observation); well inside `hub.unreachable_after_secs` (60 s).
+pub fn heartbeat_interval(agents: usize) -> Duration {
+    Duration::from_secs(if agents > 2000 { 20 } else { 10 })
+}
 
 pub struct Agents {
     pub scenario: Shared,
@@ -37,6 +41,7 @@ pub struct Agents {
     pub paused: Arc<AtomicBool>,
     /// Workers in a round (a pause waits for none).
     pub busy: Arc<AtomicUsize>,
+    pub heartbeat: Duration,
 }
 
 enum State {
@@ -117,7 +122,7 @@ impl Agents {
                     key,
                     agent: {
                         let mut a = SimAgent::new(self.nats.clone(), self.subjects.clone(), spec);
-                        a.heartbeat_interval = HEARTBEAT;
+                        a.heartbeat_interval = self.heartbeat;
                         a
                     },
                     state: State::Unjoined(Instant::now()),
@@ -214,7 +219,7 @@ impl Agents {
                 };
                 Some(false)
             }
-            State::Joined { open: true, last } if now.duration_since(last) >= HEARTBEAT => {
+            State::Joined { open: true, last } if now.duration_since(last) >= self.heartbeat => {
                 match a.agent.heartbeat().await {
                     Ok(()) => {
                         a.state = State::Joined {

@@ -342,6 +342,7 @@ impl DevMesh {
                 subjects,
                 paused: paused.clone(),
                 busy: agents_busy.clone(),
+                heartbeat: agents::heartbeat_interval(opts.agents.min(opts.devices)),
             };
             sim_tasks.push(tokio::spawn(async move {
                 if let Err(e) = agents.run().await {
