@@ -83,24 +83,33 @@ impl Workflow {
         if jobs.is_empty() {
             return;
         }
-        // Devices the hub knows (a latch write for any other is refused).
+        // Devices the hub knows (a latch write for any other is refused),
+        // and, for a return, only once the hub has the device in custody: a
+        // return flip recorded before the hub applied the custody entry
+        // would make that entry a breach.
         let names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
-        let known: std::collections::BTreeSet<(String, String)> = match sqlx::query_as(
-            "SELECT site_id, name FROM devices WHERE name = ANY($1) AND deleted_at IS NULL",
-        )
-        .bind(&names)
-        .fetch_all(&self.pool)
-        .await
-        {
-            Ok(rows) => rows.into_iter().collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "simulated handover workflow cannot read devices");
-                return;
-            }
-        };
-        let jobs = jobs
-            .into_iter()
-            .filter(|j| known.contains(&(j.site.clone(), j.name.clone())));
+        let known: std::collections::BTreeMap<(String, String), String> =
+            match sqlx::query_as::<_, (String, String, String)>(
+                "SELECT site_id, name, operational_status FROM devices \
+             WHERE name = ANY($1) AND deleted_at IS NULL",
+            )
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await
+            {
+                Ok(rows) => rows.into_iter().map(|(s, n, o)| ((s, n), o)).collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "simulated handover workflow cannot read devices");
+                    return;
+                }
+            };
+        let jobs =
+            jobs.into_iter()
+                .filter(|j| match known.get(&(j.site.clone(), j.name.clone())) {
+                    None => false,
+                    Some(_) if j.latch == FrontendLatch::CustomerVrfFlipVerified => true,
+                    Some(status) => matches!(status.as_str(), "delegated" | "drained"),
+                });
         for job in jobs.take(PER_ROUND) {
             match self.flip(&job).await {
                 Ok(()) => self

@@ -193,8 +193,10 @@ impl DevMesh {
         config.placer.listen = "127.0.0.1:0".into();
         config.gateway.listen = "127.0.0.1:0".into();
         config.radar.listen = "127.0.0.1:0".into();
-        // Three missed reads before a row goes stale, as in production.
-        let ttl = |resync: f64| (resync * 3.0).ceil().max(5.0) as u64;
+        // Three missed reads before a row goes stale, as in production, and
+        // never under 15 s, so a hub lagging on a loaded machine does not
+        // read its own backlog as silent sources.
+        let ttl = |resync: f64| (resync * 3.0).ceil().max(15.0) as u64;
         for source in ["openstack", "slurm", "netbox", "health-status"] {
             config
                 .hub
