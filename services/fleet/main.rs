@@ -8,6 +8,9 @@ use clap::{Parser, Subcommand};
 use fleet::{bench, migrate};
 use fleet_runtime::{FleetConfig, Shutdown};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod connector_cmd;
 mod consumers_cmd;
 mod dev_cmd;
