@@ -282,3 +282,111 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     let _ = task.await;
     env.cleanup().await;
 }
+
+async fn publish_connectivity(
+    env: &TestEnv,
+    id: &str,
+    epoch: i64,
+    event: &str,
+    at: chrono::DateTime<Utc>,
+) {
+    let obs = v1::ConnectivityObservation {
+        device_id: id.into(),
+        epoch,
+        gateway_id: "gw-test".into(),
+        event: event.into(),
+        observed_at: Some(fleet_proto::timestamp(at)),
+        ..Default::default()
+    };
+    let key = v1::DeviceKey {
+        site: "s1".into(),
+        kind: "device_id".into(),
+        key: id.into(),
+    };
+    fleet_bus::publish_observation(
+        &env.js,
+        &env.subjects,
+        env.config.nats.partitions,
+        "gateway",
+        &key,
+        at.timestamp_nanos_opt().unwrap_or_default(),
+        <v1::ConnectivityObservation as fleet_proto::SchemaName>::NAME,
+        None,
+        fleet_proto::Message::encode_to_vec(&obs).into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}
+
+/// The heartbeat fast path end to end: a heartbeat of the live session
+/// moves only `session_last_seen` (no version bump) without loading the
+/// device; a close goes the full way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
+    let env = TestEnv::new().await;
+    let (hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-hb-01").await;
+    let t0 = micros(Utc::now()) - chrono::Duration::seconds(30);
+    let last_seen = |id: String| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<chrono::DateTime<Utc>>>(
+                "SELECT session_last_seen FROM devices WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    publish_connectivity(&env, &id, 1, "opened", t0).await;
+    eventually("connected", || async {
+        (env.device_field(&id, "connectivity").await == "connected").then_some(())
+    })
+    .await;
+    let version = env.device_field(&id, "version").await;
+    let confirmed = hub.metrics.confirmed.get();
+
+    for k in 1..=3 {
+        let at = t0 + chrono::Duration::seconds(5 * k);
+        publish_connectivity(&env, &id, 1, "heartbeat", at).await;
+        eventually("last seen moved", || async {
+            (last_seen(id.clone()).await == Some(at)).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        hub.metrics.confirmed.get(),
+        confirmed + 3,
+        "three heartbeats confirmed"
+    );
+    assert_eq!(
+        env.device_field(&id, "version").await,
+        version,
+        "a heartbeat does not bump version"
+    );
+    // An older heartbeat is stale: nothing moves back.
+    publish_connectivity(&env, &id, 1, "heartbeat", t0 + chrono::Duration::seconds(1)).await;
+    // A close is not a heartbeat: applied in full.
+    publish_connectivity(&env, &id, 1, "closed", t0 + chrono::Duration::seconds(20)).await;
+    eventually("disconnected", || async {
+        (env.device_field(&id, "connectivity").await == "disconnected").then_some(())
+    })
+    .await;
+    assert_eq!(
+        last_seen(id.clone()).await,
+        Some(t0 + chrono::Duration::seconds(20))
+    );
+    assert_eq!(hub.metrics.confirmed.get(), confirmed + 3);
+    assert_ne!(
+        env.device_field(&id, "version").await,
+        version,
+        "closing changed connectivity"
+    );
+
+    trigger.trigger();
+    let _ = task.await;
+    env.cleanup().await;
+}

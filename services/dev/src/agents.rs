@@ -242,7 +242,7 @@ impl Agents {
     }
 
     /// Records the hardware keys of the agents waiting to join on their
-    /// NetBox devices, those NetBox brought in by now, in one statement.
+    /// NetBox devices, those NetBox brought in by now.
     async fn bind(&self, agents: &mut [One]) {
         let now = Instant::now();
         let due: Vec<usize> = agents
@@ -254,28 +254,36 @@ impl Agents {
         if due.is_empty() {
             return;
         }
-        let col = |f: fn(&One) -> &String| -> Vec<String> {
-            due.iter().map(|&k| f(&agents[k]).clone()).collect()
-        };
-        let bound: Result<Vec<(String, String)>, _> = sqlx::query_as(
-            "UPDATE devices d SET hardware_key = v.key, hardware_key_trusted = true \
-             FROM unnest($1::text[], $2::text[], $3::text[]) AS v(site, name, key) \
-             WHERE d.site_id = v.site AND d.name = v.name AND d.deleted_at IS NULL \
-               AND (d.hardware_key IS NULL OR d.hardware_key = v.key) \
-             RETURNING d.site_id, d.name",
-        )
-        .bind(col(|a| &a.site))
-        .bind(col(|a| &a.name))
-        .bind(col(|a| &a.key))
-        .fetch_all(&self.pool)
-        .await;
-        let bound: std::collections::BTreeSet<(String, String)> = match bound {
-            Ok(rows) => rows.into_iter().collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "simulated agents: recording hardware keys");
-                Default::default()
+        // 500 rows to a statement, locked in id order and skipping rows the
+        // hub holds (they are tried again next round): one UPDATE of every
+        // due agent at 100,000 held thousands of device rows for seconds,
+        // stalled the hub's batches and deadlocked with them.
+        let mut bound = std::collections::BTreeSet::new();
+        for chunk in due.chunks(500) {
+            let col = |f: fn(&One) -> &String| -> Vec<String> {
+                chunk.iter().map(|&k| f(&agents[k]).clone()).collect()
+            };
+            let rows: Result<Vec<(String, String)>, _> = sqlx::query_as(
+                "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS v(site, name, key)), \
+                 locked AS (SELECT d.id, v.key FROM devices d JOIN v ON d.site_id = v.site AND d.name = v.name \
+                   WHERE d.deleted_at IS NULL AND (d.hardware_key IS NULL OR d.hardware_key = v.key) \
+                   ORDER BY d.id FOR UPDATE OF d SKIP LOCKED) \
+                 UPDATE devices d SET hardware_key = locked.key, hardware_key_trusted = true \
+                 FROM locked WHERE d.id = locked.id RETURNING d.site_id, d.name",
+            )
+            .bind(col(|a| &a.site))
+            .bind(col(|a| &a.name))
+            .bind(col(|a| &a.key))
+            .fetch_all(&self.pool)
+            .await;
+            match rows {
+                Ok(rows) => bound.extend(rows),
+                Err(e) => {
+                    tracing::warn!(error = %e, "simulated agents: recording hardware keys");
+                    break;
+                }
             }
-        };
+        }
         for k in due {
             let a = &mut agents[k];
             a.state = if bound.contains(&(a.site.clone(), a.name.clone())) {

@@ -137,7 +137,14 @@ impl Hub {
                 }
             }
         };
-        let limit = Arc::new(tokio::sync::Semaphore::new(32));
+        // Commands share the pool with the lanes, the relay and the
+        // sweeper: a burst of commands (100,000 agents joining) must not
+        // take every connection and stall the observation batches.
+        let reserved = self.config.hub.lanes.max(1) + 3;
+        let parallel = (self.config.database.max_connections as usize)
+            .saturating_sub(reserved)
+            .clamp(1, 32);
+        let limit = Arc::new(tokio::sync::Semaphore::new(parallel));
         loop {
             let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
             let Some(msg) = msg else { break };

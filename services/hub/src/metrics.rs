@@ -83,7 +83,7 @@ impl HubMetrics {
             );
             r.register(
                 "snapshots_confirmed",
-                "Snapshots the fast path applied without loading the device (same content, only freshness moved); a subset of applied",
+                "Observations the fast path applied without loading the device (a snapshot with the same content: only freshness moved; a heartbeat of the live session: only session_last_seen moved); a subset of applied",
                 m.confirmed.clone(),
             );
         }

@@ -203,6 +203,7 @@ impl Hub {
         stats.applied += plan.applied;
         stats.confirmed += plan.applied;
         let refreshed = devices::refresh_freshness(&mut tx, &plan.refreshed, now).await?;
+        let seen = devices::refresh_last_seen(&mut tx, &plan.seen).await?;
 
         let load: Vec<String> = plan.load.iter().cloned().collect();
         let mut work = Work::load_locked(&mut tx, &load).await?;
@@ -280,6 +281,7 @@ impl Hub {
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
         summary.written.freshness += refreshed;
+        summary.written.devices += seen;
         self.claim(&work.outbox);
         if let Err(e) = tx.commit().await {
             self.unclaim(work.outbox.iter().map(|r| r.id));
@@ -294,6 +296,8 @@ impl Hub {
 struct Plan<'a> {
     /// Confirmed snapshots: the freshness rows to move.
     refreshed: Vec<(&'a str, Source, chrono::DateTime<Utc>)>,
+    /// Confirmed heartbeats: the `session_last_seen` to write.
+    seen: Vec<(&'a str, chrono::DateTime<Utc>)>,
     applied: u64,
     stale: u64,
     duplicate: u64,
@@ -312,11 +316,13 @@ fn plan<'a>(
     now: chrono::DateTime<Utc>,
     ttls: &fleet_domain::state::Ttls,
 ) -> Plan<'a> {
-    use fleet_domain::state::{confirm, Confirmation};
+    use fleet_domain::state::{confirm, confirm_heartbeat, Confirmation};
     let mut load = BTreeSet::new();
     let mut fresh: BTreeMap<&str, BTreeMap<Source, fleet_domain::state::Freshness>> =
         BTreeMap::new();
     let mut decided: Vec<(&str, Source, chrono::DateTime<Utc>, Confirmation)> = vec![];
+    let mut sessions: BTreeMap<&str, fleet_domain::state::Session> = BTreeMap::new();
+    let mut heartbeats: Vec<(&str, chrono::DateTime<Utc>, Confirmation)> = vec![];
     for (_, o) in obs {
         let Some(id) = resolved.get(&o.key()) else {
             continue;
@@ -324,14 +330,52 @@ fn plan<'a>(
         if load.contains(id) {
             continue;
         }
-        let (Observation::Snapshot { snapshot, .. }, Some(head)) = (o, heads.get(id)) else {
+        let Some(head) = heads.get(id).filter(|h| !h.deleted) else {
             load.insert(id.clone());
             continue;
         };
-        if head.deleted {
-            load.insert(id.clone());
+        if let Observation::Connectivity {
+            epoch,
+            event,
+            observed_at,
+            observed_generation,
+            ..
+        } = o
+        {
+            let Some(connectivity) = head.connectivity else {
+                load.insert(id.clone());
+                continue;
+            };
+            let session = sessions
+                .entry(id.as_str())
+                .or_insert_with(|| head.session.clone());
+            let c = confirm_heartbeat(
+                session,
+                connectivity,
+                head.observed_generation,
+                *epoch,
+                *event,
+                *observed_at,
+                *observed_generation,
+            );
+            match c {
+                Confirmation::Load => {
+                    load.insert(id.clone());
+                }
+                Confirmation::Refresh => {
+                    session.last_seen = Some(*observed_at);
+                    heartbeats.push((id.as_str(), *observed_at, c));
+                }
+                Confirmation::Stale | Confirmation::Duplicate => {
+                    heartbeats.push((id.as_str(), *observed_at, c));
+                }
+            }
             continue;
         }
+        let Observation::Snapshot { snapshot, .. } = o else {
+            load.insert(id.clone());
+            continue;
+        };
         let rows = fresh
             .entry(id.as_str())
             .or_insert_with(|| head.freshness.clone());
@@ -360,6 +404,7 @@ fn plan<'a>(
     }
     let mut p = Plan {
         refreshed: vec![],
+        seen: vec![],
         applied: 0,
         stale: 0,
         duplicate: 0,
@@ -381,6 +426,22 @@ fn plan<'a>(
         }
     }
     p.refreshed = last.into_iter().map(|((i, s), at)| (i, s, at)).collect();
+    let mut seen: BTreeMap<&str, chrono::DateTime<Utc>> = BTreeMap::new();
+    for (id, at, c) in heartbeats {
+        if p.load.contains(id) {
+            continue;
+        }
+        match c {
+            Confirmation::Stale => p.stale += 1,
+            Confirmation::Duplicate => p.duplicate += 1,
+            Confirmation::Refresh => {
+                p.applied += 1;
+                seen.insert(id, at);
+            }
+            Confirmation::Load => unreachable!("loaded devices are skipped"),
+        }
+    }
+    p.seen = seen.into_iter().collect();
     p
 }
 

@@ -463,6 +463,43 @@ pub struct Notes {
     pub handover_breach: bool,
 }
 
+/// The heartbeat fast path: what a connectivity observation does to a
+/// device, decided from its session, `connectivity` and
+/// `observed_generation` alone. `Refresh` (only `session.last_seen` moves)
+/// is returned for a heartbeat of the live epoch of a connected device that
+/// reports no newer generation: `apply_connectivity` would change nothing
+/// else, and a heartbeat alone never bumps `version` or changes what
+/// derivation reads. Stale and duplicate are decided as
+/// `apply_connectivity` decides them.
+pub fn confirm_heartbeat(
+    session: &Session,
+    connectivity: Connectivity,
+    stored_generation: i64,
+    epoch: i64,
+    event: ConnectivityEvent,
+    observed_at: DateTime<Utc>,
+    observed_generation: i64,
+) -> Confirmation {
+    if epoch < session.epoch
+        || (epoch == session.epoch && session.last_seen.is_some_and(|l| observed_at < l))
+    {
+        return Confirmation::Stale;
+    }
+    if epoch == session.epoch && session.last_seen == Some(observed_at) {
+        return Confirmation::Duplicate;
+    }
+    if event == ConnectivityEvent::Heartbeat
+        && epoch == session.epoch
+        && connectivity == Connectivity::Connected
+        && session.disconnected_at.is_none()
+        && observed_generation <= stored_generation
+    {
+        Confirmation::Refresh
+    } else {
+        Confirmation::Load
+    }
+}
+
 // ------------------------------------------------------------ operations
 
 impl DeviceState {

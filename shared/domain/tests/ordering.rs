@@ -622,3 +622,80 @@ fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
         Confirmation::Load,
     );
 }
+
+#[derive(Debug, Clone)]
+enum Beat {
+    /// (epoch delta 0..2, event 0 open / 1 heartbeat / 2 close, seconds back/forward, generation)
+    Event(i64, u8, i64, i64),
+    /// Time passes and the sweeper applies the liveness timeouts.
+    Sweep(i64),
+}
+
+fn beat() -> impl Strategy<Value = Beat> {
+    prop_oneof![
+        8 => (0i64..2, 0u8..3, -3i64..10, 0i64..3).prop_map(|(e, k, d, g)| Beat::Event(e, k, d, g)),
+        1 => (0i64..200).prop_map(Beat::Sweep),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// `confirm_heartbeat` says `Refresh` only where applying the
+    /// connectivity observation in full changes nothing but
+    /// `session.last_seen`, and its stale/duplicate are the full path's.
+    #[test]
+    fn the_heartbeat_fast_path_confirms_only_what_the_full_path_would_not_change(
+        beats in prop::collection::vec(beat(), 1..40),
+    ) {
+        let ttls = Ttls::uniform(Duration::days(1));
+        let mut now = t(1_000);
+        let mut epoch = 0i64;
+        let mut s = base();
+        for b in beats {
+            let before = s.clone();
+            match b {
+                Beat::Event(de, kind, dt, generation) => {
+                    epoch += de;
+                    let event = [ConnectivityEvent::Opened, ConnectivityEvent::Heartbeat, ConnectivityEvent::Closed][kind as usize];
+                    let at = now + Duration::seconds(dt);
+                    now += Duration::seconds(dt.max(0));
+                    let c = confirm_heartbeat(
+                        &s.record.session,
+                        s.record.connectivity,
+                        s.record.observed_generation,
+                        epoch,
+                        event,
+                        at,
+                        generation,
+                    );
+                    let outcome = s.apply_connectivity(epoch, "gw-1", event, at);
+                    if outcome == Outcome::Applied {
+                        s.report_generation(generation);
+                    }
+                    s.finish(&before.record, false, now, &ttls);
+                    match c {
+                        Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
+                        Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
+                        Confirmation::Load => {}
+                        Confirmation::Refresh => {
+                            prop_assert_eq!(outcome, Outcome::Applied);
+                            let mut fast = before.clone();
+                            fast.record.session.last_seen = Some(at);
+                            prop_assert_eq!(fast.record.version, s.record.version, "a heartbeat never bumps version");
+                            // The full path is the fast one plus the
+                            // sweeper's re-derivation.
+                            fast.finish(&before.record, false, now, &ttls);
+                            prop_assert_eq!(&s, &fast);
+                        }
+                    }
+                }
+                Beat::Sweep(secs) => {
+                    now += Duration::seconds(secs);
+                    s.apply_liveness(now, Duration::seconds(30), Duration::seconds(120));
+                    s.finish(&before.record, false, now, &ttls);
+                }
+            }
+        }
+    }
+}

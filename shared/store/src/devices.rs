@@ -343,6 +343,9 @@ pub async fn write_diffs(
 pub struct Head {
     pub version: i64,
     pub deleted: bool,
+    pub connectivity: Option<Connectivity>,
+    pub observed_generation: i64,
+    pub session: Session,
     pub freshness: BTreeMap<Source, Freshness>,
 }
 
@@ -358,7 +361,9 @@ pub async fn lock_heads(
         return Ok(out);
     }
     let rows = sqlx::query(
-        "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, f.source, f.observed_at, f.digest, \
+        "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, d.connectivity, d.observed_generation, \
+         d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
+         d.session_last_seen, f.source, f.observed_at, f.digest, \
          f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
          ON f.device_id = d.id AND f.source = ANY($2) \
          WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d",
@@ -372,6 +377,15 @@ pub async fn lock_heads(
         let head = out.entry(id).or_insert_with(|| Head::default());
         head.version = row.try_get("version")?;
         head.deleted = row.try_get("deleted")?;
+        head.connectivity = Some(parse(&row, "connectivity", Connectivity::parse)?);
+        head.observed_generation = row.try_get("observed_generation")?;
+        head.session = Session {
+            epoch: row.try_get("session_epoch")?,
+            gateway_id: row.try_get("session_gateway_id")?,
+            connected_at: row.try_get("session_connected_at")?,
+            disconnected_at: row.try_get("session_disconnected_at")?,
+            last_seen: row.try_get("session_last_seen")?,
+        };
         let Some(source): Option<&str> = row.try_get("source")? else {
             continue;
         };
@@ -386,6 +400,30 @@ pub async fn lock_heads(
         );
     }
     Ok(out)
+}
+
+/// The heartbeat fast path's only write: a confirmed heartbeat moves
+/// `session_last_seen` (never `version`, nor `derived_at`: nothing was
+/// re-derived, so the sweeper's deadlines still count from the last
+/// derivation).
+pub async fn refresh_last_seen(
+    tx: &mut Tx<'_>,
+    rows: &[(&str, DateTime<Utc>)],
+) -> Result<u64, sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    let seen: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1).collect();
+    let done = sqlx::query(
+        "UPDATE devices d SET session_last_seen = u.t, updated_at = now() \
+         FROM UNNEST($1::text[], $2::timestamptz[]) AS u(i, t) WHERE d.id = u.i",
+    )
+    .bind(&ids)
+    .bind(&seen)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// The fast path's only write: a confirmed snapshot moves `observed_at`.
