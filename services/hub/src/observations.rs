@@ -422,7 +422,8 @@ fn plan<'a>(
                 p.applied += 1;
                 last.insert((id, source), at);
             }
-            Confirmation::Load => unreachable!("loaded devices are skipped"),
+            // Never recorded: a device that needs loading is in `load`.
+            Confirmation::Load => {}
         }
     }
     p.refreshed = last.into_iter().map(|((i, s), at)| (i, s, at)).collect();
@@ -438,7 +439,8 @@ fn plan<'a>(
                 p.applied += 1;
                 seen.insert(id, at);
             }
-            Confirmation::Load => unreachable!("loaded devices are skipped"),
+            // Never recorded: a device that needs loading is in `load`.
+            Confirmation::Load => {}
         }
     }
     p.seen = seen.into_iter().collect();
