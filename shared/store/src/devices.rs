@@ -374,7 +374,7 @@ pub async fn lock_heads(
     .await?;
     for row in rows {
         let id: String = row.try_get("id")?;
-        let head = out.entry(id).or_insert_with(|| Head::default());
+        let head = out.entry(id).or_default();
         head.version = row.try_get("version")?;
         head.deleted = row.try_get("deleted")?;
         head.connectivity = Some(parse(&row, "connectivity", Connectivity::parse)?);
