@@ -358,6 +358,18 @@ fn s(v: &Value) -> String {
 }
 
 /// Rows under a header, columns padded to their widest cell.
+/// The `keys` of each object in a JSON array, as table rows.
+fn rows(array: &serde_json::Value, keys: &[&str]) -> Vec<Vec<String>> {
+    array
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|o| keys.iter().map(|k| s(&o[*k])).collect())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
@@ -475,37 +487,19 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
                 println!("{k:<20} {}", s(&d[k]));
             }
             println!("\ndecisive conditions:");
-            let conds: Vec<Vec<String>> = d["operational_status_conditions"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|c| {
-                            ["type", "status", "reason", "source", "message"]
-                                .iter()
-                                .map(|k| s(&c[*k]))
-                                .collect()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let conds = rows(
+                &d["operational_status_conditions"],
+                &["type", "status", "reason", "source", "message"],
+            );
             print!(
                 "{}",
                 table(&["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"], &conds)
             );
             println!("\nrecent lifecycle events:");
-            let ev: Vec<Vec<String>> = events["items"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|e| {
-                            ["created_at", "kind", "value", "cause", "ended_at"]
-                                .iter()
-                                .map(|k| s(&e[*k]))
-                                .collect()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let ev = rows(
+                &events["items"],
+                &["created_at", "kind", "value", "cause", "ended_at"],
+            );
             print!("{}", table(&["AT", "KIND", "VALUE", "CAUSE", "ENDED"], &ev));
         }
         DevicesCommand::Cordon { id, reason } => report(
