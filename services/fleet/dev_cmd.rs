@@ -6,7 +6,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use fleet_dev::{DevMesh, DevOptions, Summary};
+use fleet_dev::{Agreement, DevMesh, DevOptions, Summary};
 use fleet_runtime::FleetConfig;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -20,9 +20,10 @@ pub struct DevArgs {
     /// Seconds between two steps of the scenario engine.
     #[arg(long, default_value_t = 3.0)]
     pub tick_secs: f64,
-    /// Seconds between two reads of each simulated system by its connector.
-    #[arg(long, default_value_t = 5.0)]
-    pub resync_secs: f64,
+    /// Seconds between two reads of each simulated system by its connector
+    /// (default: 5, one more per 400 devices above 2,000).
+    #[arg(long)]
+    pub resync_secs: Option<f64>,
     /// Without the placer, gateway and radar (and so without agents).
     #[arg(long)]
     pub no_consumers: bool,
@@ -34,8 +35,8 @@ pub struct DevArgs {
     /// disconnected and carries the `unreachable` no-schedule reason.
     #[arg(long, conflicts_with = "agents")]
     pub no_agents: bool,
-    /// Stop once the fleet is fully derived and print the figures
-    /// (for measurements).
+    /// Stop once the fleet is fully derived (every device matches the
+    /// scenario's ground truth) and print the figures (for measurements).
     #[arg(long)]
     pub exit_when_derived: bool,
 }
@@ -70,7 +71,12 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         opts.sites = s.max(1);
     }
     opts.tick = Duration::from_secs_f64(args.tick_secs.max(0.2));
-    opts.resync_secs = args.resync_secs.max(0.5);
+    opts.resync_secs = args
+        .resync_secs
+        .unwrap_or_else(|| fleet_dev::default_resync(args.sim))
+        .max(0.5);
+    // Converge to the fleet as generated first, then let it evolve.
+    opts.held = true;
     opts.consumers = !args.no_consumers;
     opts.agents = if args.no_agents {
         0
@@ -80,10 +86,11 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     let tty = std::io::stdout().is_terminal();
     let started = Instant::now();
     eprintln!(
-        "fleet dev: starting the mesh with {} simulated devices over {} sites, {} simulated agents ...",
+        "fleet dev: starting the mesh with {} simulated devices over {} sites, {} simulated agents, connectors reading every {} s ...",
         opts.devices,
         opts.sites,
-        if opts.consumers { opts.agents } else { 0 }
+        if opts.consumers { opts.agents } else { 0 },
+        opts.resync_secs
     );
     let mut mesh = DevMesh::start(config, opts).await?;
     println!("API        {}", mesh.api_url);
@@ -134,6 +141,16 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     result
 }
 
+/// Seconds between two comparisons with the ground truth while the fleet
+/// converges (one pass over `devices`): every second up to 20,000 devices.
+fn agreement_every(devices: usize) -> u64 {
+    (devices as u64 / 20_000).max(1)
+}
+
+/// How long `--exit-when-derived` waits for the fleet to match the ground
+/// truth before it gives up with an error.
+const CONVERGE_LIMIT: Duration = Duration::from_secs(40 * 60);
+
 async fn show(
     mesh: &mut DevMesh,
     started: Instant,
@@ -142,9 +159,14 @@ async fn show(
 ) -> anyhow::Result<()> {
     let mut every = tokio::time::interval(Duration::from_secs(1));
     let mut derived_at: Option<f64> = None;
+    let mut snapshots_at: Option<f64> = None;
     let mut last: Option<(Instant, f64, f64)> = None;
+    let mut agreement: Option<Agreement> = None;
+    let check_every = agreement_every(mesh.devices);
+    let mut tick: u64 = 0;
     loop {
         every.tick().await;
+        tick += 1;
         if let Some(name) = mesh.failed_task() {
             anyhow::bail!("the {name} task stopped on its own; see the log above");
         }
@@ -158,9 +180,35 @@ async fn show(
                     continue;
                 }
             };
+            if p.done() && snapshots_at.is_none() {
+                snapshots_at = Some(secs);
+            }
+            if p.imported as usize >= p.of && tick % check_every == 0 {
+                match mesh.agreement().await {
+                    Ok(a) => {
+                        // Now and then, what still differs.
+                        if tick % (15 * check_every) == 0 && a.matching > 0 {
+                            eprintln!(
+                                "  operational {} / health {} / connectivity {} of {} match; e.g. {}",
+                                a.operational,
+                                a.health,
+                                a.connectivity,
+                                a.of,
+                                a.example.as_deref().unwrap_or("-")
+                            );
+                        }
+                        agreement = Some(a);
+                    }
+                    Err(e) => eprintln!("agreement: {e:#}"),
+                }
+            }
+            let matching = agreement.as_ref().map_or(0, |a| a.matching);
+            let open = agreement.as_ref().map_or(String::new(), |a| {
+                format!("   agents not open {}", a.agents_not_open)
+            });
             let line = format!(
-                "[{secs:6.1}s] imported {:>7} / {}   derived {:>7} / {}",
-                p.imported, p.of, p.derived, p.of
+                "[{secs:6.1}s] imported {:>7} / {}   snapshots applied {:>7} / {}   matching the ground truth {:>7} / {}{open}",
+                p.imported, p.of, p.derived, p.of, matching, p.of
             );
             if tty {
                 print!("\r{line}");
@@ -168,23 +216,40 @@ async fn show(
             } else {
                 println!("{line}");
             }
-            if p.done() {
+            let converged = agreement.as_ref().is_some_and(Agreement::converged);
+            if converged {
                 derived_at = Some(secs);
-                println!("\nfleet fully derived: {} devices in {secs:.1} s", p.of);
+                println!(
+                    "\nfleet fully derived: all {} devices match the scenario's ground truth (operational status, health, connectivity) after {secs:.1} s (every device had an applied OpenStack snapshot after {:.1} s); the scenario evolves from now on",
+                    p.of,
+                    snapshots_at.unwrap_or(secs)
+                );
+                mesh.release();
                 if exit_when_derived {
-                    // Measure the steady state for 30 s, then stop.
-                    let obs0 = mesh.hub_observations().await.unwrap_or(0.0);
-                    let cpu0 = cpu_secs().unwrap_or(0.0);
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
-                    let cpu1 = cpu_secs().unwrap_or(0.0);
-                    println!(
-                        "steady state over 30 s: {:.0} observations/s through the hub, process CPU {:.0}% (of one core)",
-                        (obs1 - obs0) / 30.0,
-                        (cpu1 - cpu0) / 30.0 * 100.0
-                    );
-                    return Ok(());
+                    return steady_state(mesh).await;
                 }
+                continue;
+            }
+            if exit_when_derived && started.elapsed() > CONVERGE_LIMIT {
+                anyhow::bail!(
+                    "not converged after {:.0} s: {:?}",
+                    CONVERGE_LIMIT.as_secs_f64(),
+                    agreement
+                );
+            }
+            // Interactively, a fleet that cannot converge on this machine
+            // still gets to evolve: three reads (at least 2 min) after every
+            // device had a snapshot.
+            if !exit_when_derived
+                && snapshots_at.is_some_and(|t| secs - t > (3.0 * mesh.resync_secs).max(120.0))
+            {
+                derived_at = Some(secs);
+                println!(
+                    "\nfleet not converged {:.0} s after every device had a snapshot ({}); letting the scenario evolve",
+                    secs - snapshots_at.unwrap_or(secs),
+                    agreement.as_ref().and_then(|a| a.example.clone()).unwrap_or_default()
+                );
+                mesh.release();
             }
             continue;
         }
@@ -213,6 +278,49 @@ async fn show(
         } else {
             println!("{}", line(&s, secs, obs_rate, cpu_pct));
         }
+    }
+}
+
+/// `--exit-when-derived`, once converged: 60 s of the evolving scenario
+/// (observations/s, CPU, how many devices match meanwhile), then a pause
+/// and the time until the hub matches the ground truth again.
+async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
+    const WINDOW: f64 = 60.0;
+    let obs0 = mesh.hub_observations().await.unwrap_or(0.0);
+    let cpu0 = cpu_secs().unwrap_or(0.0);
+    tokio::time::sleep(Duration::from_secs_f64(WINDOW)).await;
+    let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
+    let cpu1 = cpu_secs().unwrap_or(0.0);
+    let during = mesh.agreement().await?;
+    println!(
+        "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, process CPU {:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
+        (obs1 - obs0) / WINDOW,
+        (cpu1 - cpu0) / WINDOW * 100.0,
+        during.matching,
+        during.of
+    );
+    let t = Instant::now();
+    mesh.pause().await;
+    let limit = Duration::from_secs_f64(120.0 + 4.0 * mesh.resync_secs.max(15.0));
+    loop {
+        let a = mesh.agreement().await?;
+        if a.converged() {
+            println!(
+                "paused: the hub matched the ground truth again after {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if t.elapsed() > limit {
+            anyhow::bail!(
+                "paused, but the hub did not match the ground truth within {:.0} s: {} of {} match ({:?})",
+                limit.as_secs_f64(),
+                a.matching,
+                a.of,
+                a.example
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(agreement_every(mesh.devices))).await;
     }
 }
 

@@ -307,6 +307,22 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         );
     }
 
+    // Every device on every axis the engine predicts (operational, health,
+    // connectivity), straight from PostgreSQL: what `fleet dev` waits for.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let agreement = loop {
+        let a = mesh.agreement().await.expect("agreement");
+        if a.matching == a.of || tokio::time::Instant::now() > deadline {
+            break a;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        (agreement.matching, agreement.of),
+        (200, 200),
+        "per-device agreement with the ground truth: {agreement:?}"
+    );
+
     // Cordon through the CLI's code path.
     let devices = api
         .list_devices(&ListArgs {

@@ -332,6 +332,27 @@ async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
     })
     .await;
     assert_eq!(count, 2);
+    // An older one counts, and leaves the latest in place.
+    env.publish_snapshot(&snapshot(
+        "slurm",
+        "s1",
+        "name",
+        "ghost-01",
+        t0 - chrono::Duration::seconds(5),
+        vec![cond("SlurmRegistered", "False", "")],
+    ))
+    .await;
+    let kept: chrono::DateTime<Utc> = eventually("third sighting", || async {
+        let r: Option<(i64, chrono::DateTime<Utc>)> = sqlx::query_as(
+            "SELECT seen_count, observed_at FROM unresolved_observations WHERE source = 'slurm' AND key = 'ghost-01'",
+        )
+        .fetch_optional(&env.pool)
+        .await
+        .unwrap();
+        r.filter(|(c, _)| *c == 3).map(|(_, o)| o)
+    })
+    .await;
+    assert_eq!(kept, t0 + chrono::Duration::seconds(1));
     assert!(dlq_messages(&env).await.is_empty());
 
     // Stale: an older snapshot after a newer one is not applied.
@@ -915,5 +936,52 @@ async fn create_devices_creates_many_and_refuses_item_by_item() {
 
     trigger.trigger();
     let _ = task.await;
+    env.cleanup().await;
+}
+
+/// One batch holding the same unknown key more than once is one statement:
+/// the sightings add up and the latest observation is the one kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_sightings_in_one_batch_are_merged() {
+    let env = TestEnv::new().await;
+    let t0 = micros(Utc::now());
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    let u = |key: &'static str, s: i64, payload: &'static [u8]| fleet_store::devices::Unresolved {
+        source: "slurm",
+        site: "s1",
+        key_kind: "name",
+        key,
+        observed_at: at(s),
+        payload,
+    };
+    let mut tx = env.pool.begin().await.unwrap();
+    fleet_store::devices::record_unresolved(
+        &mut tx,
+        &[
+            u("a", 1, b"a1"),
+            u("b", 0, b"b0"),
+            u("a", 3, b"a3"),
+            u("a", 2, b"a2"),
+        ],
+    )
+    .await
+    .unwrap();
+    fleet_store::devices::record_unresolved(&mut tx, &[u("a", -1, b"old"), u("b", 4, b"b4")])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let rows: Vec<(String, i64, chrono::DateTime<Utc>, Vec<u8>)> = sqlx::query_as(
+        "SELECT key, seen_count, observed_at, payload FROM unresolved_observations ORDER BY key",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("a".to_string(), 4, at(3), b"a3".to_vec()),
+            ("b".to_string(), 2, at(4), b"b4".to_vec()),
+        ]
+    );
     env.cleanup().await;
 }

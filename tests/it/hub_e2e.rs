@@ -390,3 +390,51 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
     let _ = task.await;
     env.cleanup().await;
 }
+
+/// Writers publish their own rows right after their commit, and the relay
+/// publishes what none did (here a row as a writer that died between its
+/// commit and its publish leaves it): every row reaches STATUS exactly once
+/// (the hub's published counter equals the messages in the stream; a
+/// second publish would be counted and then dropped by the stream's
+/// duplicate window) and the outbox ends empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
+    let env = TestEnv::new().await;
+    let (hub, trigger, task) = start_hub(&env).await;
+    for n in 0..3 {
+        env.create_device("s1", &format!("gpu-r-{n:02}")).await;
+    }
+    let orphan = v1::StatusChanged {
+        device_id: "dev_orphan".into(),
+        site: "s1".into(),
+        axis: "cordoned".into(),
+        from: "false".into(),
+        to: "true".into(),
+        version: 7,
+        ..Default::default()
+    };
+    sqlx::query("INSERT INTO outbox (subject, schema, payload) VALUES ($1, $2, $3)")
+        .bind(env.subjects.status("cordoned", "s1", "dev_orphan"))
+        .bind(<v1::StatusChanged as fleet_proto::SchemaName>::NAME)
+        .bind(orphan.encode_to_vec())
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let seen = eventually("the relay publishes the orphan row", || async {
+        let e = status_events(&env, "dev_orphan").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(seen, vec![orphan]);
+    outbox_drained(&env).await;
+    // Past the relay's age and scan interval: a second publish would
+    // have happened by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let in_stream = stream.info().await.unwrap().state.messages;
+    assert!(in_stream > 3 * 10, "births of three devices: {in_stream}");
+    assert_eq!(hub.metrics.outbox_published.get(), in_stream);
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}

@@ -145,14 +145,7 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     })
     .await;
     // Every status change made it to STATUS: the outbox is empty.
-    eventually("outbox drained", || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-        (n == 0).then_some(())
-    })
-    .await;
+    outbox_drained(&env).await;
     trigger.trigger();
     task.await.unwrap();
     env.cleanup().await;

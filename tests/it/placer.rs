@@ -331,14 +331,7 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
 
     // No atom was booked on a device that was unschedulable at the version
     // its transaction locked.
-    eventually("the outbox relayed", || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-        (n == 0).then_some(())
-    })
-    .await;
+    outbox_drained(&env).await;
     let history = bucket_history(&env).await;
     let changed = history
         .values()

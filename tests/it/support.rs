@@ -84,6 +84,7 @@ impl Drop for TestEnv {
 
 impl TestEnv {
     pub async fn new() -> TestEnv {
+        quiet_global_subscriber();
         Self::with_nats(&nats_url()).await
     }
 
@@ -347,4 +348,54 @@ pub fn openstack(
 /// A time at the microsecond precision PostgreSQL stores.
 pub fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
     fleet_proto::datetime(Some(&timestamp(t))).unwrap()
+}
+
+/// A global subscriber that records nothing but keeps every callsite's
+/// interest at "sometimes". Without one, a callsite first hit on a thread
+/// with no subscriber is cached as "never" for the whole process, and a
+/// test that captures logs with `set_default` on its own thread (the
+/// Borneo secrets test) misses lines now and then when tests run in
+/// parallel.
+pub fn quiet_global_subscriber() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(Quiet);
+    });
+}
+
+struct Quiet;
+
+impl tracing::Subscriber for Quiet {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Waits until every outbox row has been published and deleted.
+pub async fn outbox_drained(env: &TestEnv) {
+    eventually("outbox drained", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
 }

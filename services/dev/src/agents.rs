@@ -24,13 +24,32 @@ use sqlx::PgPool;
 use crate::engine::GPUS_PER_DEVICE;
 use crate::servers::Shared;
 
-/// Workers the agents are spread over; each runs its agents' requests one
-/// after another.
+/// Workers the agents are spread over.
 const WORKERS: usize = 16;
-/// Heartbeat interval: 10 s, 20 s above 2,000 agents (every heartbeat is a
-/// hub observation); well inside `hub.unreachable_after_secs` (60 s).
+/// Requests one worker has in flight at once: a worker's agents joining one
+/// after another took minutes at 100,000 agents, and held back the
+/// heartbeats of the others past `unreachable_after`.
+const IN_FLIGHT: usize = 8;
+/// Joins one worker starts per pass (half a second): 256/s over the 16
+/// workers at most.
+const JOINS_PER_PASS: usize = 8;
+/// Heartbeat interval: 10 s up to 2,000 agents, 20 s up to 20,000, then
+/// one second per 1,000 agents (100 s at 100,000): every heartbeat is a
+/// gateway request and a hub observation, and this keeps them near 1,000/s.
+/// `fleet dev` sets `hub.unreachable_after_secs` to three intervals
+/// ([`unreachable_after`]), as production would for its agents' interval.
 pub fn heartbeat_interval(agents: usize) -> Duration {
-    Duration::from_secs(if agents > 2000 { 20 } else { 10 })
+    Duration::from_secs(match agents {
+        0..=2000 => 10,
+        2001..=20_000 => 20,
+        n => (n as u64).div_ceil(1000),
+    })
+}
+
+/// `hub.unreachable_after_secs` for agents heartbeating every `heartbeat`:
+/// three missed heartbeats, and never below the default 60 s.
+pub fn unreachable_after(heartbeat: Duration) -> u64 {
+    (heartbeat.as_secs() * 3).max(60)
 }
 
 pub struct Agents {
@@ -155,17 +174,77 @@ impl Agents {
             if !paused {
                 self.bind(&mut agents).await;
             }
-            for (a, want) in agents.iter_mut().zip(wanted) {
-                // A pause freezes what changes connectivity; heartbeats go on.
-                if let Some(open) = self.step(a, want, paused, &tokens).await {
-                    self.scenario
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .agent_session(a.index, open);
+            // A pause freezes what changes connectivity; heartbeats go on.
+            // Joins come in a bounded stream, so the heartbeats of the
+            // agents already in never wait behind a pass of joins (at
+            // 100,000 agents joining at once a pass took minutes and open
+            // sessions went lost).
+            let mut joins = JOINS_PER_PASS;
+            let mut next = agents
+                .iter_mut()
+                .zip(wanted)
+                .filter(|(a, _)| match a.state {
+                    State::Bound if joins > 0 => {
+                        joins -= 1;
+                        true
+                    }
+                    State::Bound | State::Unjoined(_) => false,
+                    State::Joined { .. } => true,
+                });
+            loop {
+                let round: Vec<_> = next
+                    .by_ref()
+                    .take(IN_FLIGHT)
+                    .map(|(a, want)| self.step_of(a, want, paused, &tokens))
+                    .collect();
+                if round.is_empty() {
+                    break;
+                }
+                let moved: Vec<(usize, bool)> = futures::future::join_all(round)
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                // The engine learns each round, not at the end of a pass
+                // that takes minutes while 100,000 agents join.
+                if !moved.is_empty() {
+                    let mut s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
+                    for (index, open) in moved {
+                        s.agent_session(index, open);
+                    }
                 }
             }
             self.busy.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// Opens a session; `Some(true)` when it did.
+    async fn open(&self, a: &mut One) -> Option<bool> {
+        match a.agent.open().await {
+            Ok(_) => {
+                a.state = State::Joined {
+                    open: true,
+                    last: Instant::now(),
+                };
+                Some(true)
+            }
+            Err(e) => {
+                tracing::debug!(device = %a.name, error = %e, "simulated agent could not open");
+                None
+            }
+        }
+    }
+
+    /// [`Agents::step`] with the agent's index.
+    async fn step_of(
+        &self,
+        a: &mut One,
+        want: bool,
+        paused: bool,
+        tokens: &BTreeMap<String, String>,
+    ) -> Option<(usize, bool)> {
+        let open = self.step(a, want, paused, tokens).await?;
+        Some((a.index, open))
     }
 
     /// One agent's next move; `Some(open)` when its session opened or
@@ -189,6 +268,10 @@ impl Agents {
                         a.state = State::Joined {
                             open: false,
                             last: now,
+                        };
+                        // Open at once rather than a pass later.
+                        if want {
+                            return self.open(a).await;
                         }
                     }
                     Err(e) => {
@@ -198,19 +281,7 @@ impl Agents {
                 }
                 None
             }
-            State::Joined { open: false, .. } if want && !paused => match a.agent.open().await {
-                Ok(_) => {
-                    a.state = State::Joined {
-                        open: true,
-                        last: now,
-                    };
-                    Some(true)
-                }
-                Err(e) => {
-                    tracing::debug!(device = %a.name, error = %e, "simulated agent could not open");
-                    None
-                }
-            },
+            State::Joined { open: false, .. } if want && !paused => self.open(a).await,
             State::Joined { open: true, .. } if !want && !paused => {
                 let _ = a.agent.close().await;
                 a.state = State::Joined {

@@ -6,7 +6,7 @@
 //! (never `fleet_domain::derivation`) so the hub's derivation has an
 //! independent check.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -528,12 +528,7 @@ impl Scenario {
     pub fn connectivity_truth(&self) -> BTreeMap<&'static str, usize> {
         let mut out = BTreeMap::new();
         for d in &self.devices {
-            let c = if d.agent_session == Some(true) {
-                "connected"
-            } else {
-                "disconnected"
-            };
-            *out.entry(c).or_default() += 1;
+            *out.entry(expected_connectivity(d)).or_default() += 1;
         }
         out
     }
@@ -608,6 +603,33 @@ impl Scenario {
                 )
             })
             .collect()
+    }
+
+    /// What the hub should hold for every device, by `(site, name)`:
+    /// operational status, health and connectivity.
+    pub fn device_truth(&self) -> HashMap<(String, String), Expected> {
+        self.devices
+            .iter()
+            .map(|d| {
+                (
+                    (d.site.clone(), d.name.clone()),
+                    Expected {
+                        operational: expected_status(d, self.outages),
+                        health: expected_health(d),
+                        connectivity: expected_connectivity(d),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Simulated agents whose session is not open although they want it
+    /// (not joined yet, or restarting).
+    pub fn agents_not_open(&self) -> usize {
+        self.devices
+            .iter()
+            .filter(|d| d.has_agent && d.agent_wanted && d.agent_session != Some(true))
+            .count()
     }
 
     /// Devices per expected health status (`chassis_health` alone:
@@ -843,6 +865,24 @@ fn step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
             a.repairs += 1;
         }
         _ => {}
+    }
+}
+
+/// One device's expected derived axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    pub operational: &'static str,
+    pub health: &'static str,
+    pub connectivity: &'static str,
+}
+
+/// `connected` while the device's agent has its session open,
+/// `disconnected` otherwise (closed, or never opened: the default).
+pub fn expected_connectivity(d: &SimDevice) -> &'static str {
+    if d.agent_session == Some(true) {
+        "connected"
+    } else {
+        "disconnected"
     }
 }
 

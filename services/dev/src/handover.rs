@@ -34,6 +34,8 @@ pub struct Workflow {
     pub nvue: String,
     pub writer: LatchWriter,
     pub paused: Arc<AtomicBool>,
+    /// The scenario is held (its evolution, handovers included).
+    pub held: Arc<AtomicBool>,
     /// True while a round is in progress (a pause waits for it).
     pub busy: Arc<AtomicBool>,
 }
@@ -46,6 +48,7 @@ impl Workflow {
         nats: async_nats::Client,
         subjects: Subjects,
         paused: Arc<AtomicBool>,
+        held: Arc<AtomicBool>,
         busy: Arc<AtomicBool>,
     ) -> Workflow {
         let mut writer = LatchWriter::new(nats, subjects, "workflow:dev-handover:sim");
@@ -57,6 +60,7 @@ impl Workflow {
             nvue,
             writer,
             paused,
+            held,
             busy,
         }
     }
@@ -67,7 +71,7 @@ impl Workflow {
         loop {
             every.tick().await;
             self.busy.store(true, Ordering::SeqCst);
-            if !self.paused.load(Ordering::SeqCst) {
+            if !self.paused.load(Ordering::SeqCst) && !self.held.load(Ordering::SeqCst) {
                 self.round().await;
             }
             self.busy.store(false, Ordering::SeqCst);

@@ -29,7 +29,7 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 
 pub use engine::Scenario;
-pub use status::{Progress, Summary};
+pub use status::{Agreement, Progress, Summary};
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -54,6 +54,10 @@ pub struct DevOptions {
     /// `devices`; none without the consumers).
     pub agents: usize,
     pub seed: u64,
+    /// Start with the scenario's evolution held (the fleet as generated,
+    /// agents joining) until `DevMesh::release`: a fixed ground truth to
+    /// converge to.
+    pub held: bool,
 }
 
 impl DevOptions {
@@ -68,6 +72,7 @@ impl DevOptions {
             consumers: true,
             agents: devices,
             seed: 20261129,
+            held: false,
         }
     }
 }
@@ -94,7 +99,12 @@ pub struct DevMesh {
     pub hub_metrics_url: String,
     pub pool: PgPool,
     pub devices: usize,
+    /// Seconds between two reads of each simulated system.
+    pub resync_secs: f64,
     paused: Arc<std::sync::atomic::AtomicBool>,
+    /// The scenario's evolution is held (`DevOptions::held`) until
+    /// `release`; agents still join and heartbeat.
+    held: Arc<std::sync::atomic::AtomicBool>,
     busy: Arc<std::sync::atomic::AtomicBool>,
     agents_busy: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<Task>,
@@ -213,6 +223,15 @@ impl DevMesh {
                 .insert(source.into(), ttl(fabric_resync));
         }
         config.hub.sweep_interval_ms = 1000;
+        let heartbeat = agents::heartbeat_interval(opts.agents.min(opts.devices));
+        config.hub.unreachable_after_secs = config
+            .hub
+            .unreachable_after_secs
+            .max(agents::unreachable_after(heartbeat));
+        config.hub.lost_after_secs = config
+            .hub
+            .lost_after_secs
+            .max(config.hub.unreachable_after_secs * 2);
 
         ensure_database(&config.database.url).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;
@@ -256,9 +275,11 @@ impl DevMesh {
         );
 
         let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = Arc::new(std::sync::atomic::AtomicBool::new(opts.held));
         sim_tasks.push(tokio::spawn(evolve(
             scenario.clone(),
             paused.clone(),
+            held.clone(),
             opts.tick,
             opts.change_rate,
         )));
@@ -268,18 +289,36 @@ impl DevMesh {
         }
 
         let mut tasks = Vec::new();
+        // The connectors other than NetBox start once NetBox's devices are
+        // in: reads before that resolve to no device (a hundred thousand
+        // unresolved observations at 100,000), and the devices would wait a
+        // whole resync interval for their first snapshot.
+        let gate = (pool.clone(), opts.devices);
         let spawn = |name: &'static str,
                      tasks: &mut Vec<Task>,
+                     after_import: bool,
                      f: fn(FleetConfig, Shutdown) -> futures_boxed::BoxRun| {
-            let (trigger, shutdown) = Shutdown::new();
-            let handle = tokio::spawn(f(config.clone(), shutdown));
+            let (trigger, mut shutdown) = Shutdown::new();
+            let config = config.clone();
+            let gate = after_import.then(|| gate.clone());
+            let handle = tokio::spawn(async move {
+                if let Some((pool, n)) = gate {
+                    tokio::select! {
+                        _ = imported(&pool, n) => {}
+                        _ = shutdown.wait() => return Ok(()),
+                    }
+                }
+                f(config, shutdown).await
+            });
             tasks.push(Task {
                 name,
                 trigger,
                 handle,
             });
         };
-        spawn("hub", &mut tasks, |c, s| Box::pin(fleet_hub::run(c, s)));
+        spawn("hub", &mut tasks, false, |c, s| {
+            Box::pin(fleet_hub::run(c, s))
+        });
         // The connectors' first reads create devices through the hub: wait
         // until it answers.
         let ready = format!("http://{hub_listen}/readyz");
@@ -293,32 +332,36 @@ impl DevMesh {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        spawn("api", &mut tasks, |c, s| Box::pin(fleet_api::run(c, s)));
+        spawn("api", &mut tasks, false, |c, s| {
+            Box::pin(fleet_api::run(c, s))
+        });
         if opts.consumers {
-            spawn("placer", &mut tasks, |c, s| {
+            spawn("placer", &mut tasks, false, |c, s| {
                 Box::pin(fleet_placer::run(c, s))
             });
-            spawn("gateway", &mut tasks, |c, s| {
+            spawn("gateway", &mut tasks, false, |c, s| {
                 Box::pin(fleet_gateway::run(c, s))
             });
-            spawn("radar", &mut tasks, |c, s| Box::pin(fleet_radar::run(c, s)));
+            spawn("radar", &mut tasks, false, |c, s| {
+                Box::pin(fleet_radar::run(c, s))
+            });
         }
-        spawn("connector-netbox", &mut tasks, |c, s| {
+        spawn("connector-netbox", &mut tasks, false, |c, s| {
             Box::pin(fleet_connector_netbox::run(c, s))
         });
-        spawn("connector-openstack", &mut tasks, |c, s| {
+        spawn("connector-openstack", &mut tasks, true, |c, s| {
             Box::pin(fleet_connector_openstack::run(c, s))
         });
-        spawn("connector-slurm", &mut tasks, |c, s| {
+        spawn("connector-slurm", &mut tasks, true, |c, s| {
             Box::pin(fleet_connector_slurm::run(c, s))
         });
-        spawn("connector-health", &mut tasks, |c, s| {
+        spawn("connector-health", &mut tasks, true, |c, s| {
             Box::pin(fleet_connector_health::run(c, s))
         });
-        spawn("connector-borneo", &mut tasks, |c, s| {
+        spawn("connector-borneo", &mut tasks, true, |c, s| {
             Box::pin(fleet_connector_borneo::run(c, s))
         });
-        spawn("connector-fabric", &mut tasks, |c, s| {
+        spawn("connector-fabric", &mut tasks, true, |c, s| {
             Box::pin(fleet_connector_fabric::run(c, s))
         });
         // The handover workflow writes latches through the hub.
@@ -335,6 +378,7 @@ impl DevMesh {
                 nats.clone(),
                 subjects.clone(),
                 paused.clone(),
+                held.clone(),
                 busy.clone(),
             )
             .run(),
@@ -363,6 +407,7 @@ impl DevMesh {
             hub_listen,
             pool,
             paused,
+            held,
             busy,
             agents_busy,
             tasks,
@@ -388,6 +433,11 @@ impl DevMesh {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .heal();
+    }
+
+    /// Lets a scenario started `held` evolve.
+    pub fn release(&self) {
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn resume(&self) {
@@ -513,6 +563,7 @@ struct Parts {
     hub_listen: String,
     pool: PgPool,
     paused: Arc<std::sync::atomic::AtomicBool>,
+    held: Arc<std::sync::atomic::AtomicBool>,
     busy: Arc<std::sync::atomic::AtomicBool>,
     agents_busy: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<Task>,
@@ -532,7 +583,9 @@ impl Parts {
             token: self.token,
             pool: self.pool,
             devices: opts.devices,
+            resync_secs: opts.resync_secs,
             paused: self.paused,
+            held: self.held,
             busy: self.busy,
             agents_busy: self.agents_busy,
             tasks: self.tasks,
@@ -703,25 +756,55 @@ fn wire_connectors(
 async fn evolve(
     scenario: servers::Shared,
     paused: Arc<std::sync::atomic::AtomicBool>,
+    held: Arc<std::sync::atomic::AtomicBool>,
     tick: Duration,
     rate: f64,
 ) {
-    let started = tokio::time::Instant::now();
+    let mut started: Option<tokio::time::Instant> = None;
     let mut every = tokio::time::interval(tick);
     every.tick().await;
     loop {
         every.tick().await;
-        if paused.load(std::sync::atomic::Ordering::SeqCst) {
+        if paused.load(std::sync::atomic::Ordering::SeqCst)
+            || held.load(std::sync::atomic::Ordering::SeqCst)
+        {
             continue;
         }
         // No outages while the fleet is first imported: the outage rule
         // speaks only for devices a connector has read before.
-        let allow_outages = started.elapsed() > Duration::from_secs(60);
+        let allow_outages = started
+            .get_or_insert_with(tokio::time::Instant::now)
+            .elapsed()
+            > Duration::from_secs(60);
         scenario
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .tick(rate, allow_outages);
     }
+}
+
+/// Returns once `devices` holds `n` devices (NetBox's import is in), or
+/// after ten minutes with whatever it holds.
+async fn imported(pool: &PgPool, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let count: Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM devices")
+            .fetch_one(pool)
+            .await;
+        if count.is_ok_and(|c| c as usize >= n) || tokio::time::Instant::now() > deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Seconds between two reads of each simulated system unless given: 5 s up
+/// to 2,000 devices, then one more second per 400 devices (250 s at
+/// 100,000), so the snapshots the connectors publish (one per device and
+/// source per read) stay within what one small machine runs the whole mesh
+/// at. TTLs follow (three reads).
+pub fn default_resync(devices: usize) -> f64 {
+    (devices as f64 / 400.0).max(5.0)
 }
 
 /// Seconds between two fabric reads: the others' up to 2,000 devices, then

@@ -20,6 +20,31 @@ impl Progress {
     }
 }
 
+/// How many devices the hub holds exactly as the scenario engine expects
+/// them now (its ground truth, computed without the hub).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Agreement {
+    /// Devices the engine simulates.
+    pub of: usize,
+    /// Devices whose operational status, health and connectivity all match.
+    pub matching: usize,
+    pub operational: usize,
+    pub health: usize,
+    pub connectivity: usize,
+    /// Simulated agents that want a session and do not have one open yet.
+    pub agents_not_open: usize,
+    /// One device that does not match, with what the hub holds and what
+    /// the engine expects (for the log).
+    pub example: Option<String>,
+}
+
+impl Agreement {
+    /// Every device matches and every agent has its session open.
+    pub fn converged(&self) -> bool {
+        self.of > 0 && self.matching == self.of && self.agents_not_open == 0
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub operational: BTreeMap<String, i64>,
@@ -63,6 +88,21 @@ impl DevMesh {
             derived,
             of: self.devices,
         })
+    }
+
+    /// Compares every device the hub holds with the engine's expectation
+    /// for it: one pass over `devices` (about 0.2 s at 100,000).
+    pub async fn agreement(&self) -> anyhow::Result<Agreement> {
+        let (truth, agents_not_open) = {
+            let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
+            (s.device_truth(), s.agents_not_open())
+        };
+        let rows: Vec<(String, String, String, String, String)> = sqlx::query_as(
+            "SELECT site_id, name, operational_status, health_status, connectivity FROM devices",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(agree(&truth, &rows, agents_not_open))
     }
 
     /// Devices per operational status as the hub wrote them.
@@ -165,6 +205,40 @@ impl DevMesh {
     }
 }
 
+/// Counts the hub's rows `(site, name, operational, health, connectivity)`
+/// that match `truth`; a device the hub does not hold matches nothing.
+pub fn agree(
+    truth: &std::collections::HashMap<(String, String), crate::engine::Expected>,
+    rows: &[(String, String, String, String, String)],
+    agents_not_open: usize,
+) -> Agreement {
+    let mut a = Agreement {
+        of: truth.len(),
+        agents_not_open,
+        ..Default::default()
+    };
+    for (site, name, operational, health, connectivity) in rows {
+        let Some(e) = truth.get(&(site.clone(), name.clone())) else {
+            continue;
+        };
+        let o = e.operational == operational;
+        let h = e.health == health;
+        let c = e.connectivity == connectivity;
+        a.operational += o as usize;
+        a.health += h as usize;
+        a.connectivity += c as usize;
+        if o && h && c {
+            a.matching += 1;
+        } else if a.example.is_none() {
+            a.example = Some(format!(
+                "{site}/{name}: hub {operational}/{health}/{connectivity}, expected {}/{}/{}",
+                e.operational, e.health, e.connectivity
+            ));
+        }
+    }
+    a
+}
+
 /// The sum of every sample of a counter family (`<name>_total{...} v`).
 pub fn sum_metric(text: &str, family: &str) -> f64 {
     let total = format!("{family}_total");
@@ -233,6 +307,59 @@ async fn http_request(url: &str, authorization: Option<&str>) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
+    use crate::engine::Expected;
+
+    #[test]
+    fn agreement_counts_each_axis_and_a_missing_device_matches_nothing() {
+        let e = |o, h, c| Expected {
+            operational: o,
+            health: h,
+            connectivity: c,
+        };
+        let truth: std::collections::HashMap<(String, String), Expected> = [
+            (
+                ("s1".into(), "a".into()),
+                e("available", "healthy", "connected"),
+            ),
+            (
+                ("s1".into(), "b".into()),
+                e("failed", "critical", "disconnected"),
+            ),
+            (
+                ("s2".into(), "a".into()),
+                e("in_use", "healthy", "connected"),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let row = |s: &str, n: &str, o: &str, h: &str, c: &str| {
+            (s.into(), n.into(), o.into(), h.into(), c.into())
+        };
+        let rows = vec![
+            row("s1", "a", "available", "healthy", "connected"),
+            row("s1", "b", "failed", "degraded", "disconnected"),
+            row("s9", "zzz", "available", "healthy", "connected"),
+        ];
+        let a = super::agree(&truth, &rows, 0);
+        assert_eq!((a.of, a.matching), (3, 1));
+        assert_eq!((a.operational, a.health, a.connectivity), (2, 1, 2));
+        assert!(!a.converged());
+        assert_eq!(
+            a.example.as_deref(),
+            Some("s1/b: hub failed/degraded/disconnected, expected failed/critical/disconnected")
+        );
+        let rows = vec![
+            row("s1", "a", "available", "healthy", "connected"),
+            row("s1", "b", "failed", "critical", "disconnected"),
+            row("s2", "a", "in_use", "healthy", "connected"),
+        ];
+        assert!(super::agree(&truth, &rows, 0).converged());
+        assert!(
+            !super::agree(&truth, &rows, 1).converged(),
+            "an agent not open yet"
+        );
+    }
+
     #[test]
     fn counter_samples_are_summed() {
         let text = "# TYPE fleet_hub_observations counter\n\

@@ -41,10 +41,11 @@ impl Hub {
         if notes.handover_breach {
             tracing::error!(device_id = %id, "HandoverBreach: custody entry with no verified front-end VRF flip on record");
         }
-        let (_, work) = work
+        let (_, mut work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
-        tx.commit().await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
         let t = work
             .devices
             .get(&id)

@@ -242,10 +242,11 @@ impl Hub {
                         now,
                     );
                 }
-                let (_, work) = work
+                let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
-                tx.commit().await?;
+                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+                    .await?;
                 let list: Vec<serde_json::Value> = work
                     .devices
                     .values()
@@ -276,10 +277,11 @@ impl Hub {
                     write.hub_ordered,
                     now,
                 )?;
-                let (_, work) = work
+                let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
-                tx.commit().await?;
+                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+                    .await?;
                 let t = &work.devices[&id];
                 // The stored row: different from what was sent means stale-rejected.
                 let row = &t.after.conditions[&write.input.condition_type];
@@ -306,10 +308,11 @@ impl Hub {
                     cmd::check_version(&s.record, c.expected_version)?;
                 }
                 apply_device_command(s, other, now)?;
-                let (_, work) = work
+                let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
-                tx.commit().await?;
+                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+                    .await?;
                 let t = &work.devices[&id];
                 Ok(reply_ok(device_json(&t.after), t.after.record.version))
             }
@@ -349,10 +352,11 @@ impl Hub {
             t.cause = cause.to_string();
         }
         let now = Utc::now();
-        let (_, work) = work
+        let (_, mut work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
-        tx.commit().await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
         let t = &work.devices[&id];
         Ok(reply_ok(device_json(&t.after), t.after.record.version))
     }
@@ -510,10 +514,11 @@ impl Hub {
             t.cause = cause.to_string();
         }
         let now = Utc::now();
-        let (_, _work) = work
+        let (_, mut work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
-        tx.commit().await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
         for (i, n) in &news {
             if inserted.contains(&n.id) {
                 results[*i]["id"] = n.id.clone().into();

@@ -123,7 +123,7 @@ impl Hub {
                     .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
                 // Re-join in place: credentials of the earlier generation die.
                 s.record.identity_generation += 1;
-                let (_, work) = work
+                let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
                 sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
@@ -131,7 +131,8 @@ impl Hub {
                     .bind(j.gpu_count)
                     .execute(&mut *tx)
                     .await?;
-                tx.commit().await?;
+                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+                    .await?;
                 let t = &work.devices[&id];
                 let mut v = device_json(&t.after);
                 v["rejoined"] = true.into();
@@ -213,10 +214,11 @@ impl Hub {
             t.born = true;
             t.cause = cause.to_string();
         }
-        let (_, work) = work
+        let (_, mut work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
             .await?;
-        tx.commit().await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
         let t = &work.devices[&id];
         let mut v = device_json(&t.after);
         v["rejoined"] = false.into();

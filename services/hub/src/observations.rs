@@ -207,20 +207,25 @@ impl Hub {
 
         let load: Vec<String> = plan.load.iter().cloned().collect();
         let mut work = Work::load_locked(&mut tx, &load).await?;
+        let keys: Vec<_> = obs.iter().map(|(_, o)| o.key()).collect();
+        let unresolved: Vec<devices::Unresolved<'_>> = obs
+            .iter()
+            .zip(&keys)
+            .filter(|(_, key)| !resolved.contains_key(*key))
+            .map(|((item, o), key)| devices::Unresolved {
+                source: o.source().as_str(),
+                site: &key.site,
+                key_kind: key.kind.as_str(),
+                key: &key.key,
+                observed_at: o.observed_at(),
+                payload: &item.msg.payload,
+            })
+            .collect();
+        devices::record_unresolved(&mut tx, &unresolved).await?;
+        stats.unresolved += unresolved.len() as u64;
         for (item, o) in &obs {
             let key = o.key();
             let Some(id) = resolved.get(&key) else {
-                devices::record_unresolved(
-                    &mut tx,
-                    o.source().as_str(),
-                    &key.site,
-                    key.kind.as_str(),
-                    &key.key,
-                    o.observed_at(),
-                    &item.msg.payload,
-                )
-                .await?;
-                stats.unresolved += 1;
                 continue;
             };
             if !plan.load.contains(id) {

@@ -26,20 +26,41 @@ impl Hub {
         }
     }
 
+    /// Commits a transaction that wrote `rows` to the outbox, then
+    /// publishes them at once, as a lane does: the relay is left only what
+    /// could not be published (at 100,000 devices the births and the first
+    /// snapshots' events outran a relay publishing 1,000 rows a round).
+    pub(crate) async fn commit_and_publish(
+        &self,
+        tx: sqlx::Transaction<'_, sqlx::Postgres>,
+        rows: Vec<outbox::PendingRow>,
+    ) -> Result<(), sqlx::Error> {
+        self.claim(&rows);
+        if let Err(e) = tx.commit().await {
+            self.unclaim(rows.iter().map(|r| r.id));
+            return Err(e);
+        }
+        self.publish_committed(rows).await;
+        Ok(())
+    }
+
     /// Publishes rows a lane committed, awaiting every PubAck; the relay
     /// deletes the acked ones and publishes any that were not.
     pub(crate) async fn publish_committed(&self, rows: Vec<outbox::PendingRow>) {
         if rows.is_empty() {
             return;
         }
-        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
         let acked = self.publish_rows(&rows).await;
         self.metrics.outbox_published.inc_by(acked.len() as u64);
+        // The acked rows stay claimed until the relay has deleted them, so
+        // it never publishes them a second time in between; the rest go
+        // back to the relay.
+        let done: std::collections::HashSet<i64> = acked.iter().copied().collect();
+        self.unclaim(rows.iter().map(|r| r.id).filter(|id| !done.contains(id)));
         self.outbox_acked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(acked);
-        self.unclaim(ids);
         self.relay_wake.notify_one();
     }
 
@@ -99,9 +120,8 @@ impl Hub {
         acked
     }
 
-    /// Deletes what lanes published, then publishes one page of the rows
-    /// nobody is publishing; returns how many it published.
-    pub async fn relay_once(&self) -> anyhow::Result<usize> {
+    /// Deletes the rows writers have published (their PubAcks arrived).
+    async fn delete_acked(&self) -> anyhow::Result<()> {
         let done: Vec<i64> =
             std::mem::take(&mut *self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()));
         if let Err(e) = outbox::delete(&self.pool, &done).await {
@@ -111,15 +131,29 @@ impl Hub {
                 .extend(done);
             return Err(e.into());
         }
-        let claimed: Vec<i64> = self
+        self.unclaim(done);
+        Ok(())
+    }
+
+    /// Deletes what writers published, then publishes one page of the rows
+    /// nobody is publishing: written at least `RELAY_AGE_SECS` ago (a
+    /// writer that could not publish, or a process that died after its
+    /// commit) and not claimed by a writer of this process. Returns how
+    /// many it published.
+    pub async fn relay_once(&self) -> anyhow::Result<usize> {
+        self.delete_acked().await?;
+        let claimed: std::collections::HashSet<i64> = self
             .outbox_claims
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect();
+            .clone();
         let mut tx = self.pool.begin().await?;
-        let rows = outbox::pending(&mut tx, self.config.hub.outbox_batch, &claimed).await?;
+        let rows: Vec<outbox::PendingRow> =
+            outbox::pending(&mut tx, self.config.hub.outbox_batch, RELAY_AGE_SECS)
+                .await?
+                .into_iter()
+                .filter(|r| !claimed.contains(&r.id))
+                .collect();
         if rows.is_empty() {
             return Ok(0);
         }
@@ -137,12 +171,23 @@ impl Hub {
         Ok(acked.len())
     }
 
+    /// Deletes published rows whenever a writer wakes it, and looks for
+    /// rows nobody published once a second (at once again after a page).
     pub(crate) async fn relay_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let mut backoff = Duration::from_millis(100);
+        let mut last_scan: Option<tokio::time::Instant> = None;
         loop {
-            match self.relay_once().await {
+            let scan = last_scan.is_none_or(|t| t.elapsed() >= RELAY_SCAN_EVERY);
+            let result = if scan {
+                last_scan = Some(tokio::time::Instant::now());
+                self.relay_once().await
+            } else {
+                self.delete_acked().await.map(|()| 0)
+            };
+            match result {
                 Ok(n) if n > 0 => {
                     backoff = Duration::from_millis(100);
+                    last_scan = None;
                     continue;
                 }
                 Ok(_) => {
@@ -170,3 +215,8 @@ impl Hub {
         }
     }
 }
+
+/// Rows younger than this are their writer's to publish.
+const RELAY_AGE_SECS: f64 = 2.0;
+/// How often the relay looks for rows nobody published.
+const RELAY_SCAN_EVERY: Duration = Duration::from_secs(1);

@@ -41,11 +41,11 @@ impl Hub {
                     state.apply_liveness(now, unreachable, lost);
                 }
             }
-            work.finish(&mut tx, now, &self.ttls, &self.subjects)
+            let (_, work) = work
+                .finish(&mut tx, now, &self.ttls, &self.subjects)
                 .await?;
             devices::touch_derived(&mut tx, &due).await?;
-            tx.commit().await?;
-            self.relay_wake.notify_one();
+            self.commit_and_publish(tx, work.outbox).await?;
             self.metrics.swept.inc_by(due.len() as u64);
             total += due.len();
             if due.len() < 500 {

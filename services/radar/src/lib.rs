@@ -380,7 +380,14 @@ impl Radar {
         let every = Duration::from_secs(self.config.radar.resync_secs.max(1));
         loop {
             tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
-            match self.rebuild().await {
+            // A rebuild at 100,000 devices outlasts the shutdown grace; one
+            // cut short is safe to drop: projections are last-per-subject
+            // and the next start rebuilds from PostgreSQL again.
+            let rebuilt = tokio::select! {
+                r = self.rebuild() => r,
+                _ = shutdown.wait() => return,
+            };
+            match rebuilt {
                 Ok(n) if n > 0 => {
                     tracing::info!(published = n, "radar resync published differences")
                 }

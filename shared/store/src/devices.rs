@@ -1,7 +1,7 @@
 //! Locking, reading and writing device state for the hub. Writes are diffs:
 //! a freshness-only resync writes its one freshness row and nothing else.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use fleet_domain::state::{ConditionRow, DeviceRecord, DeviceState, Freshness, Mirrors, Session};
@@ -633,31 +633,70 @@ pub async fn resolve(
     Ok(rows.into_iter().map(|(s, k, id)| ((s, k), id)).collect())
 }
 
-/// Keeps the latest observation per external key that resolved to nothing.
+/// An observation whose external key resolved to no device.
+#[derive(Debug, Clone)]
+pub struct Unresolved<'a> {
+    pub source: &'a str,
+    pub site: &'a str,
+    pub key_kind: &'a str,
+    pub key: &'a str,
+    pub observed_at: DateTime<Utc>,
+    pub payload: &'a [u8],
+}
+
+/// Keeps the latest observation per external key that resolved to nothing,
+/// and how often each was seen: one statement for a whole batch (a fleet
+/// whose connectors read before its NetBox import finished sends hundreds
+/// of thousands). Entries for the same key are merged first, the latest
+/// `observed_at` winning, since one statement cannot update a row twice.
 pub async fn record_unresolved(
     tx: &mut Tx<'_>,
-    source: &str,
-    site: &str,
-    key_kind: &str,
-    key: &str,
-    observed_at: DateTime<Utc>,
-    payload: &[u8],
+    list: &[Unresolved<'_>],
 ) -> Result<(), sqlx::Error> {
+    if list.is_empty() {
+        return Ok(());
+    }
+    let mut merged: HashMap<(&str, &str, &str, &str), (&Unresolved<'_>, i64)> = HashMap::new();
+    for u in list {
+        merged
+            .entry((u.source, u.site, u.key_kind, u.key))
+            .and_modify(|(best, n)| {
+                *n += 1;
+                if u.observed_at >= best.observed_at {
+                    *best = u;
+                }
+            })
+            .or_insert((u, 1));
+    }
+    let mut rows: Vec<(&Unresolved<'_>, i64)> = merged.into_values().collect();
+    // A fixed order, so two batches never wait on each other's rows in turn.
+    rows.sort_by_key(|(u, _)| (u.source, u.site, u.key_kind, u.key));
+    let (mut sources, mut sites, mut kinds, mut keys) = (vec![], vec![], vec![], vec![]);
+    for (u, _) in &rows {
+        sources.push(u.source);
+        sites.push(u.site);
+        kinds.push(u.key_kind);
+        keys.push(u.key);
+    }
     sqlx::query(
-        "INSERT INTO unresolved_observations (source, site, key_kind, key, observed_at, received_at, payload) \
-         VALUES ($1, $2, $3, $4, $5, now(), $6) \
-         ON CONFLICT (source, site, key_kind, key) DO UPDATE SET seen_count = unresolved_observations.seen_count + 1, \
+        "INSERT INTO unresolved_observations (source, site, key_kind, key, observed_at, received_at, seen_count, payload) \
+         SELECT s, t, k, y, o, now(), n, p \
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bytea[]) \
+             AS u(s, t, k, y, o, n, p) \
+         ON CONFLICT (source, site, key_kind, key) DO UPDATE SET \
+         seen_count = unresolved_observations.seen_count + EXCLUDED.seen_count, \
          received_at = now(), \
          observed_at = GREATEST(unresolved_observations.observed_at, EXCLUDED.observed_at), \
          payload = CASE WHEN EXCLUDED.observed_at >= unresolved_observations.observed_at \
                    THEN EXCLUDED.payload ELSE unresolved_observations.payload END",
     )
-    .bind(source)
-    .bind(site)
-    .bind(key_kind)
-    .bind(key)
-    .bind(observed_at)
-    .bind(payload)
+    .bind(sources)
+    .bind(sites)
+    .bind(kinds)
+    .bind(keys)
+    .bind(rows.iter().map(|(u, _)| u.observed_at).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(_, n)| *n).collect::<Vec<_>>())
+    .bind(rows.iter().map(|(u, _)| u.payload).collect::<Vec<_>>())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -58,20 +58,22 @@ pub async fn insert(
         .collect())
 }
 
-/// The oldest pending rows but those the caller's own writers are
-/// publishing (`claimed`), locked so that two relays (two hub replicas)
-/// never publish the same row at once.
+/// The oldest rows written at least `older_than_secs` ago, locked so that
+/// two relays (two hub replicas) never publish the same row at once.
+/// Younger rows are left to the writer that publishes them right after its
+/// commit.
 pub async fn pending(
     tx: &mut Transaction<'_, Postgres>,
     limit: i64,
-    claimed: &[i64],
+    older_than_secs: f64,
 ) -> Result<Vec<PendingRow>, sqlx::Error> {
     let rows: Vec<(i64, String, String, Vec<u8>, Option<String>)> = sqlx::query_as(
         "SELECT id, subject, schema, payload, traceparent FROM outbox \
-         WHERE id <> ALL($2) ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+         WHERE created_at < now() - make_interval(secs => $2) \
+         ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(limit)
-    .bind(claimed)
+    .bind(older_than_secs)
     .fetch_all(&mut **tx)
     .await?;
     Ok(rows

@@ -496,6 +496,7 @@ impl Logs {
 /// secret or a token.
 #[tokio::test(flavor = "current_thread")]
 async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metric() {
+    crate::support::quiet_global_subscriber();
     let logs = Logs::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
