@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
 use fleet_bus::trace::TraceParent;
-use fleet_domain::state::Outcome;
+use fleet_domain::state::{Confirmation, Outcome};
 use fleet_domain::{DomainError, KeyKind, Source};
 use fleet_store::devices;
 use fleet_store::StoreError;
@@ -310,6 +310,23 @@ struct Plan<'a> {
     load: BTreeSet<String>,
 }
 
+impl Plan<'_> {
+    /// Counts one fast-path decision; true when it is a refresh to write.
+    fn count(&mut self, c: Confirmation) -> bool {
+        match c {
+            Confirmation::Stale => self.stale += 1,
+            Confirmation::Duplicate => self.duplicate += 1,
+            Confirmation::Refresh => {
+                self.applied += 1;
+                return true;
+            }
+            // Never recorded: a device that needs loading is in `load`.
+            Confirmation::Load => {}
+        }
+        false
+    }
+}
+
 /// Runs `confirm` over the batch in order, device by device: a device goes
 /// the fast way only when every observation of its in the batch is a
 /// snapshot the fast path decides (each one seeing the freshness the
@@ -321,7 +338,7 @@ fn plan<'a>(
     now: chrono::DateTime<Utc>,
     ttls: &fleet_domain::state::Ttls,
 ) -> Plan<'a> {
-    use fleet_domain::state::{confirm, confirm_heartbeat, Confirmation};
+    use fleet_domain::state::{confirm, confirm_heartbeat};
     let mut load = BTreeSet::new();
     let mut fresh: BTreeMap<&str, BTreeMap<Source, fleet_domain::state::Freshness>> =
         BTreeMap::new();
@@ -420,15 +437,8 @@ fn plan<'a>(
         if p.load.contains(id) {
             continue;
         }
-        match c {
-            Confirmation::Stale => p.stale += 1,
-            Confirmation::Duplicate => p.duplicate += 1,
-            Confirmation::Refresh => {
-                p.applied += 1;
-                last.insert((id, source), at);
-            }
-            // Never recorded: a device that needs loading is in `load`.
-            Confirmation::Load => {}
+        if p.count(c) {
+            last.insert((id, source), at);
         }
     }
     p.refreshed = last.into_iter().map(|((i, s), at)| (i, s, at)).collect();
@@ -437,15 +447,8 @@ fn plan<'a>(
         if p.load.contains(id) {
             continue;
         }
-        match c {
-            Confirmation::Stale => p.stale += 1,
-            Confirmation::Duplicate => p.duplicate += 1,
-            Confirmation::Refresh => {
-                p.applied += 1;
-                seen.insert(id, at);
-            }
-            // Never recorded: a device that needs loading is in `load`.
-            Confirmation::Load => {}
+        if p.count(c) {
+            seen.insert(id, at);
         }
     }
     p.seen = seen.into_iter().collect();
