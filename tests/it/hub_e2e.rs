@@ -278,6 +278,29 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
         "settled again at the device's version"
     );
 
+    // A session opening bumps the version but writes nothing the snapshot
+    // owns: the settledness moves along and the next resync is confirmed.
+    publish_connectivity(&env, &id, 1, "opened", t0 + chrono::Duration::seconds(25)).await;
+    eventually("connected", || async {
+        (env.device_field(&id, "connectivity").await == "connected").then_some(())
+    })
+    .await;
+    let opened: i64 = env.device_field(&id, "version").await.parse().unwrap();
+    assert!(opened > settled_again, "opening bumped the version");
+    assert_eq!(
+        freshness(id.clone()).await.unwrap().1,
+        opened,
+        "settled at the new version"
+    );
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(30)))
+        .await;
+    eventually("the resync after the opening is confirmed", || async {
+        let (at, _) = freshness(id.clone()).await?;
+        (at == t0 + chrono::Duration::seconds(30)).then_some(())
+    })
+    .await;
+    assert_eq!(hub.metrics.confirmed.get(), confirmed + 2, "confirmed");
+
     trigger.trigger();
     let _ = task.await;
     env.cleanup().await;

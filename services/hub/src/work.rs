@@ -108,7 +108,7 @@ impl Work {
         let mut outbox_rows = Vec::new();
         for t in self.devices.values_mut() {
             // A device is born at version 1, derived axes included.
-            t.after.finish(&t.before.record, t.born, now, ttls);
+            t.after.finish(&t.before, t.born, now, ttls);
             events(t, now, subjects, &mut lifecycle, &mut outbox_rows);
         }
         let pairs: Vec<(&DeviceState, &DeviceState)> = self

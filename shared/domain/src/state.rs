@@ -47,9 +47,11 @@ pub struct Freshness {
     /// The device `version` right after this snapshot was applied and the
     /// device re-derived, when that left every row the source owns holding
     /// the snapshot's values; `UNSETTLED` otherwise, and again as soon as
-    /// anything but a snapshot writes a condition. While it equals the
-    /// device's version, a later snapshot with the same digest can change
-    /// nothing but this row's `observed_at` (see [`confirm`]).
+    /// anything but the source's own snapshots changes one of those rows or
+    /// a mirrored column. A version bump that moves neither carries it
+    /// along (see [`DeviceState::finish`]). While it equals the device's
+    /// version, a later snapshot with the same digest can change nothing
+    /// but this row's `observed_at` (see [`confirm`]).
     pub settled_version: i64,
 }
 
@@ -58,6 +60,30 @@ pub struct Freshness {
 pub const UNSETTLED: i64 = 0;
 /// Set by `apply_snapshot`, turned into the device's version by `finish`.
 const SETTLING: i64 = -1;
+
+/// Whether the device columns a snapshot's mirror writes (and the
+/// deletion mark) are the same in both records.
+fn mirrored_columns_equal(a: &DeviceRecord, b: &DeviceRecord) -> bool {
+    a.deleted == b.deleted
+        && a.mirrors == b.mirrors
+        && a.power == b.power
+        && a.inventory_status == b.inventory_status
+        && a.custody == b.custody
+        && a.custody_credential_ref == b.custody_credential_ref
+}
+
+/// Whether the rows `source` owns hold the same values in both.
+fn owned_rows_equal(
+    source: Source,
+    a: &BTreeMap<ConditionType, ConditionRow>,
+    b: &BTreeMap<ConditionType, ConditionRow>,
+) -> bool {
+    observation_types_of(source).all(|t| match (a.get(&t), b.get(&t)) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.same_value(y.status, &y.reason, &y.message),
+        _ => false,
+    })
+}
 
 /// What a snapshot does to a device, decided from its freshness row and the
 /// device's version alone, without loading the device.
@@ -578,10 +604,12 @@ impl DeviceState {
         refresh_observed_at: bool,
     ) -> bool {
         if refresh_observed_at {
-            // Written by something other than a snapshot: no snapshot's
-            // freshness vouches for the rows any more.
-            for f in self.freshness.values_mut() {
-                f.settled_version = UNSETTLED;
+            // Written by something other than a snapshot: the snapshots of
+            // the sources owning the type no longer vouch for its row.
+            for owner in t.entry().owners {
+                if let Some(f) = self.freshness.get_mut(owner) {
+                    f.settled_version = UNSETTLED;
+                }
             }
         }
         match self.conditions.get_mut(&t) {
@@ -944,17 +972,30 @@ impl DeviceState {
     /// deleted), bumps `version` when the record changed beyond the
     /// heartbeat (a device `born` here keeps version 1), and settles the
     /// freshness rows of the snapshots applied since `before`.
-    pub fn finish(&mut self, before: &DeviceRecord, born: bool, now: DateTime<Utc>, ttls: &Ttls) {
+    ///
+    /// A source settled at `before`'s version stays settled at the new one
+    /// when nothing its snapshot's full apply writes has moved: its owned
+    /// rows hold the same values and the mirrored columns are unchanged. A
+    /// join, a session opening or closing, an adoption or a cordon bumps
+    /// the version without touching either, and must not send every
+    /// source's next snapshot down the full path.
+    pub fn finish(&mut self, before: &DeviceState, born: bool, now: DateTime<Utc>, ttls: &Ttls) {
         if !self.record.deleted {
             self.reconcile(now, ttls);
         }
-        if !born && self.record.differs_beyond_heartbeat(before) {
-            self.record.version = before.version + 1;
+        if !born && self.record.differs_beyond_heartbeat(&before.record) {
+            self.record.version = before.record.version + 1;
         }
         let version = self.record.version;
-        for f in self.freshness.values_mut() {
+        let mirrored_same = mirrored_columns_equal(&self.record, &before.record);
+        for (source, f) in self.freshness.iter_mut() {
             if f.settled_version == SETTLING {
                 f.settled_version = version;
+            } else if f.settled_version > UNSETTLED {
+                let kept = f.settled_version == before.record.version
+                    && mirrored_same
+                    && owned_rows_equal(*source, &self.conditions, &before.conditions);
+                f.settled_version = if kept { version } else { UNSETTLED };
             }
         }
     }

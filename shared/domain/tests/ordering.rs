@@ -389,6 +389,15 @@ enum Step {
     Write(u8, i64),
     /// An operator change to the record (bumps `version`).
     Cordon,
+    /// A session event from the gateway: opened, closed (bumps `version`
+    /// and moves connectivity and what derives from it).
+    Session(bool),
+    /// A re-join: a new identity generation (bumps `version`).
+    Rejoin,
+    /// A single write by slurm to a type it owns.
+    SlurmWrite(u8, i64),
+    /// A mirrored column moved by something other than its snapshot.
+    ForeignMirror,
     /// The clock moves on, by seconds (past the TTL now and then).
     Wait(i64),
 }
@@ -398,6 +407,10 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (0u8..3, 0i64..20, prop::array::uniform6(0u8..2)).prop_map(|(s, d, v)| Step::Snapshot(s, d, v)),
         2 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::Write(v, d)),
         1 => Just(Step::Cordon),
+        2 => any::<bool>().prop_map(Step::Session),
+        1 => Just(Step::Rejoin),
+        1 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::SlurmWrite(v, d)),
+        1 => Just(Step::ForeignMirror),
         2 => (0i64..90).prop_map(Step::Wait),
     ]
 }
@@ -415,6 +428,7 @@ proptest! {
         let ttls = Ttls::uniform(Duration::seconds(60));
         let mut now = t(1_000);
         let mut clock = 0i64;
+        let mut epoch = 0i64;
         let mut s = base();
         for st in steps {
             let before = s.clone();
@@ -433,7 +447,7 @@ proptest! {
                         &ttls,
                     );
                     let (outcome, _) = s.apply_snapshot(&snap, now);
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
                     match c {
                         Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
                         Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
@@ -445,9 +459,9 @@ proptest! {
                             fast.freshness.get_mut(&snap.source).unwrap().observed_at = snap.observed_at;
                             // Refreshing changes nothing derivation reads...
                             let mut a = fast.clone();
-                            a.finish(&fast.record, false, now, &ttls);
+                            a.finish(&fast, false, now, &ttls);
                             let mut b = before.clone();
-                            b.finish(&before.record, false, now, &ttls);
+                            b.finish(&before, false, now, &ttls);
                             for t in fast.conditions.keys() {
                                 prop_assert_eq!(fast.effective(*t, now, &ttls), before.effective(*t, now, &ttls));
                             }
@@ -469,16 +483,43 @@ proptest! {
                     };
                     let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
                     let _ = s.apply_condition_write(Source::Openstack, &w, Some(at), false, now);
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
                 }
                 Step::Cordon => {
                     s.record.cordoned = !s.record.cordoned;
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
+                }
+                Step::Session(open) => {
+                    epoch += 1;
+                    let event = if open { ConnectivityEvent::Opened } else { ConnectivityEvent::Closed };
+                    s.apply_connectivity(epoch, "gw-1", event, now);
+                    s.finish(&before, false, now, &ttls);
+                }
+                Step::ForeignMirror => {
+                    s.record.mirrors.slurm_states = vec!["DRAIN".into()];
+                    s.finish(&before, false, now, &ttls);
+                }
+                Step::Rejoin => {
+                    s.record.identity_generation += 1;
+                    s.finish(&before, false, now, &ttls);
+                }
+                Step::SlurmWrite(v, d) => {
+                    clock += d;
+                    let t = fleet_domain::catalogue::observation_types_of(Source::Slurm).next().unwrap();
+                    let w = ConditionInput {
+                        condition_type: t,
+                        status: status(v),
+                        reason: String::new(),
+                        message: String::new(),
+                    };
+                    let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
+                    let _ = s.apply_condition_write(Source::Slurm, &w, Some(at), false, now);
+                    s.finish(&before, false, now, &ttls);
                 }
                 Step::Wait(secs) => {
                     now += Duration::seconds(secs);
                     // The sweeper re-derives what went silent.
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
                 }
             }
         }
@@ -486,7 +527,7 @@ proptest! {
 }
 
 #[test]
-fn a_repeated_snapshot_is_confirmed_until_something_else_writes() {
+fn a_repeated_snapshot_is_confirmed_until_something_it_writes_moves() {
     let ttls = Ttls::uniform(Duration::seconds(60));
     let now = t(40);
     let mut s = base();
@@ -507,7 +548,7 @@ fn a_repeated_snapshot_is_confirmed_until_something_else_writes() {
         )
     };
     assert_eq!(c(&s, &first), Confirmation::Load, "nothing stored yet");
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_snapshot(&first, now);
     s.finish(&before, false, now, &ttls);
     assert_eq!(c(&s, &first), Confirmation::Duplicate);
@@ -525,13 +566,13 @@ fn a_repeated_snapshot_is_confirmed_until_something_else_writes() {
         reason: String::new(),
         message: String::new(),
     };
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_condition_write(Source::Openstack, &w, Some(t(15)), false, now)
         .unwrap();
     s.finish(&before, false, now, &ttls);
     assert_eq!(c(&s, &again), Confirmation::Load);
     // Applied in full, the snapshot settles again.
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_snapshot(&again, now);
     s.finish(&before, false, now, &ttls);
     let third = Snapshot {
@@ -539,13 +580,46 @@ fn a_repeated_snapshot_is_confirmed_until_something_else_writes() {
         ..first.clone()
     };
     assert_eq!(c(&s, &third), Confirmation::Refresh);
-    // An operator change bumps the version: load once more.
-    let before = s.record.clone();
+    // An operator change, a session opening and a write to a type another
+    // source owns bump the version or write rows, but nothing the
+    // snapshot's full apply would write: still confirmed.
+    let v = s.record.version;
+    let before = s.clone();
     s.record.cordoned = true;
+    s.finish(&before, false, now, &ttls);
+    let before = s.clone();
+    s.apply_connectivity(1, "gw-1", ConnectivityEvent::Opened, now);
+    s.finish(&before, false, now, &ttls);
+    let before = s.clone();
+    let slurm_type = fleet_domain::catalogue::observation_types_of(Source::Slurm)
+        .next()
+        .unwrap();
+    s.apply_condition_write(
+        Source::Slurm,
+        &ConditionInput {
+            condition_type: slurm_type,
+            status: ConditionStatus::True,
+            reason: String::new(),
+            message: String::new(),
+        },
+        Some(t(15)),
+        false,
+        now,
+    )
+    .unwrap();
+    s.finish(&before, false, now, &ttls);
+    assert!(
+        s.record.version >= v + 2,
+        "cordon and open bump the version"
+    );
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // A mirrored column moved by something else: load once more.
+    let before = s.clone();
+    s.record.power = Power::Off;
     s.finish(&before, false, now, &ttls);
     assert_eq!(c(&s, &third), Confirmation::Load);
     // A silent source is never refreshed without loading.
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_snapshot(&third, now);
     s.finish(&before, false, now, &ttls);
     // Read 61 s after it was observed, with a 60 s TTL.
@@ -570,7 +644,7 @@ fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
     let now = t(40);
     let mut s = base();
     let first = snap(0, 10, [1, 0, 1, 0, 1, 0]);
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_snapshot(&first, now);
     s.finish(&before, false, now, &ttls);
     // A single write observed at 25 ...
@@ -580,7 +654,7 @@ fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
         reason: "Written".into(),
         message: String::new(),
     };
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_condition_write(Source::Openstack, &w, Some(t(25)), false, now)
         .unwrap();
     s.finish(&before, false, now, &ttls);
@@ -589,7 +663,7 @@ fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
         observed_at: t(20),
         ..first.clone()
     };
-    let before = s.record.clone();
+    let before = s.clone();
     s.apply_snapshot(&again, now);
     s.finish(&before, false, now, &ttls);
     assert_eq!(
@@ -666,7 +740,7 @@ proptest! {
                     if outcome == Outcome::Applied {
                         s.report_generation(generation);
                     }
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
                     match c {
                         Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
                         Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
@@ -678,7 +752,7 @@ proptest! {
                             prop_assert_eq!(fast.record.version, s.record.version, "a heartbeat never bumps version");
                             // The full path is the fast one plus the
                             // sweeper's re-derivation.
-                            fast.finish(&before.record, false, now, &ttls);
+                            fast.finish(&before, false, now, &ttls);
                             prop_assert_eq!(&s, &fast);
                         }
                     }
@@ -686,7 +760,7 @@ proptest! {
                 Beat::Sweep(secs) => {
                     now += Duration::seconds(secs);
                     s.apply_liveness(now, Duration::seconds(30), Duration::seconds(120));
-                    s.finish(&before.record, false, now, &ttls);
+                    s.finish(&before, false, now, &ttls);
                 }
             }
         }
