@@ -74,16 +74,23 @@ pub trait Target: Send + 'static {
 }
 
 /// The device keys of the last successful read: what an outage speaks for,
-/// and what a later read compares with to find vanished devices.
+/// and what a later read compares with to find vanished devices; with each
+/// key the content of its last snapshot, to tell a change from a resync.
 #[derive(Debug, Default)]
 pub struct Tracker {
-    last_seen: BTreeMap<(String, String, String), v1::DeviceKey>,
+    last_seen: BTreeMap<(String, String, String), (v1::DeviceKey, Option<u64>)>,
 }
 
 /// What a successful read publishes.
 #[derive(Debug, Default)]
 pub struct Observed {
+    /// New devices and devices whose snapshot differs from the previous
+    /// read's in anything but `observed_at`: published at once.
     pub observed: Vec<v1::ConditionSnapshot>,
+    /// Snapshots equal to the previous read's but for `observed_at`: they
+    /// only keep the hub's freshness, so they may be spread over the
+    /// interval (`poll.resync_spread`).
+    pub resync: Vec<v1::ConditionSnapshot>,
     pub vanished: Vec<v1::ConditionSnapshot>,
     /// Keys listed twice in one read; the first listing wins.
     pub duplicates: Vec<v1::DeviceKey>,
@@ -99,7 +106,7 @@ impl Tracker {
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &v1::DeviceKey> {
-        self.last_seen.values()
+        self.last_seen.values().map(|(k, _)| k)
     }
 
     /// Records a successful read and returns what to publish.
@@ -118,10 +125,16 @@ impl Tracker {
                 out.duplicates.push(k);
                 continue;
             }
-            now_seen.insert(id, k);
-            out.observed.push(s);
+            let content = content_of(&s);
+            let before = self.last_seen.get(&id).and_then(|(_, c)| *c);
+            now_seen.insert(id, (k, Some(content)));
+            if before == Some(content) {
+                out.resync.push(s);
+            } else {
+                out.observed.push(s);
+            }
         }
-        for (id, k) in &self.last_seen {
+        for (id, (k, _)) in &self.last_seen {
             if !now_seen.contains_key(id) {
                 if let Some(s) = target.vanished(k, at) {
                     out.vanished.push(s);
@@ -133,19 +146,43 @@ impl Tracker {
     }
 
     /// The outage snapshots for a failed read: every device last seen, its
-    /// conditions `Unknown` with the target's outage reason.
+    /// conditions `Unknown` with the target's outage reason. What the next
+    /// good read lists is a change again (the hub then holds `Unknown`).
     pub fn read_failed<T: Target + ?Sized>(
-        &self,
+        &mut self,
         target: &T,
         at: DateTime<Utc>,
         error: &SourceError,
     ) -> Vec<v1::ConditionSnapshot> {
         let message = truncate(&error.to_string(), 300);
+        for (_, content) in self.last_seen.values_mut() {
+            *content = None;
+        }
         self.last_seen
             .values()
-            .filter_map(|k| target.outage(k, at, &message))
+            .filter_map(|(k, _)| target.outage(k, at, &message))
             .collect()
     }
+}
+
+/// A snapshot's content without `observed_at`.
+fn content_of(s: &v1::ConditionSnapshot) -> u64 {
+    use fleet_proto::Message;
+    use std::hash::{Hash, Hasher};
+    let mut bare = s.clone();
+    bare.observed_at = None;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bare.encode_to_vec().hash(&mut h);
+    h.finish()
+}
+
+/// How long to spread `n` resync snapshots over: `spread` of the
+/// interval, none when there is nothing to spread.
+pub fn spread_budget(interval: Duration, spread: f64, n: usize) -> Duration {
+    if n == 0 || !spread.is_finite() || spread <= 0.0 {
+        return Duration::ZERO;
+    }
+    interval.mul_f64(spread.min(0.9))
 }
 
 /// Polls `target` until shutdown. The read is abandoned when shutdown
@@ -174,6 +211,7 @@ pub async fn run_target<T: Target>(
     );
     loop {
         let started = Instant::now();
+        let mut spent_pacing = Duration::ZERO;
         let at = observed_now();
         let read = tokio::select! {
             r = target.poll(PollContext { observed_at: at, bus: &bus, metrics: &metrics }) => r,
@@ -216,12 +254,30 @@ pub async fn run_target<T: Target>(
                         poll.publish_in_flight,
                     )
                     .await;
+                // Resyncs only keep the hub's freshness: spread over part
+                // of the interval, they do not queue ahead of other
+                // sources' changes and the agents' heartbeats in one burst.
+                let paced = Instant::now();
+                let budget = spread_budget(interval, poll.resync_spread, o.resync.len());
+                let r = tokio::select! {
+                    r = bus.publish_spread(
+                        &metrics,
+                        source,
+                        &site,
+                        &o.resync,
+                        poll.publish_in_flight,
+                        budget,
+                    ) => r,
+                    _ = shutdown.wait() => break,
+                };
+                spent_pacing = paced.elapsed();
                 tracing::debug!(
                     source,
                     site,
-                    devices = o.observed.len(),
+                    changed = o.observed.len(),
+                    resync = o.resync.len(),
                     vanished = o.vanished.len(),
-                    failed = a.failed + v.failed,
+                    failed = a.failed + v.failed + r.failed,
                     "poll published"
                 );
                 "ok"
@@ -252,7 +308,8 @@ pub async fn run_target<T: Target>(
             }
         };
         metrics.poll(source, &site, outcome, started.elapsed());
-        let wait = jittered(interval, poll.jitter, unit());
+        // The time spent pacing resyncs is part of the interval.
+        let wait = jittered(interval, poll.jitter, unit()).saturating_sub(spent_pacing);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.wait() => break,
@@ -358,6 +415,51 @@ mod tests {
         }
         // A failed read forgets nothing.
         assert_eq!(tr.len(), 2);
+    }
+
+    #[test]
+    fn an_unchanged_snapshot_is_a_resync_until_an_outage() {
+        let t = Fake { vanish: false };
+        let mut tr = Tracker::default();
+        let at = observed_now();
+        let later = at + chrono::Duration::seconds(60);
+        let o = tr.read_ok(&t, vec![seen("gpu01", at), seen("gpu02", at)], at);
+        assert_eq!((o.observed.len(), o.resync.len()), (2, 0), "new devices");
+        // gpu02 changes; gpu01 differs only in observed_at.
+        let mut changed = seen("gpu02", later);
+        changed.conditions.push(condition(
+            ConditionType::SlurmRegistered,
+            ConditionStatus::True,
+            "",
+            "",
+        ));
+        let o = tr.read_ok(&t, vec![seen("gpu01", later), changed.clone()], later);
+        assert_eq!(o.observed.len(), 1);
+        assert_eq!(o.observed[0].device.as_ref().unwrap().key, "gpu02");
+        assert_eq!(o.resync.len(), 1);
+        assert_eq!(o.resync[0].device.as_ref().unwrap().key, "gpu01");
+        // After an outage the hub holds Unknown: everything is a change.
+        let err = SourceError::Connect {
+            url: "http://slurm:6820/".into(),
+            message: "connection refused".into(),
+        };
+        tr.read_failed(&t, later, &err);
+        let o = tr.read_ok(&t, vec![seen("gpu01", later), changed], later);
+        assert_eq!((o.observed.len(), o.resync.len()), (2, 0));
+    }
+
+    #[test]
+    fn resyncs_are_spread_over_part_of_the_interval() {
+        let i = Duration::from_secs(100);
+        assert_eq!(spread_budget(i, 0.5, 10), Duration::from_secs(50));
+        assert_eq!(
+            spread_budget(i, 0.5, 0),
+            Duration::ZERO,
+            "nothing to spread"
+        );
+        assert_eq!(spread_budget(i, 0.0, 10), Duration::ZERO, "disabled");
+        assert_eq!(spread_budget(i, f64::NAN, 10), Duration::ZERO);
+        assert_eq!(spread_budget(i, 3.0, 10), Duration::from_secs(90), "capped");
     }
 
     #[test]

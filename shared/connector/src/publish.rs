@@ -74,6 +74,40 @@ impl Bus {
         Err(last)
     }
 
+    /// Publishes `snapshots` evenly over `budget`: small groups (at most
+    /// `in_flight`, about ten a second), each started on its schedule.
+    /// With no budget, as [`Bus::publish_all`].
+    pub async fn publish_spread(
+        &self,
+        metrics: &ConnectorMetrics,
+        source: &str,
+        site: &str,
+        snapshots: &[v1::ConditionSnapshot],
+        in_flight: usize,
+        budget: Duration,
+    ) -> PublishReport {
+        let n = snapshots.len();
+        let ticks = (budget.as_secs_f64() * 10.0).floor() as usize;
+        if n == 0 || ticks <= 1 {
+            return self
+                .publish_all(metrics, source, site, "observed", snapshots, in_flight)
+                .await;
+        }
+        let group = n.div_ceil(ticks).clamp(1, in_flight.max(1));
+        let groups = n.div_ceil(group);
+        let start = tokio::time::Instant::now();
+        let mut report = PublishReport::default();
+        for (i, chunk) in snapshots.chunks(group).enumerate() {
+            tokio::time::sleep_until(start + budget.mul_f64(i as f64 / groups as f64)).await;
+            let r = self
+                .publish_all(metrics, source, site, "observed", chunk, in_flight)
+                .await;
+            report.acked += r.acked;
+            report.failed += r.failed;
+        }
+        report
+    }
+
     /// Publishes every snapshot, `in_flight` at a time, and awaits each
     /// PubAck. Failures are logged and counted, never fatal: the next poll
     /// publishes again.

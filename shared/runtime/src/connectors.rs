@@ -124,6 +124,11 @@ pub struct PollConfig {
     pub max_pages: u32,
     /// Observations published before their PubAcks are awaited.
     pub publish_in_flight: usize,
+    /// Fraction of the interval (0 to 0.9) over which a read's resyncs,
+    /// snapshots unchanged since the previous read but for `observed_at`,
+    /// are spread; new, changed and vanished devices are published at
+    /// once. 0 publishes everything at once.
+    pub resync_spread: f64,
 }
 
 impl Default for PollConfig {
@@ -138,6 +143,7 @@ impl Default for PollConfig {
             backoff_max_ms: 5_000,
             max_pages: 10_000,
             publish_in_flight: 256,
+            resync_spread: 0.5,
         }
     }
 }

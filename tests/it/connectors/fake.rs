@@ -149,6 +149,7 @@ pub fn fast_poll() -> PollConfig {
         backoff_max_ms: 20,
         max_pages: 50,
         publish_in_flight: 64,
+        resync_spread: 0.0,
     }
 }
 
