@@ -61,15 +61,49 @@ pub const UNSETTLED: i64 = 0;
 /// Set by `apply_snapshot`, turned into the device's version by `finish`.
 const SETTLING: i64 = -1;
 
-/// Whether the device columns a snapshot's mirror writes (and the
-/// deletion mark) are the same in both records.
-fn mirrored_columns_equal(a: &DeviceRecord, b: &DeviceRecord) -> bool {
+/// Whether `mirror` is the kind `source`'s snapshots carry (or none): only
+/// then does [`mirrored_columns_equal`] cover what applying it writes, and
+/// only then may the snapshot settle.
+fn mirror_is_the_sources(source: Source, mirror: &Mirror) -> bool {
+    matches!(
+        (source, mirror),
+        (_, Mirror::None)
+            | (Source::Openstack, Mirror::Ironic { .. })
+            | (Source::Slurm, Mirror::Slurm { .. })
+            | (Source::Netbox, Mirror::Netbox { .. })
+            | (Source::HealthStatus, Mirror::Health { .. })
+            | (Source::Borneo, Mirror::Custody { .. })
+    )
+}
+
+/// Whether the device columns `source`'s mirror writes (and the deletion
+/// mark) are the same in both records. Per source, so one source's first
+/// mirror does not unsettle the others.
+fn mirrored_columns_equal(source: Source, a: &DeviceRecord, b: &DeviceRecord) -> bool {
+    let (x, y) = (&a.mirrors, &b.mirrors);
     a.deleted == b.deleted
-        && a.mirrors == b.mirrors
-        && a.power == b.power
-        && a.inventory_status == b.inventory_status
-        && a.custody == b.custody
-        && a.custody_credential_ref == b.custody_credential_ref
+        && match source {
+            Source::Openstack => {
+                x.ironic_provision_state == y.ironic_provision_state
+                    && x.ironic_maintenance == y.ironic_maintenance
+                    && x.ironic_maintenance_reason == y.ironic_maintenance_reason
+                    && x.ironic_instance_uuid == y.ironic_instance_uuid
+                    && x.ironic_lessee == y.ironic_lessee
+                    && a.power == b.power
+            }
+            Source::Slurm => x.slurm_states == y.slurm_states,
+            Source::Netbox => {
+                a.inventory_status == b.inventory_status && x.netbox_tags == y.netbox_tags
+            }
+            Source::HealthStatus => x.chassis_health == y.chassis_health,
+            Source::Borneo => {
+                a.custody == b.custody && a.custody_credential_ref == b.custody_credential_ref
+            }
+            Source::FrontendFabric
+            | Source::BackendFabric
+            | Source::NvlinkFabric
+            | Source::Gateway => true,
+        }
 }
 
 /// Whether the rows `source` owns hold the same values in both.
@@ -582,7 +616,11 @@ impl DeviceState {
             Freshness {
                 observed_at: snap.observed_at,
                 digest,
-                settled_version: if holds { SETTLING } else { UNSETTLED },
+                settled_version: if holds && mirror_is_the_sources(snap.source, &snap.mirror) {
+                    SETTLING
+                } else {
+                    UNSETTLED
+                },
             },
         );
         let notes = self.apply_mirror(&snap.mirror, now);
@@ -987,13 +1025,12 @@ impl DeviceState {
             self.record.version = before.record.version + 1;
         }
         let version = self.record.version;
-        let mirrored_same = mirrored_columns_equal(&self.record, &before.record);
         for (source, f) in self.freshness.iter_mut() {
             if f.settled_version == SETTLING {
                 f.settled_version = version;
             } else if f.settled_version > UNSETTLED {
                 let kept = f.settled_version == before.record.version
-                    && mirrored_same
+                    && mirrored_columns_equal(*source, &self.record, &before.record)
                     && owned_rows_equal(*source, &self.conditions, &before.conditions);
                 f.settled_version = if kept { version } else { UNSETTLED };
             }

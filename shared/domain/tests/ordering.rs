@@ -613,6 +613,15 @@ fn a_repeated_snapshot_is_confirmed_until_something_it_writes_moves() {
         "cordon and open bump the version"
     );
     assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // Another source's first snapshot moves its own mirror, not this one's.
+    let before = s.clone();
+    s.apply_snapshot(&snap(1, 12, [1, 1, 0, 0, 0, 0]), now);
+    s.finish(&before, false, now, &ttls);
+    assert_ne!(
+        s.record.mirrors.slurm_states,
+        before.record.mirrors.slurm_states
+    );
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
     // A mirrored column moved by something else: load once more.
     let before = s.clone();
     s.record.power = Power::Off;
