@@ -385,8 +385,9 @@ fn source_silence_reads_unknown_and_keeps_validation() {
 #[derive(Debug, Clone)]
 enum Step {
     Snapshot(u8, i64, [u8; 6]),
-    /// A single condition write by openstack with a status and a time.
-    Write(u8, i64),
+    /// A single condition write, by slurm (true) or openstack, to a type
+    /// it owns, with a status and a time.
+    Write(bool, u8, i64),
     /// An operator change to the record (bumps `version`).
     Cordon,
     /// A session event from the gateway: opened, closed (bumps `version`
@@ -394,8 +395,6 @@ enum Step {
     Session(bool),
     /// A re-join: a new identity generation (bumps `version`).
     Rejoin,
-    /// A single write by slurm to a type it owns.
-    SlurmWrite(u8, i64),
     /// A mirrored column moved by something other than its snapshot.
     ForeignMirror,
     /// The clock moves on, by seconds (past the TTL now and then).
@@ -405,11 +404,11 @@ enum Step {
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0u8..3, 0i64..20, prop::array::uniform6(0u8..2)).prop_map(|(s, d, v)| Step::Snapshot(s, d, v)),
-        2 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::Write(v, d)),
+        2 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::Write(false, v, d)),
         1 => Just(Step::Cordon),
         2 => any::<bool>().prop_map(Step::Session),
         1 => Just(Step::Rejoin),
-        1 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::SlurmWrite(v, d)),
+        1 => (0u8..3, 0i64..20).prop_map(|(v, d)| Step::Write(true, v, d)),
         1 => Just(Step::ForeignMirror),
         2 => (0i64..90).prop_map(Step::Wait),
     ]
@@ -473,16 +472,23 @@ proptest! {
                         }
                     }
                 }
-                Step::Write(v, d) => {
+                Step::Write(slurm, v, d) => {
                     clock += d;
+                    // Openstack's IronicMaintenance, or slurm's first type.
+                    let (source, condition_type) = if slurm {
+                        let t = fleet_domain::catalogue::observation_types_of(Source::Slurm).next().unwrap();
+                        (Source::Slurm, t)
+                    } else {
+                        (Source::Openstack, ConditionType::IronicMaintenance)
+                    };
                     let w = ConditionInput {
-                        condition_type: ConditionType::IronicMaintenance,
+                        condition_type,
                         status: status(v),
                         reason: String::new(),
                         message: String::new(),
                     };
                     let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
-                    let _ = s.apply_condition_write(Source::Openstack, &w, Some(at), false, now);
+                    let _ = s.apply_condition_write(source, &w, Some(at), false, now);
                     s.finish(&before, false, now, &ttls);
                 }
                 Step::Cordon => {
@@ -501,19 +507,6 @@ proptest! {
                 }
                 Step::Rejoin => {
                     s.record.identity_generation += 1;
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::SlurmWrite(v, d) => {
-                    clock += d;
-                    let t = fleet_domain::catalogue::observation_types_of(Source::Slurm).next().unwrap();
-                    let w = ConditionInput {
-                        condition_type: t,
-                        status: status(v),
-                        reason: String::new(),
-                        message: String::new(),
-                    };
-                    let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
-                    let _ = s.apply_condition_write(Source::Slurm, &w, Some(at), false, now);
                     s.finish(&before, false, now, &ttls);
                 }
                 Step::Wait(secs) => {
