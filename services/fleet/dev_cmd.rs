@@ -41,13 +41,47 @@ pub struct DevArgs {
     pub exit_when_derived: bool,
 }
 
-/// CPU seconds this process has used (user + system), from /proc.
-fn cpu_secs() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+/// CPU seconds (user + system) this process and the hub's threads
+/// (`fleet_dev::HUB_THREADS`) have used, from /proc. A thread that has
+/// ended takes its seconds with it, so a difference is at least 0.
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuSecs {
+    process: f64,
+    hub: f64,
+}
+
+impl CpuSecs {
+    fn now() -> CpuSecs {
+        let read = |path: std::path::PathBuf| -> Option<f64> {
+            let stat = std::fs::read_to_string(path).ok()?;
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        };
+        let process = read("/proc/self/stat".into()).unwrap_or(0.0);
+        let mut hub = 0.0;
+        for task in std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() == fleet_dev::HUB_THREADS {
+                hub += read(task.path().join("stat")).unwrap_or(0.0);
+            }
+        }
+        CpuSecs { process, hub }
+    }
+
+    /// Percent of one core each used from `earlier` to `self`, `dt` apart.
+    fn percent_since(&self, earlier: &CpuSecs, dt: f64) -> (f64, f64) {
+        let dt = dt.max(0.001);
+        (
+            ((self.process - earlier.process) / dt * 100.0).max(0.0),
+            ((self.hub - earlier.hub) / dt * 100.0).max(0.0),
+        )
+    }
 }
 
 async fn signal() {
@@ -160,8 +194,9 @@ async fn show(
     let mut every = tokio::time::interval(Duration::from_secs(1));
     let mut derived_at: Option<f64> = None;
     let mut snapshots_at: Option<f64> = None;
-    let mut last: Option<(Instant, f64, f64)> = None;
+    let mut last: Option<(Instant, f64, CpuSecs)> = None;
     let mut agreement: Option<Agreement> = None;
+    let mut progress: Option<fleet_dev::Progress> = None;
     let check_every = agreement_every(mesh.devices);
     let mut tick: u64 = 0;
     loop {
@@ -173,13 +208,21 @@ async fn show(
         let now = Instant::now();
         let secs = started.elapsed().as_secs_f64();
         if derived_at.is_none() {
-            let p = match mesh.progress().await {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("progress: {e:#}");
-                    continue;
+            // Counting reads every device and freshness row: at 100,000
+            // devices as often as the agreement, not every second.
+            let stale = progress
+                .as_ref()
+                .is_none_or(|p| (p.imported as usize) < p.of || tick % check_every == 0);
+            if stale {
+                match mesh.progress().await {
+                    Ok(p) => progress = Some(p),
+                    Err(e) => {
+                        eprintln!("progress: {e:#}");
+                        continue;
+                    }
                 }
-            };
+            }
+            let Some(p) = progress else { continue };
             if p.done() && snapshots_at.is_none() {
                 snapshots_at = Some(secs);
             }
@@ -260,13 +303,13 @@ async fn show(
                 continue;
             }
         };
-        let cpu = cpu_secs().unwrap_or(0.0);
+        let cpu = CpuSecs::now();
         let (obs_rate, cpu_pct) = match last {
             Some((t, o, c)) => {
                 let dt = now.duration_since(t).as_secs_f64().max(0.001);
-                ((s.observations_total - o) / dt, (cpu - c) / dt * 100.0)
+                ((s.observations_total - o) / dt, cpu.percent_since(&c, dt))
             }
-            None => (0.0, 0.0),
+            None => (0.0, (0.0, 0.0)),
         };
         last = Some((now, s.observations_total, cpu));
         if tty {
@@ -287,15 +330,14 @@ async fn show(
 async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
     const WINDOW: f64 = 60.0;
     let obs0 = mesh.hub_observations().await.unwrap_or(0.0);
-    let cpu0 = cpu_secs().unwrap_or(0.0);
+    let cpu0 = CpuSecs::now();
     tokio::time::sleep(Duration::from_secs_f64(WINDOW)).await;
     let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
-    let cpu1 = cpu_secs().unwrap_or(0.0);
+    let (process, hub) = CpuSecs::now().percent_since(&cpu0, WINDOW);
     let during = mesh.agreement().await?;
     println!(
-        "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, process CPU {:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
+        "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, hub CPU {hub:.0}%, process CPU {process:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
         (obs1 - obs0) / WINDOW,
-        (cpu1 - cpu0) / WINDOW * 100.0,
         during.matching,
         during.of
     );
@@ -331,9 +373,9 @@ fn map(m: &std::collections::BTreeMap<String, i64>) -> String {
         .join(" ")
 }
 
-fn line(s: &Summary, secs: f64, obs: f64, cpu: f64) -> String {
+fn line(s: &Summary, secs: f64, obs: f64, (cpu, hub_cpu): (f64, f64)) -> String {
     format!(
-        "[{secs:6.1}s] operational {} | health {} | connectivity {} | custody {} | latches {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | cpu {cpu:.0}%",
+        "[{secs:6.1}s] operational {} | health {} | connectivity {} | custody {} | latches {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | hub cpu {hub_cpu:.0}% | cpu {cpu:.0}%",
         map(&s.operational),
         map(&s.health),
         map(&s.connectivity),
@@ -377,7 +419,7 @@ fn screen(
     secs: f64,
     derived_at: Option<f64>,
     obs: f64,
-    cpu: f64,
+    (cpu, hub_cpu): (f64, f64),
 ) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
@@ -416,7 +458,7 @@ fn screen(
     );
     let _ = writeln!(
         o,
-        "hub: {obs:.0} observations/s   event lag: {} outbox rows, oldest {:.1} s   process CPU {cpu:.0}%",
+        "hub: {obs:.0} observations/s   event lag: {} outbox rows, oldest {:.1} s   hub CPU {hub_cpu:.0}%   process CPU {cpu:.0}%",
         s.outbox_rows, s.outbox_oldest_secs
     );
     let a = mesh

@@ -637,3 +637,107 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
     hub_task.await.unwrap();
     env.cleanup().await;
 }
+
+/// The `GpuCountMismatch` resync re-publishes the condition of every live
+/// session (the hub's `gateway` freshness moves for each), spread over the
+/// time it is given, and publishes nothing once shutdown has come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shutdown() {
+    let mut env = TestEnv::new().await;
+    // Only the explicit resyncs below.
+    env.config.gateway.snapshot_resync_secs = 3600;
+    let token = seed(&env, Trust::Platform).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (gw, gw_stop, gw_task) = start_gateway(&env).await;
+
+    let mut ids = vec![];
+    for (n, gpus) in [(1, 8), (2, 6), (3, 8)] {
+        let mut a = SimAgent::new(
+            env.nats.clone(),
+            env.subjects.clone(),
+            SimSpec::numbered("rsy", n, gpus),
+        );
+        a.join(&token).await.unwrap();
+        a.open().await.unwrap();
+        if n == 3 {
+            a.close().await.unwrap();
+        } else {
+            ids.push(a.device_id.clone());
+        }
+    }
+    let observed = |ids: Vec<String>| {
+        let pool = env.pool.clone();
+        async move {
+            let rows: Vec<(String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+                "SELECT device_id, observed_at FROM device_source_freshness \
+                 WHERE source = 'gateway' AND device_id = ANY($1) ORDER BY device_id",
+            )
+            .bind(&ids)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            rows
+        }
+    };
+    let before = eventually("both live sessions have a gateway snapshot", || {
+        let o = observed(ids.clone());
+        async move {
+            let rows = o.await;
+            (rows.len() == 2).then_some(rows)
+        }
+    })
+    .await;
+
+    // Shutdown already came: nothing is published.
+    let (stop, mut stopped) = Shutdown::new();
+    stop.trigger();
+    let n = gw
+        .resync_conditions(Duration::from_secs(30), &mut stopped)
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "a resync after shutdown publishes nothing");
+
+    // The closed session is not resynced; both live ones are.
+    let (_keep, mut running) = Shutdown::new();
+    let n = gw
+        .resync_conditions(Duration::from_millis(200), &mut running)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    eventually("the hub saw a later snapshot of both", || {
+        let o = observed(ids.clone());
+        let before = before.clone();
+        async move {
+            let rows = o.await;
+            rows.iter()
+                .zip(&before)
+                .all(|((_, now), (_, then))| now > then)
+                .then_some(())
+        }
+    })
+    .await;
+    let mismatch: Vec<String> = sqlx::query_scalar(
+        "SELECT status FROM device_conditions WHERE type = 'GpuCountMismatch' \
+         AND device_id = ANY($1) ORDER BY device_id",
+    )
+    .bind(&ids)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let mut want = vec![];
+    for id in &ids {
+        let gpus: i32 = sqlx::query_scalar("SELECT gpu_count FROM devices WHERE id = $1")
+            .bind(id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+        want.push(if gpus < 8 { "True" } else { "False" }.to_string());
+    }
+    assert_eq!(mismatch, want);
+
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}

@@ -84,6 +84,24 @@ struct Task {
     name: &'static str,
     trigger: ShutdownTrigger,
     handle: JoinHandle<anyhow::Result<()>>,
+    /// The runtime of a service that runs on threads of its own.
+    _runtime: Option<OwnRuntime>,
+}
+
+/// The name of the hub's threads: `fleet dev` runs the hub on a runtime of
+/// its own, so its CPU can be told apart from the rest of the process
+/// (`/proc/self/task/*/comm`).
+pub const HUB_THREADS: &str = "fleet-hub";
+
+/// A runtime a service runs on, shut down (without blocking) when dropped.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// A running mesh.
@@ -222,6 +240,14 @@ impl DevMesh {
                 .ttl_secs
                 .insert(source.into(), ttl(fabric_resync));
         }
+        // The gateway re-publishes `GpuCountMismatch` for every live session
+        // as often as the connectors read: at the default minute, 100,000
+        // agents were 1,667 snapshots/s, more than all connectors together.
+        config.gateway.snapshot_resync_secs = opts.resync_secs.ceil() as u64;
+        config
+            .hub
+            .ttl_secs
+            .insert("gateway".into(), ttl(opts.resync_secs.ceil()));
         config.hub.sweep_interval_ms = 1000;
         let heartbeat = agents::heartbeat_interval(opts.agents.min(opts.devices));
         config.hub.unreachable_after_secs = config
@@ -314,11 +340,27 @@ impl DevMesh {
                 name,
                 trigger,
                 handle,
+                _runtime: None,
             });
         };
-        spawn("hub", &mut tasks, false, |c, s| {
-            Box::pin(fleet_hub::run(c, s))
-        });
+        {
+            // Two worker threads of its own: everything the hub spawns
+            // (its NATS connection, pool, lanes, relay) runs there.
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(HUB_THREADS)
+                .enable_all()
+                .build()
+                .context("building the hub's runtime")?;
+            let (trigger, shutdown) = Shutdown::new();
+            let handle = rt.spawn(fleet_hub::run(config.clone(), shutdown));
+            tasks.push(Task {
+                name: "hub",
+                trigger,
+                handle,
+                _runtime: Some(OwnRuntime(Some(rt))),
+            });
+        }
         // The connectors' first reads create devices through the hub: wait
         // until it answers.
         let ready = format!("http://{hub_listen}/readyz");
@@ -849,15 +891,9 @@ async fn stand_in_for_autovacuum(pool: &PgPool) -> Option<JoinHandle<()>> {
             }
             // At most a sixth of the time vacuuming: at 100,000 devices a
             // pass takes seconds and every 20 s it held a core a third busy.
-            pause = vacuum_pause(started.elapsed());
+            pause = fleet_runtime::pace::pause_after(Duration::from_secs(20), started.elapsed(), 5);
         }
     }))
-}
-
-/// The wait before the next vacuum pass after one that took `took`: 20 s,
-/// or five times the pass when that is longer.
-pub fn vacuum_pause(took: Duration) -> Duration {
-    (took * 5).max(Duration::from_secs(20))
 }
 
 /// Creates the database named in the URL when it does not exist.
@@ -896,20 +932,6 @@ pub fn install_tls_provider() {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    #[test]
-    fn vacuum_takes_at_most_a_sixth_of_the_time() {
-        assert_eq!(
-            super::vacuum_pause(Duration::from_millis(300)),
-            Duration::from_secs(20)
-        );
-        assert_eq!(
-            super::vacuum_pause(Duration::from_secs(8)),
-            Duration::from_secs(40)
-        );
-    }
-
     #[test]
     fn fabric_reads_slow_down_with_the_fleet() {
         assert_eq!(super::fabric_resync(1.0, 200), 1.0);

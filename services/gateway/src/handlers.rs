@@ -350,7 +350,6 @@ impl Gateway {
             0,
         )
         .await?;
-        self.metrics.sessions.set(self.open_sessions() as i64);
         let platform_secrets = if policy::gets_platform_secrets(device.trust) {
             self.config
                 .gateway

@@ -50,7 +50,7 @@ impl GatewayMetrics {
             r.register("joins", "Successful joins", m.joins.clone());
             r.register(
                 "sessions",
-                "Open sessions this replica holds",
+                "Open sessions this replica holds, as of the last identity check",
                 m.sessions.clone(),
             );
         }

@@ -3,9 +3,10 @@
 //! generation, and kept fresh at the hub (`GpuCountMismatch` resync).
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fleet_domain::{ConnectivityEvent, Trust};
+use fleet_runtime::Shutdown;
 
 use crate::policy::{Inventory, Profile};
 use crate::{store, Gateway, GatewayError};
@@ -97,7 +98,6 @@ impl Gateway {
             self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed, 0)
                 .await?;
         }
-        self.metrics.sessions.set(self.open_sessions() as i64);
         Ok(())
     }
 
@@ -124,6 +124,7 @@ impl Gateway {
                 .collect()
         };
         if ids.is_empty() {
+            self.metrics.sessions.set(self.open_sessions() as i64);
             return Ok(0);
         }
         let checks = store::identity_checks(&self.pool, &ids).await?;
@@ -158,17 +159,30 @@ impl Gateway {
     }
 
     /// Re-publishes `GpuCountMismatch` for every live session, so the
-    /// observation stays fresh at the hub.
-    pub async fn resync_conditions(&self) -> Result<usize, GatewayError> {
+    /// observation stays fresh at the hub, evenly over `spread` (100,000
+    /// sessions at once were a burst the hub took minutes to absorb, with
+    /// heartbeats waiting behind it). Stops early on shutdown.
+    pub async fn resync_conditions(
+        &self,
+        spread: Duration,
+        shutdown: &mut Shutdown,
+    ) -> Result<usize, GatewayError> {
         let live: Vec<(String, Session)> = self
             .sessions()
             .iter()
-            .filter(|(_, s)| s.closed.is_none())
+            .filter(|(_, s)| s.closed.is_none() && s.pool_id.is_some())
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
         let mut profiles: HashMap<String, Option<Profile>> = HashMap::new();
         let mut n = 0;
-        for (id, s) in live {
+        let started = tokio::time::Instant::now();
+        let total = live.len().max(1) as f64;
+        for (i, (id, s)) in live.into_iter().enumerate() {
+            let due = started + spread.mul_f64(i as f64 / total);
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                _ = shutdown.wait() => break,
+            }
             let Some(pool_id) = &s.pool_id else { continue };
             if !profiles.contains_key(pool_id) {
                 let p = store::profile(&self.pool, pool_id).await?;

@@ -30,7 +30,7 @@ impl Hub {
     }
 
     /// Refreshes the gauge every six sweep intervals (30 s by default), or
-    /// less often when counting is slow (see [`drift_pause`]).
+    /// less often when counting is slow.
     pub(crate) async fn drift_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let gauge: Family<Labels, Gauge> = Family::default();
         self.metrics
@@ -62,31 +62,11 @@ impl Hub {
                     tracing::warn!(error = %e, "latch drift count failed; next interval retries")
                 }
             }
-            let pause = drift_pause(every, started.elapsed());
+            // The count reads every fabric row of the fleet (seconds, on
+            // parallel workers, at 100,000 devices) and must not take a core
+            // from the observations: at most a twentieth of the time.
+            let pause = fleet_runtime::pace::pause_after(every, started.elapsed(), 20);
             tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }
         }
-    }
-}
-
-/// The wait before the next count after one that took `took`: `every`, or
-/// twenty times the count when that is longer. The count reads every
-/// fabric row of the fleet (seconds, on parallel workers, at 100,000
-/// devices) and must not take a core from the observations.
-pub fn drift_pause(every: Duration, took: Duration) -> Duration {
-    (took * 20).max(every)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_slow_count_takes_at_most_a_twentieth_of_the_time() {
-        let every = Duration::from_secs(30);
-        assert_eq!(drift_pause(every, Duration::from_millis(40)), every);
-        assert_eq!(
-            drift_pause(every, Duration::from_secs(3)),
-            Duration::from_secs(60)
-        );
     }
 }

@@ -56,11 +56,17 @@ impl Hub {
 
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = Duration::from_millis(self.config.hub.sweep_interval_ms.max(100));
+        let mut pause = every;
         loop {
-            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }
+            let started = std::time::Instant::now();
             if let Err(e) = self.sweep_once().await {
                 tracing::warn!(error = %e, "sweep failed; next interval retries");
             }
+            // Finding what is due reads every freshness row of the fleet
+            // (a second at 100,000 devices and six sources on the 2-core
+            // machine): at most a tenth of the time.
+            pause = fleet_runtime::pace::pause_after(every, started.elapsed(), 10);
         }
     }
 }

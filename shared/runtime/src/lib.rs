@@ -1,10 +1,12 @@
 //! What every service process shares: configuration, logging, the
-//! `/healthz` `/readyz` `/metrics` server, and the shutdown signal.
+//! `/healthz` `/readyz` `/metrics` server, the shutdown signal, and the
+//! pacing of periodic scans.
 
 pub mod config;
 pub mod connectors;
 pub mod consumers;
 pub mod http;
+pub mod pace;
 pub mod shutdown;
 
 pub use config::FleetConfig;
