@@ -39,15 +39,22 @@ pub struct DevArgs {
     /// scenario's ground truth) and print the figures (for measurements).
     #[arg(long)]
     pub exit_when_derived: bool,
+    /// Run the hub on this many threads of its own (named `fleet-hub`), so
+    /// its CPU is shown and measured apart from the rest of the process.
+    /// On a saturated machine this slows the hub: measure convergence
+    /// without it.
+    #[arg(long)]
+    pub hub_threads: Option<usize>,
 }
 
 /// CPU seconds (user + system) this process and the hub's threads
-/// (`fleet_dev::HUB_THREADS`) have used, from /proc. A thread that has
-/// ended takes its seconds with it, so a difference is at least 0.
+/// (`fleet_dev::HUB_THREADS`, with `--hub-threads`; `None` without) have
+/// used, from /proc. A thread that has ended takes its seconds with it, so
+/// a difference is at least 0.
 #[derive(Debug, Clone, Copy, Default)]
 struct CpuSecs {
     process: f64,
-    hub: f64,
+    hub: Option<f64>,
 }
 
 impl CpuSecs {
@@ -60,7 +67,7 @@ impl CpuSecs {
             Some(ticks / 100.0)
         };
         let process = read("/proc/self/stat".into()).unwrap_or(0.0);
-        let mut hub = 0.0;
+        let mut hub = None;
         for task in std::fs::read_dir("/proc/self/task")
             .into_iter()
             .flatten()
@@ -68,19 +75,35 @@ impl CpuSecs {
         {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
             if comm.trim_end() == fleet_dev::HUB_THREADS {
-                hub += read(task.path().join("stat")).unwrap_or(0.0);
+                *hub.get_or_insert(0.0) += read(task.path().join("stat")).unwrap_or(0.0);
             }
         }
         CpuSecs { process, hub }
     }
 
     /// Percent of one core each used from `earlier` to `self`, `dt` apart.
-    fn percent_since(&self, earlier: &CpuSecs, dt: f64) -> (f64, f64) {
+    fn percent_since(&self, earlier: &CpuSecs, dt: f64) -> Cpu {
         let dt = dt.max(0.001);
-        (
-            ((self.process - earlier.process) / dt * 100.0).max(0.0),
-            ((self.hub - earlier.hub) / dt * 100.0).max(0.0),
-        )
+        Cpu {
+            process: ((self.process - earlier.process) / dt * 100.0).max(0.0),
+            hub: self
+                .hub
+                .map(|h| ((h - earlier.hub.unwrap_or(0.0)) / dt * 100.0).max(0.0)),
+        }
+    }
+}
+
+/// Percent of one core: the process, and the hub when it has threads of
+/// its own.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    process: f64,
+    hub: Option<f64>,
+}
+
+impl Cpu {
+    fn hub(&self) -> String {
+        self.hub.map_or("-".to_string(), |h| format!("{h:.0}%"))
     }
 }
 
@@ -112,6 +135,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     // Converge to the fleet as generated first, then let it evolve.
     opts.held = true;
     opts.consumers = !args.no_consumers;
+    opts.hub_threads = args.hub_threads;
     opts.agents = if args.no_agents {
         0
     } else {
@@ -231,14 +255,7 @@ async fn show(
                     Ok(a) => {
                         // Now and then, what still differs.
                         if tick % (15 * check_every) == 0 && a.matching > 0 {
-                            eprintln!(
-                                "  operational {} / health {} / connectivity {} of {} match; e.g. {}",
-                                a.operational,
-                                a.health,
-                                a.connectivity,
-                                a.of,
-                                a.example.as_deref().unwrap_or("-")
-                            );
+                            eprintln!("{}", differs(&a));
                         }
                         agreement = Some(a);
                     }
@@ -309,7 +326,7 @@ async fn show(
                 let dt = now.duration_since(t).as_secs_f64().max(0.001);
                 ((s.observations_total - o) / dt, cpu.percent_since(&c, dt))
             }
-            None => (0.0, (0.0, 0.0)),
+            None => (0.0, Cpu::default()),
         };
         last = Some((now, s.observations_total, cpu));
         if tty {
@@ -333,19 +350,27 @@ async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
     let cpu0 = CpuSecs::now();
     tokio::time::sleep(Duration::from_secs_f64(WINDOW)).await;
     let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
-    let (process, hub) = CpuSecs::now().percent_since(&cpu0, WINDOW);
+    let cpu = CpuSecs::now().percent_since(&cpu0, WINDOW);
     let during = mesh.agreement().await?;
     println!(
-        "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, hub CPU {hub:.0}%, process CPU {process:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
+        "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, hub CPU {} (with --hub-threads), process CPU {:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
         (obs1 - obs0) / WINDOW,
+        cpu.hub(),
+        cpu.process,
         during.matching,
         during.of
     );
     let t = Instant::now();
     mesh.pause().await;
     let limit = Duration::from_secs_f64(120.0 + 4.0 * mesh.resync_secs.max(15.0));
+    let mut said = Instant::now();
     loop {
         let a = mesh.agreement().await?;
+        // Now and then, what still differs.
+        if said.elapsed() >= Duration::from_secs(30) && !a.converged() {
+            eprintln!("{}", differs(&a));
+            said = Instant::now();
+        }
         if a.converged() {
             println!(
                 "paused: the hub matched the ground truth again after {:.1} s",
@@ -366,6 +391,18 @@ async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
     }
 }
 
+/// Per-axis agreement and one device that still differs.
+fn differs(a: &Agreement) -> String {
+    format!(
+        "  operational {} / health {} / connectivity {} of {} match; e.g. {}",
+        a.operational,
+        a.health,
+        a.connectivity,
+        a.of,
+        a.example.as_deref().unwrap_or("-")
+    )
+}
+
 fn map(m: &std::collections::BTreeMap<String, i64>) -> String {
     m.iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -373,9 +410,9 @@ fn map(m: &std::collections::BTreeMap<String, i64>) -> String {
         .join(" ")
 }
 
-fn line(s: &Summary, secs: f64, obs: f64, (cpu, hub_cpu): (f64, f64)) -> String {
+fn line(s: &Summary, secs: f64, obs: f64, cpu: Cpu) -> String {
     format!(
-        "[{secs:6.1}s] operational {} | health {} | connectivity {} | custody {} | latches {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | hub cpu {hub_cpu:.0}% | cpu {cpu:.0}%",
+        "[{secs:6.1}s] operational {} | health {} | connectivity {} | custody {} | latches {} | no-schedule {} | {obs:.0} obs/s | outbox {} ({:.1} s) | hub cpu {} | cpu {:.0}%",
         map(&s.operational),
         map(&s.health),
         map(&s.connectivity),
@@ -383,7 +420,9 @@ fn line(s: &Summary, secs: f64, obs: f64, (cpu, hub_cpu): (f64, f64)) -> String 
         map(&s.latches),
         s.no_schedule,
         s.outbox_rows,
-        s.outbox_oldest_secs
+        s.outbox_oldest_secs,
+        cpu.hub(),
+        cpu.process
     )
 }
 
@@ -419,7 +458,7 @@ fn screen(
     secs: f64,
     derived_at: Option<f64>,
     obs: f64,
-    (cpu, hub_cpu): (f64, f64),
+    cpu: Cpu,
 ) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
@@ -458,8 +497,11 @@ fn screen(
     );
     let _ = writeln!(
         o,
-        "hub: {obs:.0} observations/s   event lag: {} outbox rows, oldest {:.1} s   hub CPU {hub_cpu:.0}%   process CPU {cpu:.0}%",
-        s.outbox_rows, s.outbox_oldest_secs
+        "hub: {obs:.0} observations/s   event lag: {} outbox rows, oldest {:.1} s   hub CPU {}   process CPU {:.0}%",
+        s.outbox_rows,
+        s.outbox_oldest_secs,
+        cpu.hub(),
+        cpu.process
     );
     let a = mesh
         .scenario

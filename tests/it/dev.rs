@@ -66,6 +66,9 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     opts.tick = Duration::from_millis(500);
     opts.change_rate = 0.03;
     opts.resync_secs = 1.0;
+    // The hub on a thread of its own (`--hub-threads`): the same mesh, and
+    // the runtime must be gone after shutdown.
+    opts.hub_threads = Some(1);
     let mesh = DevMesh::start(env.config.clone(), opts)
         .await
         .expect("the dev mesh starts");
@@ -380,6 +383,18 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         "shutdown took {:?}",
         started.elapsed()
     );
+    eventually("the hub's threads have ended", || async {
+        let left = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim_end() == fleet_dev::HUB_THREADS)
+            })
+            .count();
+        (left == 0).then_some(())
+    })
+    .await;
     for url in endpoints.all() {
         let addr = url.trim_start_matches("http://");
         assert!(
