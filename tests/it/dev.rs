@@ -109,10 +109,55 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // An agent restart the pause lands in the middle of: closed, and
+    // wanted open again. The paused mesh must still reopen it.
+    let restarted = {
+        let mut s = mesh.scenario.lock().unwrap();
+        let d = s
+            .devices
+            .iter_mut()
+            .find(|d| d.has_agent && d.agent_wanted && d.agent_session == Some(true))
+            .expect("an open agent");
+        d.agent_wanted = false;
+        d.name.clone()
+    };
+    let closed = |mesh: &DevMesh| {
+        let s = mesh.scenario.lock().unwrap();
+        s.devices
+            .iter()
+            .any(|d| d.name == restarted && d.agent_session == Some(false))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !closed(&mesh) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{restarted}: agent not closed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    {
+        let mut s = mesh.scenario.lock().unwrap();
+        if let Some(d) = s.devices.iter_mut().find(|d| d.name == restarted) {
+            d.agent_wanted = true;
+        }
+    }
+
     // A quiescent point: the engine holds still, the connectors' next reads
     // carry its state to the hub, and the API must then agree with the
     // ground truth exactly.
     mesh.pause().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = mesh.agreement().await.unwrap();
+        if a.converged() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "paused, but not every device matches with every wanted agent open: {a:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let truth: BTreeMap<String, usize> = mesh
         .ground_truth()
         .into_iter()

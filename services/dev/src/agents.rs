@@ -281,7 +281,11 @@ impl Agents {
                 }
                 None
             }
-            State::Joined { open: false, .. } if want && !paused => self.open(a).await,
+            // A session the scenario wants open is opened even while it is
+            // paused: a pause that caught an agent between its close and
+            // its reopen (a restart) had held it closed, and the fleet never
+            // matched again (`agents_not_open` stayed above 0).
+            State::Joined { open: false, .. } if want => self.open(a).await,
             State::Joined { open: true, .. } if !want && !paused => {
                 let _ = a.agent.close().await;
                 a.state = State::Joined {
