@@ -63,7 +63,8 @@ pub struct DevOptions {
     /// On a saturated machine its own threads slow the hub (a wake waits
     /// for the OS to schedule one of them): at 100,000 devices with agents
     /// on 2 cores it had applied half as many observations after 475 s and
-    /// converged in 934.6 s instead of 834.5 s (one run each).
+    /// converged in 934.6 s and 879.5 s instead of 834.5 s and 809.4 s (two
+    /// runs each).
     pub hub_threads: Option<usize>,
 }
 
