@@ -113,7 +113,7 @@ pub async fn sim(config: FleetConfig, what: SimCommand) -> anyhow::Result<()> {
                         .context("issuing a join token for the simulated agents (do the site and pool exist?)")?
                 }
             };
-            let nats = fleet_bus::connect_now(&config.nats.url, "fleet-sim").await?;
+            let nats = fleet_bus::connect_now(&config.nats, "fleet-sim").await?;
             let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
             let (_trigger, shutdown) = Shutdown::from_signals();
             let opts = fleet_gateway::sim::SimOptions {

@@ -42,6 +42,7 @@ pub async fn start_gateway(
         env.subjects.agent("dev_probe", "heartbeat"),
         env.subjects.agent("dev_probe", "close"),
         env.subjects.gateway_cmd("relay"),
+        env.subjects.gateway_cmd("end_sessions"),
     ] {
         eventually("the gateway answers", || {
             let (nats, subject) = (env.nats.clone(), subject.clone());
@@ -377,6 +378,95 @@ async fn until_refused(agent: &mut SimAgent, want: &str) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Issue 14, item 9: a revoke through the API ends the old session before
+/// the API answers: a heartbeat sent right after the answer is refused, and
+/// the hub refuses the old generation's heartbeats (a gateway that missed
+/// the broadcast cannot make the device connected again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
+    let mut env = TestEnv::new().await;
+    // No periodic identity check can help within this test.
+    env.config.gateway.identity_check_ms = 600_000;
+    let token = seed(&env, Trust::Platform).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (api, api_stop) = crate::api::start_api(&env.config).await;
+    let admin = crate::api::token(&env, &[fleet_api::auth::Scope::Admin]).await;
+
+    let mut agent = SimAgent::new(env.nats.clone(), env.subjects.clone(), SimSpec::numbered("rvk", 1, 8));
+    agent.join(&token).await.unwrap();
+    let opened = agent.open().await.unwrap();
+    agent.heartbeat().await.unwrap();
+    let id = agent.device_id.clone();
+    eventually("connected", || async {
+        (env.device_field(&id, "connectivity").await == "connected").then_some(())
+    })
+    .await;
+    let v: i64 = env.device_field(&id, "version").await.parse().unwrap();
+    let r = crate::api::send(
+        api,
+        "POST",
+        &format!("/api/v1/devices/{id}/revoke-identity"),
+        &admin,
+        serde_json::json!({ "version": v }),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // At once: the old credential's heartbeat is refused.
+    assert_eq!(
+        agent.heartbeat().await.unwrap_err().code,
+        "IDENTITY_REVOKED"
+    );
+    eventually("disconnected at the hub", || async {
+        (env.device_field(&id, "connectivity").await == "disconnected").then_some(())
+    })
+    .await;
+    // A heartbeat observation of the old generation (a gateway replica that
+    // missed the broadcast) does not make the device connected again.
+    let old = v1::ConnectivityObservation {
+        device_id: id.clone(),
+        epoch: opened.epoch,
+        gateway_id: "gw-stale".into(),
+        event: "heartbeat".into(),
+        observed_at: Some(fleet_proto::timestamp(chrono::Utc::now())),
+        observed_generation: 1,
+        identity_generation: 1,
+    };
+    let site = env.device_field(&id, "site_id").await;
+    fleet_bus::publish_observation(
+        &env.js,
+        &env.subjects,
+        env.config.nats.partitions,
+        "gateway",
+        &v1::DeviceKey {
+            site,
+            kind: "device_id".into(),
+            key: id.clone(),
+        },
+        chrono::Utc::now().timestamp_nanos_opt().unwrap(),
+        "fleet.v1.ConnectivityObservation",
+        None,
+        old.encode_to_vec().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // Applied or refused, it leaves the work queue once the hub is done.
+    eventually("the hub took the old heartbeat", || async {
+        let mut s = env.js.get_stream(env.streams.observations()).await.ok()?;
+        (s.info().await.ok()?.state.messages == 0).then_some(())
+    })
+    .await;
+    assert_eq!(env.device_field(&id, "connectivity").await, "disconnected");
+    api_stop.trigger();
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

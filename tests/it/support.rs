@@ -90,6 +90,14 @@ impl TestEnv {
 
     /// A test environment against a NATS server of the test's own.
     pub async fn with_nats(nats: &str) -> TestEnv {
+        let nats = nats.to_string();
+        Self::with_nats_config(move |n| n.url = nats).await
+    }
+
+    /// A test environment whose NATS settings `f` adjusts after the
+    /// per-test defaults (a server of the test's own, its credentials, the
+    /// shipped subject root).
+    pub async fn with_nats_config(f: impl FnOnce(&mut fleet_bus::NatsConfig)) -> TestEnv {
         let id = ulid::Ulid::new().to_string().to_lowercase();
         let db_name = format!("fleet_test_{id}");
         let mut config = FleetConfig::default();
@@ -100,11 +108,12 @@ impl TestEnv {
             .unwrap_or(admin.clone());
         config.database.url = format!("{base}/{db_name}");
         config.database.max_connections = 8;
-        config.nats.url = nats.to_string();
+        config.nats.url = nats_url();
         config.nats.subject_root = format!("t{id}.fleet");
         config.nats.radar_root = format!("t{id}.radar");
         config.nats.stream_prefix = format!("T{}_", id.to_uppercase());
         config.nats.partitions = 4;
+        f(&mut config.nats);
         config.hub.listen = "127.0.0.1:0".into();
         config.hub.linger_ms = 2;
         config.hub.sweep_interval_ms = 200;
@@ -117,7 +126,7 @@ impl TestEnv {
         fleet_store::migrate(&pool)
             .await
             .expect("migrate test database");
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-test")
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-test")
             .await
             .unwrap_or_else(|e| {
                 panic!("NATS with JetStream is needed at {}: {e}", config.nats.url)

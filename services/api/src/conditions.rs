@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use fleet_domain::state::check_not_future;
+use fleet_domain::state::check_observed_at;
 use fleet_domain::*;
 use fleet_proto::{timestamp, v1};
 use serde::Deserialize;
@@ -213,7 +213,7 @@ pub async fn write(
         let at = b
             .observed_at
             .ok_or_else(|| ApiError::invalid("observed_at is required unless hub_ordered"))?;
-        check_not_future(at, Utc::now())?;
+        check_observed_at(at, Utc::now())?;
     }
     let version = b.version.unwrap_or(0).max(0);
     let c = C::WriteCondition(v1::ConditionWrite {
@@ -352,7 +352,7 @@ pub async fn apply(
     J(mut b): J<SnapshotBody>,
 ) -> ApiResult<Json<SnapshotResult>> {
     let source = Source::parse(&b.source)?;
-    check_not_future(b.observed_at, Utc::now())?;
+    check_observed_at(b.observed_at, Utc::now())?;
     let mirror = mirror(&mut b)?;
     let device = device_key(b.device_id.take(), b.device.take())?;
     let conditions = std::mem::take(&mut b.conditions)

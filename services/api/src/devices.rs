@@ -494,8 +494,23 @@ pub async fn revoke_identity(
     J(b): J<VersionBody>,
 ) -> ApiResult<Json<DeviceChange>> {
     let v = version(b.version)?;
-    let c = C::RevokeIdentity(v1::RevokeIdentity { device_id: id });
-    device_command(&app, &caller, v, c).await
+    let c = C::RevokeIdentity(v1::RevokeIdentity {
+        device_id: id.clone(),
+    });
+    let change = device_command(&app, &caller, v, c).await?;
+    end_sessions(&app, &id).await;
+    Ok(change)
+}
+
+/// Seed 000: "Certificates of an earlier generation never work again": the
+/// old session ends before the operator gets the answer. A gateway that
+/// does not answer ends it at its next identity check, and the hub refuses
+/// its heartbeats of the old generation meanwhile.
+async fn end_sessions(app: &App, device_id: &str) {
+    match app.hub.end_sessions(device_id).await {
+        Ok(ended) => tracing::debug!(device_id, replicas = ended.replicas, closed = ended.closed, "old sessions ended"),
+        Err(e) => tracing::warn!(device_id, error = %e, "could not end the old sessions now; the gateways' identity check will"),
+    }
 }
 
 #[utoipa::path(delete, path = "/api/v1/devices/{id}/", params(("id" = String, Path), VersionBody),
@@ -508,8 +523,12 @@ pub async fn delete(
     Q(b): Q<VersionBody>,
 ) -> ApiResult<Json<DeviceChange>> {
     let v = version(b.version)?;
-    let c = C::DeleteDevice(v1::DeleteDevice { device_id: id });
-    device_command(&app, &caller, v, c).await
+    let c = C::DeleteDevice(v1::DeleteDevice {
+        device_id: id.clone(),
+    });
+    let change = device_command(&app, &caller, v, c).await?;
+    end_sessions(&app, &id).await;
+    Ok(change)
 }
 
 /// Set or clear `in_triage` for a list of devices, in one hub transaction.

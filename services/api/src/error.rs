@@ -26,6 +26,8 @@ pub enum Code {
     ForbiddenSource,
     /// The placer found no room for an allocation (409).
     InsufficientCapacity,
+    /// The request body is larger than `api.max_body_bytes` (413).
+    PayloadTooLarge,
     Unavailable,
 }
 
@@ -40,6 +42,7 @@ impl Code {
         Code::FutureObservation,
         Code::ForbiddenSource,
         Code::InsufficientCapacity,
+        Code::PayloadTooLarge,
         Code::Unavailable,
     ];
 
@@ -54,6 +57,7 @@ impl Code {
             Code::FutureObservation => "FUTURE_OBSERVATION",
             Code::ForbiddenSource => "FORBIDDEN_SOURCE",
             Code::InsufficientCapacity => "INSUFFICIENT_CAPACITY",
+            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             Code::Unavailable => "UNAVAILABLE",
         }
     }
@@ -67,6 +71,7 @@ impl Code {
             Code::Conflict | Code::InvalidState | Code::InsufficientCapacity => {
                 StatusCode::CONFLICT
             }
+            Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -94,7 +99,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// One of INVALID_ARGUMENT, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
     /// CONFLICT, INVALID_STATE, FUTURE_OBSERVATION, FORBIDDEN_SOURCE,
-    /// INSUFFICIENT_CAPACITY, UNAVAILABLE.
+    /// INSUFFICIENT_CAPACITY, PAYLOAD_TOO_LARGE, UNAVAILABLE.
     #[schema(schema_with = crate::model::error_code_schema)]
     pub code: String,
     pub message: String,
@@ -171,7 +176,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for J<T> {
         }
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
-            .map_err(|e| ApiError::invalid(format!("cannot read the body: {}", e.body_text())))?;
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(Code::PayloadTooLarge, "the request body is too large")
+                } else {
+                    ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
+                }
+            })?;
         if has_nul(&bytes) {
             return Err(nul());
         }
@@ -266,6 +277,7 @@ mod tests {
             ("FUTURE_OBSERVATION", 400),
             ("FORBIDDEN_SOURCE", 403),
             ("INSUFFICIENT_CAPACITY", 409),
+            ("PAYLOAD_TOO_LARGE", 413),
             ("UNAVAILABLE", 503),
         ];
         assert_eq!(Code::ALL.len(), expect.len());

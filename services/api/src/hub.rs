@@ -44,6 +44,12 @@ impl HubClient {
                     "the hub did not answer in time; the command may or may not have been applied, re-read the device",
                 ));
             }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                tracing::warn!(verb, "no hub is running");
+                return Err(ApiError::unavailable(
+                    "no hub is running; the command was not sent and nothing was applied, retry later",
+                ));
+            }
             Ok(Err(e)) => {
                 tracing::warn!(verb, error = %e, "hub request failed");
                 return Err(ApiError::unavailable(

@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod devices;
 pub mod drift;
 pub mod error;
+pub mod gateway;
 pub mod hub;
 pub mod impairment;
 pub mod metrics;
@@ -95,7 +96,7 @@ impl App {
             .max_connections(config.database.max_connections)
             .acquire_timeout(Duration::from_millis(config.api.db_timeout_ms))
             .connect_lazy_with(options);
-        let nats = fleet_bus::connect(&config.nats.url, "fleet-api").await?;
+        let nats = fleet_bus::connect(&config.nats, "fleet-api").await?;
         Ok(App::new(config, pool, nats))
     }
 
@@ -124,11 +125,7 @@ impl App {
         if !self.hub.connected() {
             return Err("nats disconnected".into());
         }
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(|_| "postgres unavailable".to_string())?;
-        Ok(())
+        fleet_runtime::http::postgres_ready(&self.pool).await
     }
 }
 

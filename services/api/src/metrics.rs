@@ -60,7 +60,7 @@ pub async fn track(State(app): State<App>, req: Request, next: Next) -> Response
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().to_string();
+    let method = method_label(req.method()).to_string();
     let start = Instant::now();
     let res = next.run(req).await;
     let status = res.status().as_u16().to_string();
@@ -77,4 +77,31 @@ pub async fn track(State(app): State<App>, req: Request, next: Next) -> Response
         .get_or_create(&vec![("method".into(), method), ("route".into(), route)])
         .observe(start.elapsed().as_secs_f64());
     res
+}
+
+/// The method as a metric label: one of the methods the API serves, or
+/// `other` (a client picks the method; labels stay a closed set).
+pub fn method_label(m: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_methods_are_a_closed_set_of_labels() {
+        use axum::http::Method;
+        assert_eq!(super::method_label(&Method::GET), "GET");
+        assert_eq!(super::method_label(&Method::from_bytes(b"XYZZY").unwrap()), "other");
+        assert_eq!(super::method_label(&Method::TRACE), "other");
+    }
 }

@@ -24,6 +24,10 @@ pub fn error(verb: &str, e: PlacerError) -> ApiError {
                 _ => "the placer did not answer in time; retry later",
             })
         }
+        PlacerError::NotRunning => {
+            tracing::warn!(verb, "no placer is running");
+            ApiError::unavailable("no placer is running; the request was not sent and nothing was applied, retry later")
+        }
         PlacerError::Db(e) => {
             tracing::warn!(verb, error = %e, "placer store failed");
             ApiError::unavailable("the placer's database is unavailable; retry later")

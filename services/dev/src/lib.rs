@@ -204,7 +204,7 @@ impl DevMesh {
         infra: &mut infra::Infra,
     ) -> anyhow::Result<Parts> {
         if !infra::answers(&config.nats.url, 4222).await {
-            tracing::info!(url = %config.nats.url, "NATS does not answer; starting nats-server");
+            tracing::info!(url = %config.nats.display_url(), "NATS does not answer; starting nats-server");
             config.nats.url = infra.start_nats().await?;
         }
         let mut admin_url = with_database(&config.database.url, "postgres");
@@ -420,7 +420,7 @@ impl DevMesh {
             Box::pin(fleet_connector_fabric::run(c, s))
         });
         // The handover workflow writes latches through the hub.
-        let nats = fleet_bus::connect(&config.nats.url, "fleet-dev-handover")
+        let nats = fleet_bus::connect(&config.nats, "fleet-dev-handover")
             .await
             .context("connecting the simulated handover workflow to NATS")?;
         let subjects = fleet_bus::Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
@@ -579,7 +579,7 @@ impl DevMesh {
     }
 
     async fn remove_run_data(&self) {
-        if let Ok(nats) = async_nats::connect(&self.config.nats.url).await {
+        if let Ok(nats) = fleet_bus::connect_now(&self.config.nats, "fleet-dev-cleanup").await {
             let js = async_nats::jetstream::new(nats);
             let streams = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
             let mut names = vec![

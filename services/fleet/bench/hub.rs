@@ -118,7 +118,7 @@ impl Bench {
 
         crate::migrate(&config).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-bench").await?;
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-bench").await?;
         let js = async_nats::jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);

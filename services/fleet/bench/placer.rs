@@ -91,7 +91,7 @@ pub async fn run(base: FleetConfig, args: PlacerBench) -> anyhow::Result<()> {
     crate::migrate(&config).await?;
     let result = bench(&config, &args).await;
     if !args.keep {
-        if let Ok(nats) = fleet_bus::connect_now(&config.nats.url, "fleet-bench").await {
+        if let Ok(nats) = fleet_bus::connect_now(&config.nats, "fleet-bench").await {
             let js = async_nats::jetstream::new(nats);
             let names = StreamNames::new(&config.nats.stream_prefix);
             for s in [

@@ -348,6 +348,7 @@ impl Gateway {
             epoch,
             ConnectivityEvent::Opened,
             0,
+            generation,
         )
         .await?;
         let platform_secrets = if policy::gets_platform_secrets(device.trust) {
@@ -408,6 +409,7 @@ impl Gateway {
             s.epoch,
             ConnectivityEvent::Heartbeat,
             req.observed_generation,
+            s.identity_generation,
         )
         .await?;
         if let Some(c) = self.sessions().get_mut(&req.device_id) {

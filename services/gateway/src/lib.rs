@@ -97,11 +97,12 @@ impl Gateway {
         let pool =
             fleet_store::connect(&config.database.url, config.database.max_connections).await?;
         fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-gateway").await?;
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-gateway").await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        // OBSERVATIONS is the hub's: wait for it and check the partition count.
+        fleet_bus::check_observations(&js, &config.nats, std::future::pending()).await?;
         let gateway_id = if config.gateway.gateway_id.trim().is_empty() {
             format!(
                 "gw-{}",
@@ -180,6 +181,7 @@ impl Gateway {
         epoch: i64,
         event: ConnectivityEvent,
         observed_generation: i64,
+        identity_generation: i64,
     ) -> Result<(), GatewayError> {
         let now = Utc::now();
         let obs = v1::ConnectivityObservation {
@@ -189,6 +191,7 @@ impl Gateway {
             event: event.as_str().to_string(),
             observed_at: Some(timestamp(now)),
             observed_generation,
+            identity_generation,
         };
         fleet_bus::publish_observation(
             &self.js,
@@ -288,6 +291,44 @@ impl Gateway {
         let _ = sub.unsubscribe().await;
     }
 
+    /// Every replica (no queue group) hears `end_sessions` and answers
+    /// once it has closed what it must (`Gateway::end_revoked_session`).
+    async fn end_sessions_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        let subject = self.subjects.gateway_cmd("end_sessions");
+        let mut sub = loop {
+            match self.nats.subscribe(subject.clone()).await {
+                Ok(s) => break s,
+                Err(e) => {
+                    tracing::warn!(%subject, error = %e, "cannot subscribe; retrying");
+                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
+                }
+            }
+        };
+        loop {
+            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
+            let Some(msg) = msg else { break };
+            let Some(reply_to) = msg.reply.clone() else {
+                continue;
+            };
+            let gw = self.clone();
+            tokio::spawn(async move {
+                let r = match v1::EndSessions::decode(msg.payload.as_ref()) {
+                    Ok(req) => gw.end_revoked_session(&req.device_id).await,
+                    Err(e) => Err(GatewayError::invalid(format!("undecodable EndSessions: {e}"))),
+                };
+                let reply = v1::SessionsEnded {
+                    gateway_id: gw.gateway_id.clone(),
+                    closed: *r.as_ref().unwrap_or(&false),
+                    error: r.err().map(|e| e.to_proto()),
+                };
+                if let Err(e) = gw.nats.publish(reply_to, reply.encode_to_vec().into()).await {
+                    tracing::warn!(error = %e, "could not answer end_sessions");
+                }
+            });
+        }
+        let _ = sub.unsubscribe().await;
+    }
+
     /// How long a session may be silent before the gateway forgets it (the
     /// hub has called it `lost` by then).
     fn forget_after(&self) -> Duration {
@@ -346,6 +387,7 @@ pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Resul
     for route in handlers::Route::ALL {
         tasks.spawn(gw.clone().serve(route, shutdown.clone()));
     }
+    tasks.spawn(gw.clone().end_sessions_loop(shutdown.clone()));
     tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
     tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
     shutdown.wait().await;

@@ -95,10 +95,38 @@ impl Gateway {
             "closed"
         };
         if store::close_session(&self.pool, device_id, epoch, db_reason).await? {
-            self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed, 0)
+            // A close is never refused for its generation: 0.
+            self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed, 0, 0)
                 .await?;
         }
         Ok(())
+    }
+
+    /// Closes the device's session now when its identity generation moved
+    /// on (revoked, deleted): the broadcast the API sends before it answers
+    /// a revoke, so no heartbeat on the old credential is accepted after
+    /// that answer. True when this replica closed it.
+    pub async fn end_revoked_session(&self, device_id: &str) -> Result<bool, GatewayError> {
+        // Loads the session into this replica's cache from PostgreSQL
+        // when another replica opened it.
+        let Some(s) = self.session(device_id).await? else {
+            return Ok(false);
+        };
+        if s.closed.is_some() {
+            return Ok(false);
+        }
+        let checks = store::identity_checks(&self.pool, &[device_id.to_string()]).await?;
+        let revoked = match checks.first() {
+            None => true,
+            Some(c) => c.deleted || c.identity_generation != s.identity_generation,
+        };
+        if !revoked {
+            return Ok(false);
+        }
+        tracing::info!(device_id, epoch = s.epoch, "identity revoked: closing the session");
+        self.close(device_id, s.epoch, "IDENTITY_REVOKED").await?;
+        self.metrics.sessions.set(self.open_sessions() as i64);
+        Ok(true)
     }
 
     pub(crate) fn open_sessions(&self) -> usize {

@@ -179,6 +179,9 @@ impl Hub {
 
     /// Decodes and runs one command; never panics on input.
     pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> v1::HubReply {
+        // The metric label is a known verb or `invalid`, never the subject
+        // token a client chose (labels stay a closed set).
+        let mut label = "invalid";
         let result = match v1::HubCommand::decode(payload) {
             Err(e) => Err(invalid(format!("undecodable HubCommand: {e}"))),
             Ok(c) if fleet_proto::contains_nul(&c) => {
@@ -190,13 +193,16 @@ impl Hub {
                     "command {} sent to verb {subject_verb}",
                     verb(inner)
                 ))),
-                Some(_) => self.command(c).await,
+                Some(inner) => {
+                    label = verb(inner);
+                    self.command(c).await
+                }
             },
         };
-        let v = subject_verb.to_string();
+        let v = label;
         match result {
             Ok(reply) => {
-                self.metrics.command(&v, "OK");
+                self.metrics.command(v, "OK");
                 self.relay_wake.notify_one();
                 reply
             }
@@ -204,7 +210,7 @@ impl Hub {
                 if matches!(e, CommandError::Store(_)) {
                     tracing::error!(verb = %v, error = %e, "command failed in the store");
                 }
-                self.metrics.command(&v, e.code());
+                self.metrics.command(v, e.code());
                 reply_err(&e)
             }
         }

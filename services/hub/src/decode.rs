@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use fleet_domain::state::{check_not_future, ConditionInput, Mirror, SlurmMode, Snapshot};
+use fleet_domain::state::{check_observed_at, ConditionInput, Mirror, SlurmMode, Snapshot};
+use fleet_domain::limits::{check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY, MAX_MESSAGE, MAX_REASON};
 use fleet_domain::*;
 use fleet_proto::{datetime, v1, Message, SchemaName};
 
@@ -25,6 +26,9 @@ pub enum Observation {
         event: ConnectivityEvent,
         observed_at: DateTime<Utc>,
         observed_generation: i64,
+        /// The identity generation the session was opened under; 0: not
+        /// reported.
+        identity_generation: i64,
     },
 }
 
@@ -80,6 +84,9 @@ fn opt(s: &str) -> Option<String> {
 
 pub fn key(k: Option<&v1::DeviceKey>) -> Result<Key, DomainError> {
     let k = k.ok_or_else(|| invalid("device key is required"))?;
+    check_len("device.site", &k.site, MAX_ID)?;
+    check_len("device.kind", &k.kind, MAX_ID)?;
+    check_len("device.key", &k.key, MAX_KEY)?;
     let kind = KeyKind::parse(&k.kind)?;
     if k.key.is_empty() {
         return Err(invalid("device key is empty"));
@@ -95,6 +102,9 @@ pub fn key(k: Option<&v1::DeviceKey>) -> Result<Key, DomainError> {
 }
 
 pub fn condition(c: &v1::Condition) -> Result<ConditionInput, DomainError> {
+    check_len("condition.type", &c.r#type, MAX_ID)?;
+    check_len("condition.reason", &c.reason, MAX_REASON)?;
+    check_len("condition.message", &c.message, MAX_MESSAGE)?;
     Ok(ConditionInput {
         condition_type: ConditionType::lookup(&c.r#type)?,
         status: ConditionStatus::parse(&c.status)?,
@@ -111,6 +121,8 @@ pub fn snapshot(
     let key = key(s.device.as_ref())?;
     let observed_at =
         datetime(s.observed_at.as_ref()).ok_or_else(|| invalid("observed_at is required"))?;
+    check_count("conditions", s.conditions.len(), MAX_ITEMS)?;
+    mirror_bounded(s.mirror.as_ref())?;
     let conditions = s
         .conditions
         .iter()
@@ -191,7 +203,7 @@ pub fn write(
     if !w.hub_ordered {
         let at =
             observed_at.ok_or_else(|| invalid("observed_at is required unless hub_ordered"))?;
-        check_not_future(at, now)?;
+        check_observed_at(at, now)?;
     }
     if w.hub_ordered
         && !(source == Source::Borneo
@@ -225,9 +237,11 @@ pub fn connectivity(
     if c.device_id.is_empty() {
         return Err(invalid("device_id is required"));
     }
+    check_len("device_id", &c.device_id, MAX_ID)?;
+    check_len("gateway_id", &c.gateway_id, MAX_ID)?;
     let observed_at =
         datetime(c.observed_at.as_ref()).ok_or_else(|| invalid("observed_at is required"))?;
-    check_not_future(observed_at, now)?;
+    check_observed_at(observed_at, now)?;
     Ok(Observation::Connectivity {
         device_id: c.device_id.clone(),
         epoch: c.epoch,
@@ -235,6 +249,7 @@ pub fn connectivity(
         event: ConnectivityEvent::parse(&c.event)?,
         observed_at,
         observed_generation: c.observed_generation.max(0),
+        identity_generation: c.identity_generation.max(0),
     })
 }
 
@@ -287,6 +302,41 @@ pub fn observation(
         });
     }
     Ok(obs)
+}
+
+/// Every string a mirror carries is bounded.
+fn mirror_bounded(m: Option<&v1::condition_snapshot::Mirror>) -> Result<(), DomainError> {
+    use v1::condition_snapshot::Mirror as M;
+    let tokens = |field: &str, items: &[String]| -> Result<(), DomainError> {
+        check_count(field, items.len(), MAX_ITEMS)?;
+        items.iter().try_for_each(|t| check_len(field, t, MAX_REASON))
+    };
+    match m {
+        None => Ok(()),
+        Some(M::Ironic(i)) => {
+            check_len("ironic.provision_state", &i.provision_state, MAX_REASON)?;
+            check_len("ironic.maintenance_reason", &i.maintenance_reason, MAX_MESSAGE)?;
+            check_len("ironic.instance_uuid", &i.instance_uuid, MAX_ID)?;
+            check_len("ironic.lessee", &i.lessee, MAX_REASON)?;
+            check_len("ironic.power_state", &i.power_state, MAX_ID)
+        }
+        Some(M::Slurm(x)) => {
+            check_len("slurm.mode", &x.mode, MAX_ID)?;
+            tokens("slurm.states", &x.states)
+        }
+        Some(M::Netbox(x)) => {
+            check_len("netbox.status", &x.status, MAX_ID)?;
+            check_len("netbox.name", &x.name, MAX_KEY)?;
+            check_len("netbox.serial", &x.serial, MAX_KEY)?;
+            check_len("netbox.rack", &x.rack, MAX_KEY)?;
+            tokens("netbox.tags", &x.tags)
+        }
+        Some(M::Health(x)) => check_len("health.chassis_health", &x.chassis_health, MAX_ID),
+        Some(M::Custody(x)) => {
+            check_len("custody.state", &x.state, MAX_ID)?;
+            check_len("custody.credential_ref", &x.credential_ref, MAX_KEY)
+        }
+    }
 }
 
 /// NUL cannot be stored in PostgreSQL text: checked field by field on the

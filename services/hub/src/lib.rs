@@ -3,6 +3,7 @@
 //! re-derives every derived axis, answers commands over request/reply, and
 //! publishes status changes through a transactional outbox.
 
+pub mod backlog;
 pub mod commands;
 pub mod decode;
 pub mod drift;
@@ -13,11 +14,12 @@ pub mod relay;
 pub mod sweeper;
 pub mod work;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
@@ -45,6 +47,9 @@ pub struct Hub {
     pub outbox_acked: std::sync::Mutex<Vec<i64>>,
     /// Where `/healthz`, `/readyz` and `/metrics` listen once running.
     pub ops_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// Per partition: its delivery epoch, bumped by `rewind`, and the
+    /// signal that wakes its fetcher.
+    epochs: Vec<(AtomicU64, Notify)>,
 }
 
 pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
@@ -66,12 +71,13 @@ impl Hub {
         let pool =
             fleet_store::connect(&config.database.url, config.database.max_connections).await?;
         fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-hub").await?;
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-hub").await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Hub).await?;
         let ttls = ttls(&config)?;
+        let config_partitions = config.nats.partitions;
         Ok(Arc::new(Hub {
             config,
             pool,
@@ -85,6 +91,9 @@ impl Hub {
             outbox_claims: Default::default(),
             outbox_acked: Default::default(),
             ops_addr: Default::default(),
+            epochs: (0..config_partitions)
+                .map(|_| (AtomicU64::new(0), Notify::new()))
+                .collect(),
         }))
     }
 
@@ -97,33 +106,45 @@ impl Hub {
         }
     }
 
-    /// Copies a message to `DLQ` with its reason, then terminates it. When
-    /// the copy cannot be stored the message is left for redelivery: nothing
-    /// is dropped.
+    /// Copies a message to `DLQ` with its reason (cut to fit the server's
+    /// max payload), then terminates it; counted by reason. When the copy
+    /// cannot be stored the message is left for redelivery.
     pub async fn dead_letter(&self, msg: &jetstream::Message, reason: &str, error: &str) {
-        let mut headers = msg.headers.clone().unwrap_or_default();
-        headers.insert(fleet_bus::HEADER_DLQ_REASON, reason);
-        headers.insert(
-            fleet_bus::HEADER_DLQ_ERROR,
-            error.replace(['\r', '\n'], " ").as_str(),
-        );
-        headers.insert(fleet_bus::HEADER_DLQ_SUBJECT, msg.subject.as_str());
-        let id = msg
-            .info()
-            .map(|i| format!("dlq-{}-{}", i.stream, i.stream_sequence))
-            .unwrap_or_else(|_| format!("dlq-{}", ulid::Ulid::new()));
-        let subject = self.subjects.dlq("observations", reason);
-        match fleet_bus::publish_acked(&self.js, subject, &id, headers, msg.payload.clone()).await {
-            Ok(()) => {
-                tracing::warn!(subject = %msg.subject, reason, error, "dead-lettered");
-                self.metrics.dead_letter(reason);
-                let _ = msg.ack_with(AckKind::Term).await;
+        if fleet_bus::dlq::dead_letter(&self.js, &self.subjects, "observations", msg, reason, error)
+            .await
+        {
+            self.metrics.dead_letter(reason);
+        }
+    }
+
+    /// The delivery epoch of a partition.
+    pub fn epoch(&self, partition: u32) -> u64 {
+        self.epochs
+            .get(partition as usize)
+            .map(|(e, _)| e.load(Ordering::Acquire))
+            .unwrap_or(0)
+    }
+
+    /// Asks the partition's fetcher to re-create its consumer, so that
+    /// every message not acked comes again in stream order before anything
+    /// newer (JetStream redelivers a nak'd or timed-out message after
+    /// messages delivered since). Items of the old epoch are dropped unacked.
+    pub fn rewind(&self, partition: u32) {
+        if let Some((e, wake)) = self.epochs.get(partition as usize) {
+            e.fetch_add(1, Ordering::AcqRel);
+            wake.notify_one();
+        }
+    }
+
+    /// Waits until PostgreSQL answers again (or shutdown: false).
+    async fn database_back(&self, shutdown: &mut Shutdown) -> bool {
+        loop {
+            if http::postgres_ready(&self.pool).await.is_ok() {
+                return true;
             }
-            Err(e) => {
-                tracing::error!(subject = %msg.subject, error = %e, "could not dead-letter; leaving for redelivery");
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                    .await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = shutdown.wait() => return false,
             }
         }
     }
@@ -141,7 +162,24 @@ impl Hub {
         let durable = format!("hub-p{partition}");
         let filter = self.subjects.obs_partition(partition);
         let mut backoff = Duration::from_millis(200);
+        // At start, what an earlier process held unacked (it may have died
+        // with it) comes again first, in stream order, instead of after
+        // `ack_wait` behind newer messages.
+        let mut rewound = true;
         while !shutdown.is_triggered() {
+            let epoch = self.epoch(partition);
+            if rewound {
+                rewound = false;
+                // A consumer that does not exist yet is the common case.
+                match self
+                    .js
+                    .delete_consumer_from_stream(&durable, self.streams.observations())
+                    .await
+                {
+                    Ok(_) => tracing::debug!(partition, "consumer rewound to the oldest unacked message"),
+                    Err(e) => tracing::debug!(partition, error = %e, "no consumer to rewind"),
+                }
+            }
             let consumer = match fleet_bus::pull_consumer(
                 &self.js,
                 &self.streams.observations(),
@@ -177,12 +215,30 @@ impl Hub {
                     continue;
                 }
             };
+            let wake = &self.epochs[partition as usize].1;
             loop {
-                let next =
-                    tokio::select! { m = messages.next() => m, _ = shutdown.wait() => return };
+                let next = tokio::select! {
+                    m = messages.next() => m,
+                    _ = wake.notified() => None,
+                    _ = shutdown.wait() => return,
+                };
+                if self.epoch(partition) != epoch {
+                    // A batch of this partition failed for want of the
+                    // database: rewind once it is back.
+                    drop(messages);
+                    if !self.database_back(&mut shutdown).await {
+                        return;
+                    }
+                    rewound = true;
+                    break;
+                }
                 match next {
                     Some(Ok(m)) => {
-                        if lane.send(observations::parse(m)).await.is_err() {
+                        let mut item =
+                            observations::parse(m, &self.subjects, self.config.nats.partitions);
+                        item.partition = partition;
+                        item.epoch = epoch;
+                        if lane.send(item).await.is_err() {
                             return;
                         }
                     }
@@ -260,6 +316,7 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     tasks.spawn(hub.clone().serve_commands(shutdown.clone()));
     tasks.spawn(hub.clone().sweep_loop(shutdown.clone()));
     tasks.spawn(hub.clone().drift_loop(shutdown.clone()));
+    tasks.spawn(hub.clone().backlog_loop(shutdown.clone()));
     let relay = tokio::spawn(hub.clone().relay_loop(shutdown.clone()));
 
     shutdown.wait().await;

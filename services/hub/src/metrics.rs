@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -22,6 +23,8 @@ pub struct HubMetrics {
     pub batch_size: Histogram,
     pub swept: Counter,
     pub confirmed: Counter,
+    pub observations_pending: Gauge,
+    pub observations_unconsumed: Gauge,
     pub registry: Arc<Mutex<Registry>>,
 }
 
@@ -37,6 +40,8 @@ impl HubMetrics {
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             swept: Counter::default(),
             confirmed: Counter::default(),
+            observations_pending: Gauge::default(),
+            observations_unconsumed: Gauge::default(),
             registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_hub"))),
         };
         {
@@ -85,6 +90,16 @@ impl HubMetrics {
                 "snapshots_confirmed",
                 "Observations the fast path applied without loading the device (a snapshot with the same content: only freshness moved; a heartbeat of the live session: only session_last_seen moved); a subset of applied",
                 m.confirmed.clone(),
+            );
+            r.register(
+                "observations_pending",
+                "OBSERVATIONS messages pending for a hub consumer or in a hub's hands",
+                m.observations_pending.clone(),
+            );
+            r.register(
+                "observations_unconsumed",
+                "OBSERVATIONS messages on subjects no hub consumer filters (alert when above 0)",
+                m.observations_unconsumed.clone(),
             );
         }
         m

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
+use fleet_bus::subjects::{self, ObsSubject};
 use fleet_bus::trace::TraceParent;
+use fleet_bus::Subjects;
 use fleet_domain::state::{Confirmation, Outcome};
 use fleet_domain::{DomainError, KeyKind, Source};
 use fleet_store::devices;
@@ -27,9 +29,17 @@ pub struct Item {
     /// `hub.observation`, a child of the publisher's span; it ends when the
     /// item is dropped, after its batch committed.
     pub span: tracing::Span,
+    /// The partition it was fetched from and that partition's delivery
+    /// epoch then (see `Hub::rewind`).
+    pub partition: u32,
+    pub epoch: u64,
 }
 
-pub fn parse(msg: jetstream::Message) -> Item {
+/// Decodes one message. The subject must be exactly
+/// `<root>.obs.<source>.<partition>.<device>`: the source is read at its
+/// fixed position (what NATS permissions guard) and must be the message's
+/// own; the device and partition tokens must be the message's key's.
+pub fn parse(msg: jetstream::Message, subjects: &Subjects, partitions: u32) -> Item {
     let now = Utc::now();
     let headers = msg.headers.as_ref();
     let schema = headers
@@ -49,20 +59,49 @@ pub fn parse(msg: jetstream::Message) -> Item {
                 .and_then(|tp| TraceParent::parse(&tp))
                 .map(|tp| tp.child())
         });
-    // <root>.obs.<source>.<partition>.<device>: the source is 4th from the end.
-    let tokens: Vec<&str> = msg.subject.as_str().split('.').collect();
-    let subject_source = if tokens.len() >= 4 {
-        tokens[tokens.len() - 3]
-    } else {
-        ""
+    let parsed = match subjects.parse_obs(msg.subject.as_str(), partitions) {
+        Err(e) => Err(DomainError::InvalidSubject(format!(
+            "{e}: {}",
+            msg.subject.as_str()
+        ))),
+        Ok(subject) => decode::observation(schema.as_deref(), subject.source, &msg.payload, now)
+            .and_then(|o| routed(&o, &subject, partitions).map(|()| o)),
     };
-    let parsed = decode::observation(schema.as_deref(), subject_source, &msg.payload, now);
     Item {
         msg,
         parsed,
         trace,
         span,
+        partition: 0,
+        epoch: 0,
     }
+}
+
+/// The subject's device and partition tokens are the ones the publisher
+/// computes from the message's own key (`fleet_bus::publish_observation`).
+fn routed(o: &Observation, subject: &ObsSubject<'_>, partitions: u32) -> Result<(), DomainError> {
+    let key = o.key();
+    let device = subjects::token(&format!("{}-{}", key.kind.as_str(), key.key));
+    if subject.device != device {
+        return Err(DomainError::InvalidSubject(format!(
+            "device token {} is not the message's device {device}",
+            subject.device
+        )));
+    }
+    // A connectivity observation carries no site, which its partition hashes.
+    if !matches!(o, Observation::Connectivity { .. }) {
+        let p = fleet_bus::partition(
+            &format!("{}/{}/{}", key.site, key.kind.as_str(), key.key),
+            partitions,
+        );
+        if p != subject.partition {
+            return Err(DomainError::InvalidSubject(format!(
+                "partition {} is not the message's partition {p}",
+                subject.partition
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What one batch did, for metrics and the benchmark.
@@ -82,6 +121,12 @@ impl Hub {
     /// Applies a batch and acks it; dead-letters what cannot be applied.
     pub async fn handle_batch(&self, items: Vec<Item>) -> BatchStats {
         let mut stats = BatchStats::default();
+        // Items fetched before their partition was rewound come again, in
+        // order, from the new consumer: drop these copies unacked.
+        let items: Vec<Item> = items
+            .into_iter()
+            .filter(|i| i.epoch == self.epoch(i.partition))
+            .collect();
         let (good, bad): (Vec<Item>, Vec<Item>) = items.into_iter().partition(|i| i.parsed.is_ok());
         for item in bad {
             let err = item
@@ -106,9 +151,13 @@ impl Hub {
                 self.publish_committed(rows).await;
             }
             Err(e) if e.is_unavailable() => {
-                tracing::warn!(error = %e, batch = good.len(), "database unavailable; the batch will be redelivered");
-                for item in &good {
-                    self.failed(&item.msg, &e).await;
+                tracing::warn!(error = %e, batch = good.len(), "database unavailable; the batch's partitions are rewound and redelivered in stream order");
+                // Not nak'd: a nak'd message comes back after newer ones of
+                // its device. Leaving them unacked and rewinding their
+                // partitions redelivers them first, in order.
+                let partitions: BTreeSet<u32> = good.iter().map(|i| i.partition).collect();
+                for p in partitions {
+                    self.rewind(p);
                 }
                 // Do not spin against a database that is away.
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -232,7 +281,14 @@ impl Hub {
                 continue;
             }
             let cause = format!("source:{}", o.source());
-            let Some(state) = work.device(id, &cause, item.trace.as_ref()) else {
+            let Some(state) = work.step(
+                id,
+                &cause,
+                item.trace.as_ref(),
+                now,
+                &self.ttls,
+                &self.subjects,
+            ) else {
                 stats.unresolved += 1;
                 continue;
             };
@@ -266,10 +322,16 @@ impl Hub {
                     event,
                     observed_at,
                     observed_generation,
+                    identity_generation,
                     ..
                 } => {
-                    let outcome =
-                        state.apply_connectivity(*epoch, gateway_id, *event, *observed_at);
+                    let outcome = state.apply_connectivity_of(
+                        *epoch,
+                        gateway_id,
+                        *event,
+                        *observed_at,
+                        *identity_generation,
+                    );
                     if outcome == Outcome::Applied {
                         state.report_generation(*observed_generation);
                     }
@@ -361,6 +423,7 @@ fn plan<'a>(
             event,
             observed_at,
             observed_generation,
+            identity_generation,
             ..
         } = o
         {
@@ -368,6 +431,12 @@ fn plan<'a>(
                 load.insert(id.clone());
                 continue;
             };
+            // A session of another identity generation: the full path
+            // decides (an earlier one is refused).
+            if *identity_generation > 0 && *identity_generation != head.identity_generation {
+                load.insert(id.clone());
+                continue;
+            }
             let session = sessions
                 .entry(id.as_str())
                 .or_insert_with(|| head.session.clone());

@@ -54,6 +54,18 @@ impl Hub {
         }
     }
 
+    /// Bounds `unresolved_observations` (`hub.unresolved_retention_secs`,
+    /// `hub.unresolved_max_rows`).
+    pub async fn expire_unresolved(&self) -> Result<u64, sqlx::Error> {
+        let h = &self.config.hub;
+        let before = Utc::now() - chrono::Duration::seconds(h.unresolved_retention_secs as i64);
+        let gone = devices::expire_unresolved(&self.pool, before, h.unresolved_max_rows).await?;
+        if gone > 0 {
+            tracing::info!(removed = gone, "expired unresolved observation keys");
+        }
+        Ok(gone)
+    }
+
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = Duration::from_millis(self.config.hub.sweep_interval_ms.max(100));
         let mut pause = every;
@@ -62,6 +74,9 @@ impl Hub {
             let started = std::time::Instant::now();
             if let Err(e) = self.sweep_once().await {
                 tracing::warn!(error = %e, "sweep failed; next interval retries");
+            }
+            if let Err(e) = self.expire_unresolved().await {
+                tracing::warn!(error = %e, "expiring unresolved observations failed; next interval retries");
             }
             // Finding what is due reads every freshness row of the fleet
             // (a second at 100,000 devices and six sources on the 2-core

@@ -16,17 +16,27 @@ use fleet_store::StoreError;
 use sqlx::{Postgres, Transaction};
 
 pub struct Touched {
+    /// The device as the transaction found it: what the rows are diffed
+    /// against when the transaction writes.
+    pub stored: DeviceState,
+    /// The device before the current step; equal to `stored` until a
+    /// second operation of the same transaction reaches the device.
     pub before: DeviceState,
     pub after: DeviceState,
     pub cause: String,
     pub trace: Option<TraceParent>,
     pub born: bool,
+    /// Operations applied since `before`.
+    pub steps: u32,
 }
 
 pub struct Work {
     pub devices: BTreeMap<String, Touched>,
     /// The outbox rows `finish` wrote: publish them after the commit.
     pub outbox: Vec<outbox::PendingRow>,
+    /// Transitions of earlier steps, recorded by [`Work::step`].
+    lifecycle: Vec<LifecycleRow>,
+    events: Vec<OutboxRow>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -63,11 +73,13 @@ impl Work {
                 (
                     id,
                     Touched {
+                        stored: s.clone(),
                         before: s.clone(),
                         after: s,
                         cause: String::new(),
                         trace: None,
                         born: false,
+                        steps: 0,
                     },
                 )
             })
@@ -75,6 +87,8 @@ impl Work {
         Work {
             devices,
             outbox: vec![],
+            lifecycle: vec![],
+            events: vec![],
         }
     }
 
@@ -96,6 +110,36 @@ impl Work {
         Some(&mut t.after)
     }
 
+    /// The live device for one more operation of this transaction, in
+    /// order: when an earlier operation already reached it, that one's
+    /// transitions are derived and recorded first (lifecycle rows and
+    /// `StatusChanged`, each with its own version), so two observations of
+    /// one device in one batch are two transitions, not their net change.
+    pub fn step(
+        &mut self,
+        id: &str,
+        cause: &str,
+        trace: Option<&TraceParent>,
+        now: DateTime<Utc>,
+        ttls: &Ttls,
+        subjects: &Subjects,
+    ) -> Option<&mut DeviceState> {
+        let t = self
+            .devices
+            .get_mut(id)
+            .filter(|t| !t.after.record.deleted)?;
+        if t.steps > 0 {
+            t.after.finish(&t.before, t.born, now, ttls);
+            events(t, now, subjects, &mut self.lifecycle, &mut self.events);
+            t.before = t.after.clone();
+            t.born = false;
+        }
+        t.steps += 1;
+        t.cause = cause.to_string();
+        t.trace = trace.cloned();
+        Some(&mut t.after)
+    }
+
     /// Re-derives every locked device and writes what changed.
     pub async fn finish(
         mut self,
@@ -104,8 +148,8 @@ impl Work {
         ttls: &Ttls,
         subjects: &Subjects,
     ) -> Result<(Summary, Work), StoreError> {
-        let mut lifecycle = Vec::new();
-        let mut outbox_rows = Vec::new();
+        let mut lifecycle = std::mem::take(&mut self.lifecycle);
+        let mut outbox_rows = std::mem::take(&mut self.events);
         for t in self.devices.values_mut() {
             // A device is born at version 1, derived axes included.
             t.after.finish(&t.before, t.born, now, ttls);
@@ -114,7 +158,7 @@ impl Work {
         let pairs: Vec<(&DeviceState, &DeviceState)> = self
             .devices
             .values()
-            .map(|t| (&t.before, &t.after))
+            .map(|t| (&t.stored, &t.after))
             .collect();
         let written = devices::write_diffs(tx, &pairs, now).await?;
         devices::insert_lifecycle(tx, &lifecycle, now).await?;

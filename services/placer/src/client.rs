@@ -42,6 +42,9 @@ impl PlacerClient {
                     "the placer did not answer in time".into(),
                 ))
             }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(PlacerError::NotRunning)
+            }
             Ok(Err(e)) => return Err(PlacerError::Unavailable(format!("placer request: {e}"))),
             Ok(Ok(m)) => m,
         };

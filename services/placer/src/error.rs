@@ -16,6 +16,10 @@ pub enum PlacerError {
     InsufficientCapacity(String),
     #[error("{0}")]
     Unavailable(String),
+    /// No placer was subscribed: the request went nowhere, so nothing was
+    /// applied.
+    #[error("no placer is running")]
+    NotRunning,
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -27,7 +31,9 @@ impl PlacerError {
             PlacerError::NotFound(_) => "NOT_FOUND",
             PlacerError::Forbidden(_) => "FORBIDDEN",
             PlacerError::InsufficientCapacity(_) => "INSUFFICIENT_CAPACITY",
-            PlacerError::Unavailable(_) | PlacerError::Db(_) => "UNAVAILABLE",
+            PlacerError::Unavailable(_) | PlacerError::NotRunning | PlacerError::Db(_) => {
+                "UNAVAILABLE"
+            }
         }
     }
 

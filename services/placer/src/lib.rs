@@ -92,11 +92,12 @@ impl Placer {
         let pool =
             fleet_store::connect(&config.database.url, config.database.max_connections).await?;
         fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-placer").await?;
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-placer").await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        // STATUS and DLQ are the hub's; the placer owns only its events.
+        fleet_bus::await_streams(&js, &[streams.status(), streams.dlq()], std::future::pending()).await;
         service::ensure_events_stream(&js, &streams, &subjects).await?;
         let placer = Arc::new(Placer {
             config,

@@ -123,11 +123,13 @@ impl Radar {
         let pool =
             fleet_store::connect(&config.database.url, config.database.max_connections).await?;
         fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats.url, "fleet-radar").await?;
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-radar").await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Radar).await?;
+        // STATUS and DLQ are the hub's.
+        fleet_bus::await_streams(&js, &[streams.status(), streams.dlq()], std::future::pending()).await;
         Ok(Arc::new(Radar {
             config,
             pool,

@@ -3,6 +3,9 @@
 //! Works on nats-server 2.9: no subject transforms, no multi-filter
 //! consumers, no per-message TTL, no batch publish.
 
+pub mod connect;
+pub mod dlq;
+pub mod secret;
 pub mod streams;
 pub mod subjects;
 pub mod trace;
@@ -11,7 +14,12 @@ use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMes
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-pub use streams::{ensure_streams, pull_consumer, StreamNames};
+pub use connect::{connect, connect_now, NatsConfig, NatsConfigError, NatsTls};
+pub use secret::{redact_url, Secret};
+pub use streams::{
+    await_streams, check_observations, ensure_owned, ensure_streams, pull_consumer, Owner,
+    StreamNames,
+};
 pub use subjects::Subjects;
 
 pub const HEADER_SCHEMA: &str = "Fleet-Schema";
@@ -22,11 +30,28 @@ pub const HEADER_DLQ_SUBJECT: &str = "Fleet-Dlq-Subject";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
-    #[error("cannot connect to NATS at {url}: {source}. Start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server")]
+    #[error("cannot connect to NATS at {url} as user {user}: {source}. Check nats.url and the service's credentials (nats.user, nats.password); locally start NATS with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server")]
     Connect {
+        /// Redacted.
         url: String,
+        user: String,
         #[source]
         source: async_nats::ConnectError,
+    },
+    #[error(transparent)]
+    Config(NatsConfigError),
+    #[error("configuration key {key}: cannot read {path}: {source}")]
+    CredentialFile {
+        key: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("stream {stream} was made for nats.partitions = {recorded}, but this service has nats.partitions = {configured}: its observations would land on partitions no hub consumes. Set the same nats.partitions everywhere")]
+    Partitions {
+        stream: String,
+        configured: u32,
+        recorded: u32,
     },
     #[error("jetstream {what}: {source}")]
     JetStream {
@@ -43,33 +68,6 @@ impl BusError {
             source: Box::new(e),
         }
     }
-}
-
-/// Connects with an endless reconnect policy and a client name.
-pub async fn connect(url: &str, name: &str) -> Result<async_nats::Client, BusError> {
-    async_nats::ConnectOptions::new()
-        .name(name)
-        .retry_on_initial_connect()
-        .connection_timeout(std::time::Duration::from_secs(3))
-        .connect(url)
-        .await
-        .map_err(|source| BusError::Connect {
-            url: url.to_string(),
-            source,
-        })
-}
-
-/// Connects and fails fast when nothing answers (for start-up checks).
-pub async fn connect_now(url: &str, name: &str) -> Result<async_nats::Client, BusError> {
-    async_nats::ConnectOptions::new()
-        .name(name)
-        .connection_timeout(std::time::Duration::from_secs(3))
-        .connect(url)
-        .await
-        .map_err(|source| BusError::Connect {
-            url: url.to_string(),
-            source,
-        })
 }
 
 /// The headers every message carries: `Nats-Msg-Id`, `Fleet-Schema`, and

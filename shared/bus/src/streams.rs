@@ -38,15 +38,86 @@ impl StreamNames {
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
+/// How much `OBSERVATIONS` may hold. Past either limit a publish is
+/// refused (the connector retries and its publish-failure metric rises):
+/// nothing already in the stream is dropped to make room.
+#[derive(Debug, Clone, Copy)]
+pub struct ObservationLimits {
+    pub max_age: Duration,
+    pub max_bytes: i64,
+    /// The partition count P, recorded in the stream's description so
+    /// every publisher can check it agrees with the hub; 0 records none.
+    pub partitions: u32,
+}
+
+impl ObservationLimits {
+    pub fn of(config: &crate::NatsConfig) -> Self {
+        ObservationLimits {
+            max_age: Duration::from_secs(config.observations_max_age_secs.max(60)),
+            max_bytes: config.observations_max_bytes,
+            partitions: config.partitions,
+        }
+    }
+}
+
+impl Default for ObservationLimits {
+    /// The default limits, recording no partition count.
+    fn default() -> Self {
+        ObservationLimits {
+            partitions: 0,
+            ..Self::of(&crate::NatsConfig::default())
+        }
+    }
+}
+
+const PARTITIONS_MARK: &str = "partitions=";
+
+/// The description that records the partition count.
+pub fn observations_description(partitions: u32) -> String {
+    format!("fleet condition observations, {PARTITIONS_MARK}{partitions}")
+}
+
+/// The partition count a stream description records, if any.
+pub fn partitions_in(description: Option<&str>) -> Option<u32> {
+    let d = description?;
+    let at = d.find(PARTITIONS_MARK)? + PARTITIONS_MARK.len();
+    let digits: String = d[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// Who creates and updates which stream; everyone else only reads its
+/// info (`nats.conf` grants exactly that).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// `OBSERVATIONS`, `STATUS`, `JOBS`, `DLQ`.
+    Hub,
+    /// `RADAR`.
+    Radar,
+}
+
 /// The stream configurations of `spec/mesh.md`.
 pub fn stream_configs(names: &StreamNames, subjects: &Subjects) -> Vec<stream::Config> {
+    stream_configs_with(names, subjects, ObservationLimits::default())
+}
+
+/// [`stream_configs`] with the configured limits of `OBSERVATIONS`.
+pub fn stream_configs_with(
+    names: &StreamNames,
+    subjects: &Subjects,
+    limits: ObservationLimits,
+) -> Vec<stream::Config> {
     vec![
         stream::Config {
             name: names.observations(),
+            description: (limits.partitions > 0)
+                .then(|| observations_description(limits.partitions)),
             subjects: vec![subjects.obs_all()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             duplicate_window: Duration::from_secs(120),
+            max_age: limits.max_age,
+            max_bytes: limits.max_bytes,
+            discard: stream::DiscardPolicy::New,
             ..Default::default()
         },
         stream::Config {
@@ -82,6 +153,109 @@ pub fn stream_configs(names: &StreamNames, subjects: &Subjects) -> Vec<stream::C
             ..Default::default()
         },
     ]
+}
+
+/// Creates or updates the streams `owner` owns, with the configured
+/// limits. The hub first checks that an existing `OBSERVATIONS` was made
+/// for the same partition count.
+pub async fn ensure_owned(
+    js: &jetstream::Context,
+    config: &crate::NatsConfig,
+    owner: Owner,
+) -> Result<(), BusError> {
+    let names = StreamNames::new(&config.stream_prefix);
+    let subjects = Subjects::new(&config.subject_root, &config.radar_root);
+    let mine: Vec<String> = match owner {
+        Owner::Hub => vec![
+            names.observations(),
+            names.status(),
+            names.jobs(),
+            names.dlq(),
+        ],
+        Owner::Radar => vec![names.radar()],
+    };
+    if owner == Owner::Hub {
+        if let Ok(mut s) = js.get_stream(names.observations()).await {
+            let info = s
+                .info()
+                .await
+                .map_err(|e| BusError::js(format!("stream info {}", names.observations()), e))?;
+            check_partitions(&names.observations(), info.config.description.as_deref(), config.partitions)?;
+        }
+    }
+    for c in stream_configs_with(&names, &subjects, ObservationLimits::of(config)) {
+        if !mine.contains(&c.name) {
+            continue;
+        }
+        let name = c.name.clone();
+        js.create_or_update_stream(c)
+            .await
+            .map_err(|e| BusError::js(format!("create stream {name}"), e))?;
+    }
+    Ok(())
+}
+
+fn check_partitions(stream: &str, description: Option<&str>, partitions: u32) -> Result<(), BusError> {
+    match partitions_in(description) {
+        Some(p) if p != partitions => Err(BusError::Partitions {
+            stream: stream.to_string(),
+            configured: partitions,
+            recorded: p,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Waits until every stream named exists (another service owns them),
+/// logging while it waits; `false` when `stop` fired first.
+pub async fn await_streams(
+    js: &jetstream::Context,
+    streams: &[String],
+    stop: impl std::future::Future<Output = ()>,
+) -> bool {
+    tokio::pin!(stop);
+    let mut waited = Duration::ZERO;
+    for name in streams {
+        loop {
+            match js.get_stream(name).await {
+                Ok(_) => break,
+                Err(e) => {
+                    if waited.as_secs() % 10 == 0 {
+                        tracing::warn!(stream = %name, error = %e, "waiting for the stream (the hub creates it)");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => waited += Duration::from_secs(1),
+                _ = &mut stop => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Waits for `OBSERVATIONS` and checks that it was made for this
+/// publisher's partition count: a publisher with another P would put
+/// messages on partitions no hub consumes. `Ok(false)`: `stop` fired.
+pub async fn check_observations(
+    js: &jetstream::Context,
+    config: &crate::NatsConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<bool, BusError> {
+    let name = StreamNames::new(&config.stream_prefix).observations();
+    if !await_streams(js, std::slice::from_ref(&name), stop).await {
+        return Ok(false);
+    }
+    let mut s = js
+        .get_stream(&name)
+        .await
+        .map_err(|e| BusError::js(format!("get stream {name}"), e))?;
+    let info = s
+        .info()
+        .await
+        .map_err(|e| BusError::js(format!("stream info {name}"), e))?;
+    check_partitions(&name, info.config.description.as_deref(), config.partitions)?;
+    Ok(true)
 }
 
 /// Creates or updates every stream.
@@ -122,4 +296,20 @@ pub async fn pull_consumer(
     s.get_or_create_consumer(durable, config)
         .await
         .map_err(|e| BusError::js(format!("consumer {durable}"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_records_the_partition_count() {
+        assert_eq!(partitions_in(Some(&observations_description(16))), Some(16));
+        assert_eq!(partitions_in(Some("something else")), None);
+        assert_eq!(partitions_in(None), None);
+        assert!(check_partitions("O", Some(&observations_description(8)), 16).is_err());
+        assert!(check_partitions("O", Some(&observations_description(16)), 16).is_ok());
+        // A stream made before the description existed is not refused.
+        assert!(check_partitions("O", None, 16).is_ok());
+    }
 }

@@ -27,6 +27,38 @@ impl Subjects {
             device_token(key)
         )
     }
+    /// Reads an observation subject: exactly
+    /// `<root>.obs.<source>.<partition>.<device>` under this root, each
+    /// token at its fixed position, the partition below `partitions`.
+    pub fn parse_obs<'a>(
+        &self,
+        subject: &'a str,
+        partitions: u32,
+    ) -> Result<ObsSubject<'a>, SubjectError> {
+        let rest = subject
+            .strip_prefix(self.root.as_str())
+            .and_then(|r| r.strip_prefix(".obs."))
+            .ok_or(SubjectError::NotAnObservation)?;
+        let mut tokens = rest.split('.');
+        let (Some(source), Some(partition), Some(device), None) =
+            (tokens.next(), tokens.next(), tokens.next(), tokens.next())
+        else {
+            return Err(SubjectError::Shape);
+        };
+        if source.is_empty() || device.is_empty() {
+            return Err(SubjectError::Shape);
+        }
+        let partition: u32 = partition
+            .parse()
+            .ok()
+            .filter(|p: &u32| *p < partitions && partition == p.to_string())
+            .ok_or(SubjectError::Partition)?;
+        Ok(ObsSubject {
+            source,
+            partition,
+            device,
+        })
+    }
     pub fn obs_all(&self) -> String {
         format!("{}.obs.>", self.root)
     }
@@ -136,6 +168,25 @@ impl Subjects {
     }
 }
 
+/// The three tokens of an observation subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObsSubject<'a> {
+    pub source: &'a str,
+    pub partition: u32,
+    pub device: &'a str,
+}
+
+/// Why a subject is not an observation subject of `spec/mesh.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    #[error("not under <root>.obs.")]
+    NotAnObservation,
+    #[error("not <root>.obs.<source>.<partition>.<device>")]
+    Shape,
+    #[error("the partition token is not a partition of this mesh")]
+    Partition,
+}
+
 /// A subject token: anything but `[A-Za-z0-9_-]` becomes `_`, so a host
 /// name with dots or an IP address cannot add tokens.
 pub fn token(s: &str) -> String {
@@ -181,5 +232,37 @@ mod tests {
         );
         assert_eq!(s.obs_partition(3), "t1.fleet.obs.*.3.>");
         assert_eq!(token("a.b *>"), "a_b___");
+    }
+
+    #[test]
+    fn observation_subjects_are_read_at_fixed_positions() {
+        let s = Subjects::new("t1.fleet", "t1.radar");
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.3.name-gpu01", 16),
+            Ok(ObsSubject {
+                source: "slurm",
+                partition: 3,
+                device: "name-gpu01"
+            })
+        );
+        // connector-slurm's permission `obs.slurm.>` let it append another
+        // source's subject; the tail no longer decides the source.
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.3.openstack.0.name-gpu01", 16),
+            Err(SubjectError::Shape)
+        );
+        assert_eq!(s.parse_obs("t1.fleet.obs.slurm.3", 16), Err(SubjectError::Shape));
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.16.d", 16),
+            Err(SubjectError::Partition)
+        );
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.03.d", 16),
+            Err(SubjectError::Partition)
+        );
+        assert_eq!(
+            s.parse_obs("t2.fleet.obs.slurm.3.d", 16),
+            Err(SubjectError::NotAnObservation)
+        );
     }
 }

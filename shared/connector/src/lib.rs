@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use fleet_bus::{StreamNames, Subjects};
+use fleet_bus::Subjects;
 use fleet_domain::Source;
 use fleet_runtime::connectors::PollConfig;
 use fleet_runtime::http::Ops;
@@ -35,22 +35,6 @@ pub use publish::Bus;
 /// Creates or updates `OBSERVATIONS`, the one stream a connector writes
 /// (the others belong to the services that use them, and one of them
 /// failing must not stop a connector).
-async fn ensure_observations(
-    js: &jetstream::Context,
-    streams: &StreamNames,
-    subjects: &Subjects,
-) -> anyhow::Result<()> {
-    let name = streams.observations();
-    let config = fleet_bus::streams::stream_configs(streams, subjects)
-        .into_iter()
-        .find(|c| c.name == name)
-        .with_context(|| format!("no configuration for stream {name}"))?;
-    js.create_or_update_stream(config)
-        .await
-        .with_context(|| format!("creating or updating stream {name}"))?;
-    Ok(())
-}
-
 /// A started connector: connected to NATS, streams ensured, `/healthz`,
 /// `/readyz` and `/metrics` served.
 pub struct Runtime {
@@ -83,11 +67,15 @@ impl Runtime {
         shutdown: Shutdown,
     ) -> anyhow::Result<Runtime> {
         let nats =
-            fleet_bus::connect_now(&config.nats.url, &format!("fleet-connector-{name}")).await?;
+            fleet_bus::connect_now(&config.nats, &format!("fleet-connector-{name}")).await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
-        ensure_observations(&js, &streams, &subjects).await?;
+        // OBSERVATIONS is the hub's: wait for it (or shutdown) and check it
+        // was made for this connector's partition count.
+        let mut stop = shutdown.clone();
+        if !fleet_bus::check_observations(&js, &config.nats, async move { stop.wait().await }).await? {
+            anyhow::bail!("shut down while waiting for the OBSERVATIONS stream");
+        }
         let metrics = ConnectorMetrics::new();
         let ready_nats = nats.clone();
         let ops = Ops {

@@ -32,41 +32,6 @@ pub struct StatusConsumer {
     pub fetch_wait: Duration,
 }
 
-/// Copies a message to `DLQ` with its reason, then terminates it; when the
-/// copy cannot be stored the message is left for redelivery.
-pub async fn dead_letter(
-    js: &jetstream::Context,
-    subjects: &Subjects,
-    stream: &str,
-    msg: &jetstream::Message,
-    reason: &str,
-    error: &str,
-) {
-    let mut headers = msg.headers.clone().unwrap_or_default();
-    headers.insert(fleet_bus::HEADER_DLQ_REASON, reason);
-    headers.insert(
-        fleet_bus::HEADER_DLQ_ERROR,
-        error.replace(['\r', '\n'], " ").as_str(),
-    );
-    headers.insert(fleet_bus::HEADER_DLQ_SUBJECT, msg.subject.as_str());
-    let id = msg
-        .info()
-        .map(|i| format!("dlq-{}-{}", i.stream, i.stream_sequence))
-        .unwrap_or_else(|_| format!("dlq-{}", ulid::Ulid::new()));
-    let subject = subjects.dlq(stream, reason);
-    match fleet_bus::publish_acked(js, subject, &id, headers, msg.payload.clone()).await {
-        Ok(()) => {
-            tracing::warn!(subject = %msg.subject, reason, error, "dead-lettered");
-            let _ = msg.ack_with(AckKind::Term).await;
-        }
-        Err(e) => {
-            tracing::error!(subject = %msg.subject, error = %e, "could not dead-letter; leaving for redelivery");
-            let _ = msg
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                .await;
-        }
-    }
-}
 
 impl StatusConsumer {
     /// Runs until shutdown. `handle` gets each batch of decoded events; on
@@ -130,7 +95,7 @@ impl StatusConsumer {
                         Ok(msg) => match v1::StatusChanged::decode(msg.payload.as_ref()) {
                             Ok(event) => events.push(StatusEvent { msg, event }),
                             Err(e) => {
-                                dead_letter(
+                                fleet_bus::dlq::dead_letter(
                                     &js,
                                     &subjects,
                                     "status",
@@ -138,7 +103,7 @@ impl StatusConsumer {
                                     "undecodable",
                                     &format!("undecodable StatusChanged: {e}"),
                                 )
-                                .await
+                                .await;
                             }
                         },
                         Err(e) => {

@@ -21,6 +21,10 @@ pub enum DomainError {
     },
     #[error("unknown condition type {0:?}")]
     UnknownConditionType(String),
+    /// An observation on a subject not of the shape `spec/mesh.md` gives,
+    /// or whose tokens disagree with the message.
+    #[error("subject: {0}")]
+    InvalidSubject(String),
 }
 
 impl DomainError {
@@ -36,6 +40,7 @@ impl DomainError {
             Self::ForbiddenSource { .. } => "FORBIDDEN_SOURCE",
             // An unknown type is bad input to the API.
             Self::UnknownConditionType(_) => "INVALID_ARGUMENT",
+            Self::InvalidSubject(_) => "INVALID_ARGUMENT",
         }
     }
 
@@ -45,6 +50,7 @@ impl DomainError {
             Self::UnknownConditionType(_) => "unknown_condition_type",
             Self::ForbiddenSource { .. } => "forbidden_source",
             Self::FutureObservation { .. } => "future_observation",
+            Self::InvalidSubject(_) => "invalid_subject",
             _ => "invalid",
         }
     }

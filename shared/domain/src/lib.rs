@@ -9,6 +9,7 @@ pub mod drift;
 pub mod error;
 pub mod hardware;
 pub mod ironic;
+pub mod limits;
 pub mod predicates;
 pub mod provision;
 pub mod slurm;

@@ -443,7 +443,7 @@ impl Snapshot {
     /// rejected by the caller's `ConditionType::lookup`; here ownership,
     /// durability, duplicates, mirror kind and the future limit.
     pub fn validate(self, now: DateTime<Utc>) -> Result<Self, DomainError> {
-        check_not_future(self.observed_at, now)?;
+        check_observed_at(self.observed_at, now)?;
         let mut seen = Vec::with_capacity(self.conditions.len());
         for c in &self.conditions {
             c.condition_type.check_owner(self.source)?;
@@ -497,13 +497,26 @@ impl Snapshot {
     }
 }
 
-pub fn check_not_future(observed_at: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), DomainError> {
+/// An observation time the hub accepts: not more than the future limit
+/// ahead of its clock, and not before 2000 (a time PostgreSQL cannot store,
+/// or a sender's broken clock, is bad input, refused before any query).
+pub fn check_observed_at(observed_at: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), DomainError> {
     if observed_at > now + FUTURE_LIMIT {
         return Err(DomainError::FutureObservation {
             observed_at: observed_at.to_rfc3339(),
         });
     }
+    if observed_at < earliest_observation() {
+        return Err(DomainError::InvalidArgument(format!(
+            "observed_at {} is before 2000-01-01",
+            observed_at.to_rfc3339()
+        )));
+    }
     Ok(())
+}
+
+fn earliest_observation() -> DateTime<Utc> {
+    DateTime::from_timestamp(946_684_800, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -809,7 +822,7 @@ impl DeviceState {
         } else {
             let at = observed_at
                 .ok_or_else(|| DomainError::InvalidArgument("observed_at is required".into()))?;
-            check_not_future(at, now)?;
+            check_observed_at(at, now)?;
             if let Some(row) = self.conditions.get(&t) {
                 if at < row.observed_at {
                     return Ok((Outcome::Stale, false));
@@ -843,6 +856,27 @@ impl DeviceState {
         event: ConnectivityEvent,
         observed_at: DateTime<Utc>,
     ) -> Outcome {
+        self.apply_connectivity_of(epoch, gateway_id, event, observed_at, 0)
+    }
+
+    /// [`DeviceState::apply_connectivity`] for a session opened under
+    /// `identity_generation` (0: not reported). Seed 000: "Certificates of
+    /// an earlier generation never work again": an open or heartbeat of an
+    /// earlier generation is refused as stale (a close still applies).
+    pub fn apply_connectivity_of(
+        &mut self,
+        epoch: i64,
+        gateway_id: &str,
+        event: ConnectivityEvent,
+        observed_at: DateTime<Utc>,
+        identity_generation: i64,
+    ) -> Outcome {
+        if identity_generation > 0
+            && identity_generation < self.record.identity_generation
+            && event != ConnectivityEvent::Closed
+        {
+            return Outcome::Stale;
+        }
         let s = &mut self.record.session;
         if epoch < s.epoch || (epoch == s.epoch && s.last_seen.is_some_and(|l| observed_at < l)) {
             return Outcome::Stale;

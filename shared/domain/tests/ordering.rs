@@ -768,3 +768,45 @@ proptest! {
         }
     }
 }
+
+/// Seed 000: "Certificates of an earlier generation never work again." A
+/// session opened under an earlier identity generation cannot open or
+/// heartbeat the device back to connected; its close still applies.
+#[test]
+fn connectivity_of_an_earlier_identity_generation_is_refused() {
+    let now = Utc::now();
+    let mut s = DeviceState::new(DeviceRecord::new("d1".into(), "s1".into(), "n1".into()));
+    assert_eq!(
+        s.apply_connectivity_of(1, "gw-1", ConnectivityEvent::Opened, now, 1),
+        Outcome::Applied
+    );
+    assert_eq!(s.record.connectivity, Connectivity::Connected);
+    // Revoked: the generation moves on.
+    fleet_domain::commands::revoke_identity(&mut s.record);
+    let later = now + Duration::seconds(1);
+    assert_eq!(
+        s.apply_connectivity_of(1, "gw-1", ConnectivityEvent::Heartbeat, later, 1),
+        Outcome::Stale
+    );
+    assert_eq!(
+        s.apply_connectivity_of(2, "gw-1", ConnectivityEvent::Opened, later, 1),
+        Outcome::Stale
+    );
+    // The old session's close applies; the new generation's open does.
+    assert_eq!(
+        s.apply_connectivity_of(1, "gw-1", ConnectivityEvent::Closed, later, 1),
+        Outcome::Applied
+    );
+    assert_eq!(s.record.connectivity, Connectivity::Disconnected);
+    let again = later + Duration::seconds(1);
+    assert_eq!(
+        s.apply_connectivity_of(3, "gw-1", ConnectivityEvent::Opened, again, 2),
+        Outcome::Applied
+    );
+    assert_eq!(s.record.connectivity, Connectivity::Connected);
+    // Not reported (0): as before.
+    assert_eq!(
+        s.apply_connectivity_of(3, "gw-1", ConnectivityEvent::Heartbeat, again + Duration::seconds(1), 0),
+        Outcome::Applied
+    );
+}

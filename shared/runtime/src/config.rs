@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::connectors::ConnectorsConfig;
 pub use crate::consumers::{GatewayConfig, PlacerConfig, RadarConfig};
+pub use fleet_bus::{NatsConfig, NatsTls};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FleetConfig {
@@ -72,19 +73,6 @@ pub struct DatabaseConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NatsConfig {
-    pub url: String,
-    /// Root of every fleet subject (`fleet.obs...`, `fleet.status...`).
-    pub subject_root: String,
-    /// Root of the Radar projection subjects.
-    pub radar_root: String,
-    /// Prefix of every stream name (`<prefix>OBSERVATIONS`).
-    pub stream_prefix: String,
-    /// P in `hash(device key) mod P`.
-    pub partitions: u32,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HubConfig {
     /// Address of `/healthz`, `/readyz`, `/metrics`.
     pub listen: String,
@@ -113,6 +101,20 @@ pub struct HubConfig {
     pub command_timeout_secs: u64,
     /// Seconds a SIGTERM waits for the batch in hand and the outbox flush.
     pub shutdown_grace_secs: u64,
+    /// Unresolved observation keys not seen for this long are removed.
+    #[serde(default = "default_unresolved_retention")]
+    pub unresolved_retention_secs: u64,
+    /// At most this many unresolved keys are kept (the oldest go first).
+    #[serde(default = "default_unresolved_max_rows")]
+    pub unresolved_max_rows: i64,
+}
+
+fn default_unresolved_retention() -> u64 {
+    7 * 24 * 3600
+}
+
+fn default_unresolved_max_rows() -> i64 {
+    100_000
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -129,13 +131,7 @@ impl Default for FleetConfig {
                 url: "postgres://postgres@127.0.0.1:5432/fleet".into(),
                 max_connections: 16,
             },
-            nats: NatsConfig {
-                url: "nats://127.0.0.1:4222".into(),
-                subject_root: "fleet".into(),
-                radar_root: "radar".into(),
-                stream_prefix: String::new(),
-                partitions: 16,
-            },
+            nats: NatsConfig::default(),
             hub: HubConfig {
                 listen: "127.0.0.1:9401".into(),
                 partitions: vec![],
@@ -152,6 +148,8 @@ impl Default for FleetConfig {
                 outbox_batch: 1000,
                 command_timeout_secs: 5,
                 shutdown_grace_secs: 20,
+                unresolved_retention_secs: default_unresolved_retention(),
+                unresolved_max_rows: default_unresolved_max_rows(),
             },
             log: LogConfig {
                 format: "text".into(),
@@ -176,6 +174,16 @@ pub enum ConfigError {
 
 impl FleetConfig {
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, None)
+    }
+
+    /// `load` with the environment given as a map instead of the process's
+    /// (`FLEET__NATS__USER` -> value), so a test can load exactly what
+    /// compose or Helm hands a service.
+    pub fn load_from(
+        file: Option<&Path>,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<Self, ConfigError> {
         let mut b = config::Config::builder()
             .add_source(config::Config::try_from(&FleetConfig::default())?);
         if let Some(f) = file {
@@ -187,7 +195,8 @@ impl FleetConfig {
                 .separator("__")
                 .try_parsing(true)
                 .list_separator(",")
-                .with_list_parse_key("hub.partitions"),
+                .with_list_parse_key("hub.partitions")
+                .source(env),
         );
         let c: FleetConfig = b.build()?.try_deserialize()?;
         c.validate()?;
@@ -206,14 +215,10 @@ impl FleetConfig {
             }
         };
         req("database.url", &self.database.url)?;
-        req("nats.url", &self.nats.url)?;
-        req("nats.subject_root", &self.nats.subject_root)?;
-        if self.nats.partitions == 0 {
-            return Err(ConfigError::Invalid {
-                key: "nats.partitions",
-                message: "must be at least 1".into(),
-            });
-        }
+        self.nats.validate().map_err(|e| ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
+        })?;
         if let Some(p) = self
             .hub
             .partitions

@@ -7,45 +7,10 @@
 //! Credentials are never printed: `Debug` and `Serialize` redact them.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A secret string. `Debug` and `Serialize` print `<redacted>` (or nothing
-/// when it is empty), so neither logs nor `fleet config` show it.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-    /// The value, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            f.write_str("Secret(\"\")")
-        } else {
-            f.write_str("Secret(<redacted>)")
-        }
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // Empty stays empty so the built-in defaults round-trip.
-        s.serialize_str(if self.0.is_empty() { "" } else { "<redacted>" })
-    }
-}
+pub use fleet_bus::Secret;
 
 /// Where a credential comes from: the value itself (best set through the
 /// environment), a file (read on every use, so a rotated token needs no
@@ -89,14 +54,14 @@ impl Credential {
                     path: self.file.clone(),
                     source,
                 })?;
-            return Ok(Some(Secret(s.trim().to_string())));
+            return Ok(Some(Secret::new(s.trim())));
         }
         if !self.env.is_empty() {
             let v = std::env::var(&self.env).map_err(|_| CredentialError::Env {
                 key: key.to_string(),
                 var: self.env.clone(),
             })?;
-            return Ok(Some(Secret(v.trim().to_string())));
+            return Ok(Some(Secret::new(v.trim())));
         }
         Ok(None)
     }

@@ -76,6 +76,19 @@ pub async fn serve(
     Ok(addr)
 }
 
+/// How long `/readyz` waits for PostgreSQL: a probe answers 503 at once
+/// while the database is away instead of hanging on a reconnect.
+pub const READY_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// PostgreSQL answers `SELECT 1` within [`READY_DB_TIMEOUT`].
+pub async fn postgres_ready(pool: &sqlx::PgPool) -> Result<(), String> {
+    match tokio::time::timeout(READY_DB_TIMEOUT, sqlx::query("SELECT 1").execute(pool)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err("postgres unavailable".into()),
+        Err(_) => Err("postgres did not answer in time".into()),
+    }
+}
+
 /// Ready when NATS is connected and PostgreSQL answers.
 pub async fn nats_and_postgres_ready(
     nats: &async_nats::Client,
@@ -84,11 +97,7 @@ pub async fn nats_and_postgres_ready(
     if nats.connection_state() != async_nats::connection::State::Connected {
         return Err("nats disconnected".into());
     }
-    sqlx::query("SELECT 1")
-        .execute(pool)
-        .await
-        .map_err(|e| format!("postgres: {e}"))?;
-    Ok(())
+    postgres_ready(pool).await
 }
 
 /// The ops server every service runs: `/healthz`, `/readyz` (NATS

@@ -345,6 +345,7 @@ pub struct Head {
     pub deleted: bool,
     pub connectivity: Option<Connectivity>,
     pub observed_generation: i64,
+    pub identity_generation: i64,
     pub session: Session,
     pub freshness: BTreeMap<Source, Freshness>,
 }
@@ -362,7 +363,7 @@ pub async fn lock_heads(
     }
     let rows = sqlx::query(
         "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, d.connectivity, d.observed_generation, \
-         d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
+         d.identity_generation, d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
          d.session_last_seen, f.source, f.observed_at, f.digest, \
          f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
          ON f.device_id = d.id AND f.source = ANY($2) \
@@ -379,6 +380,7 @@ pub async fn lock_heads(
         head.deleted = row.try_get("deleted")?;
         head.connectivity = Some(parse(&row, "connectivity", Connectivity::parse)?);
         head.observed_generation = row.try_get("observed_generation")?;
+        head.identity_generation = row.try_get("identity_generation")?;
         head.session = Session {
             epoch: row.try_get("session_epoch")?,
             gateway_id: row.try_get("session_gateway_id")?,
@@ -679,16 +681,18 @@ pub async fn record_unresolved(
         keys.push(u.key);
     }
     sqlx::query(
-        "INSERT INTO unresolved_observations (source, site, key_kind, key, observed_at, received_at, seen_count, payload) \
-         SELECT s, t, k, y, o, now(), n, p \
-           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bytea[]) \
-             AS u(s, t, k, y, o, n, p) \
+        "INSERT INTO unresolved_observations (source, site, key_kind, key, observed_at, received_at, seen_count, payload, payload_bytes) \
+         SELECT s, t, k, y, o, now(), n, p, b \
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bytea[], $8::bigint[]) \
+             AS u(s, t, k, y, o, n, p, b) \
          ON CONFLICT (source, site, key_kind, key) DO UPDATE SET \
          seen_count = unresolved_observations.seen_count + EXCLUDED.seen_count, \
          received_at = now(), \
          observed_at = GREATEST(unresolved_observations.observed_at, EXCLUDED.observed_at), \
          payload = CASE WHEN EXCLUDED.observed_at >= unresolved_observations.observed_at \
-                   THEN EXCLUDED.payload ELSE unresolved_observations.payload END",
+                   THEN EXCLUDED.payload ELSE unresolved_observations.payload END, \
+         payload_bytes = CASE WHEN EXCLUDED.observed_at >= unresolved_observations.observed_at \
+                   THEN EXCLUDED.payload_bytes ELSE unresolved_observations.payload_bytes END",
     )
     .bind(sources)
     .bind(sites)
@@ -696,10 +700,41 @@ pub async fn record_unresolved(
     .bind(keys)
     .bind(rows.iter().map(|(u, _)| u.observed_at).collect::<Vec<_>>())
     .bind(rows.iter().map(|(_, n)| *n).collect::<Vec<_>>())
-    .bind(rows.iter().map(|(u, _)| u.payload).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|(u, _)| &u.payload[..u.payload.len().min(MAX_UNRESOLVED_PAYLOAD)])
+            .collect::<Vec<_>>(),
+    )
+    .bind(rows.iter().map(|(u, _)| u.payload.len() as i64).collect::<Vec<_>>())
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The most of an unresolved observation's payload that is kept.
+pub const MAX_UNRESOLVED_PAYLOAD: usize = 16 * 1024;
+
+/// Removes unresolved keys not seen since `before`, then the oldest past
+/// `max_rows`; returns how many went.
+pub async fn expire_unresolved(
+    pool: &sqlx::PgPool,
+    before: DateTime<Utc>,
+    max_rows: i64,
+) -> Result<u64, sqlx::Error> {
+    let old = sqlx::query("DELETE FROM unresolved_observations WHERE received_at < $1")
+        .bind(before)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    let over = sqlx::query(
+        "DELETE FROM unresolved_observations WHERE ctid IN ( \
+           SELECT ctid FROM unresolved_observations ORDER BY received_at DESC OFFSET $1)",
+    )
+    .bind(max_rows.max(0))
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(old + over)
 }
 
 /// What a create-device command inserts.

@@ -1,0 +1,53 @@
+//! Issue 14, item 8: observations nobody reads are bounded and seen.
+//! `OBSERVATIONS` has an age and size limit, publishers and the hub agree
+//! on the partition count at start, and messages on a partition no hub
+//! consumes are counted.
+
+use fleet_domain::Source;
+
+use crate::hub_e2e::start_hub;
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
+    let env = TestEnv::new().await;
+    let (hub, trigger, task) = start_hub(&env).await;
+
+    let mut s = env.js.get_stream(env.streams.observations()).await.unwrap();
+    let info = s.info().await.unwrap();
+    assert!(info.config.max_age.as_secs() > 0, "OBSERVATIONS keeps messages forever");
+    assert!(info.config.max_bytes > 0, "OBSERVATIONS may grow without bound");
+    assert_eq!(info.config.discard, async_nats::jetstream::stream::DiscardPolicy::New);
+    assert_eq!(
+        fleet_bus::streams::partitions_in(info.config.description.as_deref()),
+        Some(env.config.nats.partitions)
+    );
+
+    // A connector (and a second hub) with another partition count refuse
+    // to start, saying why.
+    let mut other = env.config.clone();
+    other.nats.partitions = env.config.nats.partitions * 2;
+    let (_t, shutdown) = fleet_runtime::Shutdown::new();
+    let e = fleet_connector::Runtime::start(&other, Source::Slurm, "127.0.0.1:0", shutdown)
+        .await
+        .err()
+        .expect("a connector with another nats.partitions starts");
+    assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
+    let e = fleet_hub::Hub::connect(other).await.err().expect("a hub with another P starts");
+    assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
+
+    // A message on a partition no hub consumes is counted, not lost in silence.
+    let p = env.config.nats.partitions + 3;
+    let subject = format!("{}.obs.slurm.{p}.name-x", env.config.nats.subject_root);
+    env.js
+        .publish(subject, "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let b = hub.backlog().await.unwrap();
+    assert_eq!(b.unconsumed, 1, "{b:?}");
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}

@@ -1,0 +1,238 @@
+//! A real nats-server running the configuration compose and Helm ship
+//! (`helm/fleet/files/nats.conf`), with the passwords compose defaults to,
+//! plus one unrestricted `test-admin` user the test itself reads with.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fleet_runtime::FleetConfig;
+
+use crate::support::TestEnv;
+
+pub const ADMIN: (&str, &str) = ("test-admin", "test-admin-pw");
+pub const AGENT_PASSWORD: &str = "dev-agent";
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `${VAR:-default}` -> default (compose's own defaults).
+fn compose_default(v: &str) -> String {
+    let mut out = String::new();
+    let mut rest = v;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find('}').expect("closing brace") + at;
+        let inner = &rest[at + 2..end];
+        out.push_str(inner.split_once(":-").map(|(_, d)| d).unwrap_or(""));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn yaml_str(v: &serde_yaml_ng::Value) -> String {
+    match v {
+        serde_yaml_ng::Value::String(s) => s.clone(),
+        serde_yaml_ng::Value::Number(n) => n.to_string(),
+        serde_yaml_ng::Value::Bool(b) => b.to_string(),
+        other => panic!("unexpected YAML value {other:?}"),
+    }
+}
+
+/// compose.yaml: the NATS passwords it hands nats-server, and each fleet
+/// service's environment, with `${VAR:-default}` resolved to the default.
+pub struct Compose {
+    pub nats_passwords: BTreeMap<String, String>,
+    pub services: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+pub fn compose() -> Compose {
+    let doc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(repo("compose.yaml")).unwrap()).unwrap();
+    let env_of = |v: &serde_yaml_ng::Value| -> BTreeMap<String, String> {
+        v.as_mapping()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (yaml_str(k), compose_default(&yaml_str(v))))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let nats_passwords = env_of(&doc["services"]["nats"]["environment"]);
+    let mut services = BTreeMap::new();
+    for (name, svc) in doc["services"].as_mapping().unwrap() {
+        let env = env_of(&svc["environment"]);
+        if env.contains_key("FLEET__NATS__URL") {
+            services.insert(yaml_str(name), env);
+        }
+    }
+    Compose {
+        nats_passwords,
+        services,
+    }
+}
+
+pub struct ShippedNats {
+    pub port: u16,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for ShippedNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl ShippedNats {
+    pub async fn start() -> ShippedNats {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("fleet-shipped-nats-{}", ulid::Ulid::new()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shipped = std::fs::read_to_string(repo("helm/fleet/files/nats.conf")).unwrap();
+        assert!(shipped.contains("port: 4222") && shipped.contains("    users: ["));
+        let conf = shipped
+            .replace("port: 4222", &format!("port: {port}"))
+            .replace("http_port: 8222", "")
+            .replace(
+                "\"/data/jetstream\"",
+                &format!("\"{}\"", dir.join("js").display()),
+            )
+            .replace(
+                "    users: [",
+                &format!(
+                    "    users: [\n      {{ user: {}, password: {} }}",
+                    ADMIN.0, ADMIN.1
+                ),
+            );
+        let path = dir.join("nats.conf");
+        std::fs::write(&path, conf).unwrap();
+        let mut cmd = Command::new("nats-server");
+        cmd.arg("-c")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in compose().nats_passwords {
+            cmd.env(k, v);
+        }
+        cmd.env("FLEET_NATS_AGENT_PASSWORD", AGENT_PASSWORD);
+        let child = cmd
+            .spawn()
+            .expect("nats-server is needed on PATH (Debian package nats-server)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ShippedNats { port, child, dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// A test environment (fresh database) on this server, with the shipped
+    /// subject root and stream names, reading as `test-admin`.
+    pub async fn env(&self) -> TestEnv {
+        let url = self.url();
+        TestEnv::with_nats_config(move |n| {
+            n.url = url;
+            n.user = ADMIN.0.into();
+            n.password = fleet_bus::Secret::new(ADMIN.1);
+            n.subject_root = "fleet".into();
+            n.radar_root = "radar".into();
+            n.stream_prefix = String::new();
+            n.partitions = 16;
+        })
+        .await
+    }
+
+    /// A service's configuration exactly as compose gives it (environment
+    /// through `FleetConfig::load_from`), pointed at this server, the test's
+    /// database and free ports.
+    pub fn service_config(&self, service: &str, env: &TestEnv) -> FleetConfig {
+        let compose = compose();
+        let vars = compose
+            .services
+            .get(service)
+            .unwrap_or_else(|| panic!("compose.yaml has no fleet service {service}"));
+        let mut map: HashMap<String, String> = HashMap::new();
+        for (k, v) in vars {
+            let v = v.replace("@nats:4222", &format!("@127.0.0.1:{}", self.port))
+                .replace("nats://nats:4222", &self.url());
+            if k == "FLEET__DATABASE__URL" {
+                map.insert(k.clone(), env.config.database.url.clone());
+            } else if k.ends_with("__LISTEN") {
+                map.insert(k.clone(), "127.0.0.1:0".into());
+            } else if !k.starts_with("OTEL_") {
+                map.insert(k.clone(), v);
+            }
+        }
+        let mut c = FleetConfig::load_from(None, Some(map))
+            .unwrap_or_else(|e| panic!("{service}: the compose configuration loads: {e}"));
+        c.database.url = env.config.database.url.clone();
+        c.database.max_connections = 4;
+        c
+    }
+
+    /// A client as `user` that records the server's permission errors.
+    pub async fn client(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut n = fleet_bus::NatsConfig {
+            url: self.url(),
+            user: user.into(),
+            password: fleet_bus::Secret::new(password),
+            ..Default::default()
+        };
+        n.subject_root = "fleet".into();
+        let client = n
+            .options("fleet-test")
+            .await
+            .unwrap()
+            .event_callback(move |e| {
+                let tx = tx.clone();
+                async move {
+                    if let async_nats::Event::ServerError(e) = e {
+                        let _ = tx.send(e.to_string());
+                    }
+                }
+            })
+            .connect(self.url())
+            .await
+            .unwrap_or_else(|e| panic!("{user} connects: {e}"));
+        (client, rx)
+    }
+}
+
+/// Every server error that arrives within `wait`.
+pub async fn errors_within(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    wait: Duration,
+) -> Vec<String> {
+    let mut out = vec![];
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(Some(e)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        out.push(e);
+    }
+    out
+}

@@ -1,0 +1,363 @@
+//! Issue 14, items 2 and 3: every service logs in with the configuration
+//! compose gives it, and every NATS user may do exactly what it needs.
+//! Both against a real nats-server running the shipped `nats.conf`.
+
+use std::time::Duration;
+
+use fleet_domain::Source;
+use fleet_proto::{v1, Message};
+use fleet_runtime::Shutdown;
+
+use super::shipped::*;
+
+#[derive(Clone, Copy)]
+enum Check {
+    Pub(&'static str, bool),
+    Sub(&'static str, bool),
+}
+use Check::*;
+
+fn matrix() -> Vec<(&'static str, Vec<Check>)> {
+    vec![
+        ("hub", vec![
+            Pub("fleet.status.operational.s1.d1", true),
+            Pub("fleet.dlq.observations.invalid_subject", true),
+            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", true),
+            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", true),
+            Pub("$JS.ACK.OBSERVATIONS.hub-p0.1.2.3.4.5", true),
+            Pub("fleet.obs.slurm.0.d1", false),
+            Pub("$JS.API.STREAM.DELETE.OBSERVATIONS", false),
+            Pub("$JS.API.STREAM.UPDATE.RADAR", false),
+            Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
+            Pub("_INBOX.api.abc", false),
+            Pub("fleet.placer.cmd.allocate", false),
+            Sub("fleet.hub.cmd.create_device", true),
+            Sub("_INBOX.hub.abc", true),
+            Sub("_INBOX.>", false),
+            Sub("_INBOX.api.>", false),
+            Sub("fleet.obs.>", false),
+        ]),
+        ("connector-slurm", vec![
+            Pub("fleet.obs.slurm.3.name-gpu01", true),
+            Pub("$JS.API.STREAM.INFO.OBSERVATIONS", true),
+            Pub("fleet.obs.slurm.3.openstack.0.name-gpu01", false),
+            Pub("fleet.obs.openstack.3.name-gpu01", false),
+            Pub("fleet.status.operational.s1.d1", false),
+            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+            Pub("$JS.API.STREAM.CREATE.OBSERVATIONS", false),
+            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+            Pub("fleet.hub.cmd.create_device", false),
+            Pub("_INBOX.api.abc", false),
+            Sub("_INBOX.connector-slurm.abc", true),
+            Sub("_INBOX.>", false),
+            Sub("_INBOX.hub.>", false),
+            Sub("fleet.obs.>", false),
+            Sub("fleet.agent.join", false),
+        ]),
+        ("connector-netbox", vec![
+            Pub("fleet.obs.netbox.0.name-a", true),
+            Pub("fleet.hub.cmd.create_devices", true),
+            Pub("fleet.hub.cmd.create_device", true),
+            Pub("fleet.hub.cmd.cordon", false),
+            Pub("fleet.obs.slurm.0.name-a", false),
+            Sub("_INBOX.connector-netbox.x", true),
+            Sub("_INBOX.>", false),
+        ]),
+        ("connector-openstack", vec![
+            Pub("fleet.obs.openstack.1.name-a", true),
+            Pub("fleet.obs.netbox.1.name-a", false),
+            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+        ]),
+        ("connector-health", vec![
+            Pub("fleet.obs.health-status.1.name-a", true),
+            Pub("fleet.obs.borneo.1.name-a", false),
+        ]),
+        ("connector-borneo", vec![
+            Pub("fleet.obs.borneo.1.serial-a", true),
+            Pub("fleet.obs.netbox.1.serial-a", false),
+            Pub("fleet.hub.cmd.write_condition", false),
+        ]),
+        ("connector-fabric", vec![
+            Pub("fleet.obs.frontend-fabric.1.name-a", true),
+            Pub("fleet.obs.backend-fabric.1.name-a", true),
+            Pub("fleet.obs.nvlink-fabric.1.name-a", true),
+            Pub("fleet.obs.netbox.1.name-a", false),
+        ]),
+        ("gateway", vec![
+            Pub("fleet.obs.gateway.0.device_id-d1", true),
+            Pub("fleet.hub.cmd.join", true),
+            Pub("fleet.hub.cmd.adopt", true),
+            Pub("fleet.agent.d1.cmd", true),
+            Pub("fleet.hub.cmd.cordon", false),
+            Pub("fleet.obs.slurm.0.name-a", false),
+            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+            Sub("fleet.agent.join", true),
+            Sub("fleet.agent.*.heartbeat", true),
+            Sub("fleet.gateway.cmd.relay", true),
+            Sub("_INBOX.gateway.x", true),
+            Sub("_INBOX.>", false),
+            Sub("fleet.agent.>", false),
+        ]),
+        ("agent", vec![
+            Pub("fleet.agent.join", true),
+            Pub("fleet.agent.d1.open", true),
+            Pub("fleet.agent.d1.heartbeat", true),
+            Pub("fleet.agent.d1.close", true),
+            Pub("fleet.agent.d1.cmd", false),
+            Pub("fleet.obs.gateway.0.device_id-d1", false),
+            Pub("fleet.hub.cmd.join", false),
+            Sub("fleet.agent.d1.cmd", true),
+            Sub("_INBOX.agent.x", true),
+            Sub("fleet.agent.join", false),
+            Sub("_INBOX.>", false),
+            Sub("_INBOX.gateway.>", false),
+        ]),
+        ("placer", vec![
+            Pub("fleet.placer.event.allocated.p1.a1", true),
+            Pub("fleet.dlq.status.undecodable", true),
+            Pub("$JS.API.STREAM.UPDATE.PLACER", true),
+            Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", true),
+            Pub("$JS.ACK.STATUS.placer-operational.1.2.3.4.5", true),
+            Pub("$JS.API.STREAM.UPDATE.STATUS", false),
+            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+            Pub("$JS.API.CONSUMER.DURABLE.CREATE.STATUS.radar-health", false),
+            Pub("fleet.status.operational.s1.d1", false),
+            Pub("fleet.dlq.observations.x", false),
+            Sub("fleet.placer.cmd.allocate", true),
+            Sub("_INBOX.>", false),
+        ]),
+        ("radar", vec![
+            Pub("radar.projection.v1.s1.d1", true),
+            Pub("fleet.dlq.status.undecodable", true),
+            Pub("$JS.API.STREAM.UPDATE.RADAR", true),
+            Pub("$JS.API.CONSUMER.INFO.STATUS.radar-health", true),
+            Pub("$JS.API.STREAM.UPDATE.STATUS", false),
+            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+            Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", false),
+            Pub("fleet.placer.event.allocated.p1.a1", false),
+            Sub("fleet.radar.cmd.resync", true),
+            Sub("_INBOX.>", false),
+        ]),
+        ("api", vec![
+            Pub("fleet.hub.cmd.cordon", true),
+            Pub("fleet.placer.cmd.allocate", true),
+            Pub("fleet.gateway.cmd.relay", true),
+            Pub("fleet.radar.cmd.resync", true),
+            Pub("fleet.obs.slurm.0.name-a", false),
+            Pub("fleet.status.operational.s1.d1", false),
+            Pub("$JS.API.STREAM.INFO.OBSERVATIONS", false),
+            Sub("_INBOX.api.x", true),
+            Sub("_INBOX.>", false),
+            Sub("fleet.hub.cmd.>", false),
+        ]),
+    ]
+}
+
+fn password(user: &str) -> String {
+    if user == "agent" {
+        return AGENT_PASSWORD.into();
+    }
+    let key = format!("FLEET_NATS_{}_PASSWORD", user.to_uppercase().replace('-', "_"));
+    compose()
+        .nats_passwords
+        .get(&key)
+        .cloned()
+        .unwrap_or_else(|| panic!("compose.yaml gives nats-server no {key}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_nats_user_may_do_exactly_what_its_service_needs() {
+    let nats = ShippedNats::start().await;
+    let mut wrong = vec![];
+    for (user, checks) in matrix() {
+        let (client, mut errors) = nats.client(user, &password(user)).await;
+        let mut subs = vec![];
+        for c in &checks {
+            match *c {
+                Pub(s, _) => client.publish(s, "x".into()).await.unwrap(),
+                Sub(s, _) => subs.push(client.subscribe(s).await.unwrap()),
+            }
+        }
+        client.flush().await.unwrap();
+        let errors = errors_within(&mut errors, Duration::from_millis(1500)).await;
+        let refused = |kind: &str, s: &str| {
+            errors.iter().any(|e| {
+                let e = e.to_lowercase();
+                e.contains("permissions violation")
+                    && e.contains(kind)
+                    && e.contains(&format!("\"{}\"", s.to_lowercase()))
+            })
+        };
+        for c in &checks {
+            let (what, s, allowed, was_refused) = match *c {
+                Pub(s, a) => ("publish", s, a, refused("publish", s)),
+                Sub(s, a) => ("subscription", s, a, refused("subscription", s)),
+            };
+            if allowed == was_refused {
+                wrong.push(format!(
+                    "{user}: {what} {s} should be {}",
+                    if allowed { "allowed" } else { "refused" }
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// Responders answer through `allow_responses`; nobody else can write to
+/// another user's inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responders_answer_and_nobody_reads_another_users_replies() {
+    let nats = ShippedNats::start().await;
+    let (gateway, _) = nats.client("gateway", &password("gateway")).await;
+    let (agent, _) = nats.client("agent", &password("agent")).await;
+    let (slurm, mut slurm_errors) = nats.client("connector-slurm", &password("connector-slurm")).await;
+    let mut joins = gateway.subscribe("fleet.agent.join").await.unwrap();
+    gateway.flush().await.unwrap();
+    // connector-slurm tries to listen in on every inbox: refused.
+    let _spy = slurm.subscribe("_INBOX.>").await.unwrap();
+    slurm.flush().await.unwrap();
+    let responder = tokio::spawn(async move {
+        let m = futures::StreamExt::next(&mut joins).await.unwrap();
+        gateway
+            .publish(m.reply.unwrap(), "welcome".into())
+            .await
+            .unwrap();
+        gateway.flush().await.unwrap();
+    });
+    let reply = tokio::time::timeout(
+        Duration::from_secs(5),
+        agent.request("fleet.agent.join", "join me".into()),
+    )
+    .await
+    .expect("the gateway answers in time")
+    .expect("the agent gets the gateway's answer");
+    assert_eq!(reply.payload.as_ref(), b"welcome");
+    responder.await.unwrap();
+    let errors = errors_within(&mut slurm_errors, Duration::from_millis(500)).await;
+    assert!(
+        errors.iter().any(|e| e.to_lowercase().contains("subscription") && e.contains("_INBOX.>")),
+        "{errors:?}"
+    );
+}
+
+/// Item 2: each fleet service in compose.yaml logs in with the
+/// configuration compose gives it and does its real start-up work (streams,
+/// consumers, responders) under the shipped permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_starts_with_the_configuration_compose_gives_it() {
+    let nats = ShippedNats::start().await;
+    let env = nats.env().await;
+    let compose = compose();
+    let expected = [
+        "hub", "api", "placer", "gateway", "radar",
+        "connector-netbox", "connector-openstack", "connector-slurm",
+        "connector-health", "connector-borneo", "connector-fabric",
+    ];
+    for s in expected {
+        let vars = &compose.services[s];
+        assert!(
+            !vars["FLEET__NATS__URL"].contains('@'),
+            "{s}: credentials in FLEET__NATS__URL are ignored by the client"
+        );
+    }
+    let (trigger, shutdown) = Shutdown::new();
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let hub = nats.service_config("hub", &env);
+    assert_eq!(hub.nats.user, "hub");
+    let hub = fleet_hub::Hub::connect(hub).await.expect("the hub starts as user hub");
+    tasks.spawn(fleet_hub::run_with(hub, shutdown.clone()));
+
+    // The API's client: the hub answers it.
+    let api = nats.service_config("api", &env);
+    let api_nats = fleet_bus::connect_now(&api.nats, "fleet-api").await.expect("the api logs in");
+    let create = v1::HubCommand {
+        actor: "test".into(),
+        expected_version: 0,
+        command: Some(v1::hub_command::Command::CreateDevice(v1::CreateDevice {
+            site: "s1".into(),
+            name: "gpu-compose-01".into(),
+            ..Default::default()
+        })),
+    };
+    let reply = crate::support::eventually("the hub answers the api", || {
+        let (api_nats, body) = (api_nats.clone(), create.encode_to_vec());
+        async move {
+            api_nats
+                .request("fleet.hub.cmd.create_device", body.into())
+                .await
+                .ok()
+        }
+    })
+    .await;
+    let reply = v1::HubReply::decode(reply.payload.as_ref()).unwrap();
+    assert!(reply.error.is_none(), "{:?}", reply.error);
+
+    tasks.spawn(fleet_placer::service::run(nats.service_config("placer", &env), shutdown.clone()));
+    tasks.spawn(fleet_radar::run(nats.service_config("radar", &env), shutdown.clone()));
+    tasks.spawn(fleet_gateway::run(nats.service_config("gateway", &env), shutdown.clone()));
+
+    // Each responder answers (an error reply to a verb it does not know
+    // is an answer: it is subscribed and may respond).
+    for subject in ["fleet.placer.cmd.nothing", "fleet.radar.cmd.nothing"] {
+        crate::support::eventually(subject, || {
+            let api_nats = api_nats.clone();
+            async move { api_nats.request(subject, "x".into()).await.ok() }
+        })
+        .await;
+    }
+    let (agent, _) = nats.client("agent", AGENT_PASSWORD).await;
+    crate::support::eventually("the gateway answers an agent", || {
+        let agent = agent.clone();
+        async move { agent.request("fleet.agent.join", "x".into()).await.ok() }
+    })
+    .await;
+
+    // Each connector's start-up: log in, find OBSERVATIONS and check its
+    // partition count, then publish an observation the hub accepts.
+    for (service, source) in [
+        ("connector-netbox", Source::Netbox),
+        ("connector-openstack", Source::Openstack),
+        ("connector-slurm", Source::Slurm),
+        ("connector-health", Source::HealthStatus),
+        ("connector-borneo", Source::Borneo),
+        ("connector-fabric", Source::FrontendFabric),
+    ] {
+        let config = nats.service_config(service, &env);
+        assert_eq!(config.nats.user, service);
+        let name = service.trim_start_matches("connector-");
+        let rt = fleet_connector::Runtime::start_named(&config, source, name, "127.0.0.1:0", shutdown.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{service} starts: {e:#}"));
+        let key = v1::DeviceKey {
+            site: "s1".into(),
+            kind: "name".into(),
+            key: "gpu-compose-01".into(),
+        };
+        fleet_bus::publish_observation(
+            &rt.bus.js,
+            &rt.bus.subjects,
+            rt.bus.partitions,
+            source.subject_token(),
+            &key,
+            1,
+            "x",
+            None,
+            "x".into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap_or_else(|e| panic!("{service} publishes its own observations: {e}"));
+    }
+    trigger.trigger();
+    while let Some(r) = tokio::time::timeout(Duration::from_secs(30), tasks.join_next())
+        .await
+        .expect("services stop")
+    {
+        r.unwrap().expect("a service ran cleanly");
+    }
+    env.cleanup().await;
+}
