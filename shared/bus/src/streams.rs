@@ -220,7 +220,7 @@ pub async fn await_streams(
             match js.get_stream(name).await {
                 Ok(_) => break,
                 Err(e) => {
-                    if waited.as_secs() % 10 == 0 {
+                    if waited.as_secs().is_multiple_of(10) {
                         tracing::warn!(stream = %name, error = %e, "waiting for the stream (the hub creates it)");
                     }
                 }

@@ -172,9 +172,16 @@ impl ShippedNats {
             .services
             .get(service)
             .unwrap_or_else(|| panic!("compose.yaml has no fleet service {service}"));
+        self.config_from(service, vars, env)
+    }
+
+    /// A configuration from a deployment's environment, with the NATS host
+    /// made this server and the database the test's.
+    pub fn config_from(&self, what: &str, vars: &BTreeMap<String, String>, env: &TestEnv) -> FleetConfig {
         let mut map: HashMap<String, String> = HashMap::new();
         for (k, v) in vars {
-            let v = v.replace("@nats:4222", &format!("@127.0.0.1:{}", self.port))
+            let v = v
+                .replace("@nats:4222", &format!("@127.0.0.1:{}", self.port))
                 .replace("nats://nats:4222", &self.url());
             if k == "FLEET__DATABASE__URL" {
                 map.insert(k.clone(), env.config.database.url.clone());
@@ -185,7 +192,7 @@ impl ShippedNats {
             }
         }
         let mut c = FleetConfig::load_from(None, Some(map))
-            .unwrap_or_else(|e| panic!("{service}: the compose configuration loads: {e}"));
+            .unwrap_or_else(|e| panic!("{what}: the configuration loads: {e}"));
         c.database.url = env.config.database.url.clone();
         c.database.max_connections = 4;
         c
@@ -235,4 +242,60 @@ pub async fn errors_within(
         out.push(e);
     }
     out
+}
+
+/// One workload of the rendered Helm chart.
+#[derive(Debug, serde::Deserialize)]
+pub struct Workload {
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, serde_json::Value>,
+}
+
+/// helm/fleet rendered with Helm's own library (`tests/helm/render.py`,
+/// helm-python-sdk), every workload's environment with its Secret
+/// references resolved the way a cluster would: a NATS password key to the
+/// password nats-server has under that name.
+pub fn helm() -> BTreeMap<String, (Vec<String>, BTreeMap<String, String>)> {
+    let out = Command::new("python3")
+        .arg(repo("tests/helm/render.py"))
+        .output()
+        .expect("python3 runs tests/helm/render.py");
+    assert!(
+        out.status.success(),
+        "rendering helm/fleet failed (install with: python3 -m pip install helm-python-sdk kubernetes-validate pyyaml): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let workloads: BTreeMap<String, Workload> = serde_json::from_slice(&out.stdout).unwrap();
+    let passwords = compose().nats_passwords;
+    workloads
+        .into_iter()
+        .map(|(name, w)| {
+            let env = w
+                .env
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => s,
+                        other => {
+                            let key = other["key"].as_str().unwrap().to_string();
+                            if key.starts_with("FLEET_NATS_") {
+                                if key == "FLEET_NATS_AGENT_PASSWORD" {
+                                    AGENT_PASSWORD.to_string()
+                                } else {
+                                    passwords.get(&key).cloned().unwrap_or_else(|| {
+                                        panic!("{name}: no NATS password named {key}")
+                                    })
+                                }
+                            } else {
+                                // The database URL: the test's.
+                                String::new()
+                            }
+                        }
+                    };
+                    (k, v)
+                })
+                .collect();
+            (name, (w.args, env))
+        })
+        .collect()
 }

@@ -242,47 +242,50 @@ async fn responders_answer_and_nobody_reads_another_users_replies() {
     );
 }
 
-/// Item 2: each fleet service in compose.yaml logs in with the
-/// configuration compose gives it and does its real start-up work (streams,
-/// consumers, responders) under the shipped permissions.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_service_starts_with_the_configuration_compose_gives_it() {
-    let nats = ShippedNats::start().await;
-    let env = nats.env().await;
-    let compose = compose();
-    let expected = [
-        "hub", "api", "placer", "gateway", "radar",
-        "connector-netbox", "connector-openstack", "connector-slurm",
-        "connector-health", "connector-borneo", "connector-fabric",
-    ];
-    for s in expected {
-        let vars = &compose.services[s];
-        assert!(
-            !vars["FLEET__NATS__URL"].contains('@'),
-            "{s}: credentials in FLEET__NATS__URL are ignored by the client"
-        );
-    }
+/// Starts every service from its configuration and shows each did its
+/// real start-up under the shipped permissions: the hubs create the
+/// streams and answer the API, the placer, radar and gateway answer, each
+/// connector finds OBSERVATIONS with its partition count and publishes an
+/// observation a hub applies.
+async fn every_service_starts(
+    nats: &ShippedNats,
+    env: &crate::support::TestEnv,
+    hubs: Vec<fleet_runtime::FleetConfig>,
+    services: std::collections::BTreeMap<String, fleet_runtime::FleetConfig>,
+) {
     let (trigger, shutdown) = Shutdown::new();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut partitions = vec![];
+    for hub in hubs {
+        assert_eq!(hub.nats.user, "hub");
+        let hub = fleet_hub::Hub::connect(hub).await.expect("a hub starts as user hub");
+        partitions.extend(hub.partitions());
+        tasks.spawn(fleet_hub::run_with(hub, shutdown.clone()));
+    }
+    partitions.sort();
+    assert_eq!(partitions, (0..16).collect::<Vec<u32>>(), "the hubs consume every partition once");
+    let config = |s: &str| {
+        services
+            .get(s)
+            .unwrap_or_else(|| panic!("no configuration for {s}"))
+            .clone()
+    };
 
-    let hub = nats.service_config("hub", &env);
-    assert_eq!(hub.nats.user, "hub");
-    let hub = fleet_hub::Hub::connect(hub).await.expect("the hub starts as user hub");
-    tasks.spawn(fleet_hub::run_with(hub, shutdown.clone()));
-
-    // The API's client: the hub answers it.
-    let api = nats.service_config("api", &env);
+    // The API's client: a hub answers it.
+    let api = config("api");
+    assert_eq!(api.nats.user, "api");
     let api_nats = fleet_bus::connect_now(&api.nats, "fleet-api").await.expect("the api logs in");
+    let name = format!("gpu-deploy-{}", ulid::Ulid::new().to_string().to_lowercase());
     let create = v1::HubCommand {
         actor: "test".into(),
         expected_version: 0,
         command: Some(v1::hub_command::Command::CreateDevice(v1::CreateDevice {
             site: "s1".into(),
-            name: "gpu-compose-01".into(),
+            name: name.clone(),
             ..Default::default()
         })),
     };
-    let reply = crate::support::eventually("the hub answers the api", || {
+    let reply = crate::support::eventually("a hub answers the api", || {
         let (api_nats, body) = (api_nats.clone(), create.encode_to_vec());
         async move {
             api_nats
@@ -294,10 +297,12 @@ async fn every_service_starts_with_the_configuration_compose_gives_it() {
     .await;
     let reply = v1::HubReply::decode(reply.payload.as_ref()).unwrap();
     assert!(reply.error.is_none(), "{:?}", reply.error);
+    let record: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
+    let id = record["id"].as_str().unwrap().to_string();
 
-    tasks.spawn(fleet_placer::service::run(nats.service_config("placer", &env), shutdown.clone()));
-    tasks.spawn(fleet_radar::run(nats.service_config("radar", &env), shutdown.clone()));
-    tasks.spawn(fleet_gateway::run(nats.service_config("gateway", &env), shutdown.clone()));
+    tasks.spawn(fleet_placer::service::run(config("placer"), shutdown.clone()));
+    tasks.spawn(fleet_radar::run(config("radar"), shutdown.clone()));
+    tasks.spawn(fleet_gateway::run(config("gateway"), shutdown.clone()));
 
     // Each responder answers (an error reply to a verb it does not know
     // is an answer: it is subscribed and may respond).
@@ -316,25 +321,40 @@ async fn every_service_starts_with_the_configuration_compose_gives_it() {
     .await;
 
     // Each connector's start-up: log in, find OBSERVATIONS and check its
-    // partition count, then publish an observation the hub accepts.
-    for (service, source) in [
-        ("connector-netbox", Source::Netbox),
-        ("connector-openstack", Source::Openstack),
-        ("connector-slurm", Source::Slurm),
-        ("connector-health", Source::HealthStatus),
-        ("connector-borneo", Source::Borneo),
-        ("connector-fabric", Source::FrontendFabric),
+    // partition count, then publish an observation a hub applies.
+    let key = v1::DeviceKey {
+        site: "s1".into(),
+        kind: "name".into(),
+        key: name.clone(),
+    };
+    for (service, source, condition) in [
+        ("connector-netbox", Source::Netbox, None),
+        ("connector-openstack", Source::Openstack, Some("IronicMaintenance")),
+        ("connector-slurm", Source::Slurm, Some("SlurmRegistered")),
+        ("connector-health", Source::HealthStatus, None),
+        ("connector-borneo", Source::Borneo, None),
+        ("connector-fabric", Source::FrontendFabric, None),
     ] {
-        let config = nats.service_config(service, &env);
+        let config = config(service);
         assert_eq!(config.nats.user, service);
         let name = service.trim_start_matches("connector-");
         let rt = fleet_connector::Runtime::start_named(&config, source, name, "127.0.0.1:0", shutdown.clone())
             .await
             .unwrap_or_else(|e| panic!("{service} starts: {e:#}"));
-        let key = v1::DeviceKey {
-            site: "s1".into(),
-            kind: "name".into(),
-            key: "gpu-compose-01".into(),
+        let snap = v1::ConditionSnapshot {
+            source: source.as_str().into(),
+            device: Some(key.clone()),
+            observed_at: Some(fleet_proto::timestamp(chrono::Utc::now())),
+            conditions: condition
+                .map(|c| v1::Condition {
+                    r#type: c.into(),
+                    status: "True".into(),
+                    reason: "Test".into(),
+                    message: String::new(),
+                })
+                .into_iter()
+                .collect(),
+            mirror: None,
         };
         fleet_bus::publish_observation(
             &rt.bus.js,
@@ -343,15 +363,27 @@ async fn every_service_starts_with_the_configuration_compose_gives_it() {
             source.subject_token(),
             &key,
             1,
-            "x",
+            "fleet.v1.ConditionSnapshot",
             None,
-            "x".into(),
+            snap.encode_to_vec().into(),
         )
         .await
         .unwrap()
         .await
         .unwrap_or_else(|e| panic!("{service} publishes its own observations: {e}"));
     }
+    crate::support::eventually("a hub applied each connector's observation", || {
+        let (pool, id) = (env.pool.clone(), id.clone());
+        async move {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM device_source_freshness WHERE device_id = $1")
+                .bind(&id)
+                .fetch_one(&pool)
+                .await
+                .ok()?;
+            (n == 6).then_some(())
+        }
+    })
+    .await;
     trigger.trigger();
     while let Some(r) = tokio::time::timeout(Duration::from_secs(30), tasks.join_next())
         .await
@@ -359,5 +391,58 @@ async fn every_service_starts_with_the_configuration_compose_gives_it() {
     {
         r.unwrap().expect("a service ran cleanly");
     }
+}
+
+/// Item 2: each fleet service in compose.yaml logs in with the
+/// configuration compose gives it and does its real start-up work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_starts_with_the_configuration_compose_gives_it() {
+    let nats = ShippedNats::start().await;
+    let env = nats.env().await;
+    let compose = compose();
+    let mut services = std::collections::BTreeMap::new();
+    for (s, vars) in &compose.services {
+        assert!(
+            !vars["FLEET__NATS__URL"].contains('@'),
+            "{s}: credentials in FLEET__NATS__URL are ignored by the client"
+        );
+        services.insert(s.clone(), nats.service_config(s, &env));
+    }
+    let hub = services.remove("hub").expect("compose runs a hub");
+    every_service_starts(&nats, &env, vec![hub], services).await;
+    env.cleanup().await;
+}
+
+/// Item 2, for Helm: helm/fleet rendered with Helm's own library; every
+/// workload's environment (Secrets resolved) starts its service, the two
+/// hub StatefulSets each on their partition set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_starts_with_the_configuration_helm_gives_it() {
+    let nats = ShippedNats::start().await;
+    let env = nats.env().await;
+    let mut hubs = vec![];
+    let mut services = std::collections::BTreeMap::new();
+    for (workload, (args, vars)) in helm() {
+        if workload.starts_with("Job/") {
+            continue;
+        }
+        assert!(
+            !vars["FLEET__NATS__URL"].contains('@'),
+            "{workload}: credentials in FLEET__NATS__URL are ignored by the client"
+        );
+        let config = nats.config_from(&workload, &vars, &env);
+        match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+            ["hub"] => hubs.push(config),
+            ["connector", name] => {
+                services.insert(format!("connector-{name}"), config);
+            }
+            [name] => {
+                services.insert(name.to_string(), config);
+            }
+            other => panic!("{workload}: unexpected args {other:?}"),
+        }
+    }
+    assert_eq!(hubs.len(), 2, "two hub partition sets");
+    every_service_starts(&nats, &env, hubs, services).await;
     env.cleanup().await;
 }
