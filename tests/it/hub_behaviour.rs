@@ -28,28 +28,19 @@ fn custody(
 }
 
 async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
-    let stream = env.js.get_stream(env.streams.dlq()).await.unwrap();
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+    env.dead_letters()
         .await
-        .unwrap();
-    let mut out = vec![];
-    let mut batch = consumer
-        .fetch()
-        .max_messages(1000)
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = batch.next().await {
-        let h = m.headers.clone().unwrap_or_default();
-        out.push((
-            m.subject.to_string(),
-            h.get(fleet_bus::HEADER_DLQ_REASON)
-                .map(|v| v.to_string())
-                .unwrap_or_default(),
-        ));
-    }
-    out
+        .into_iter()
+        .map(|m| {
+            let h = m.headers.clone().unwrap_or_default();
+            (
+                m.subject.to_string(),
+                h.get(fleet_bus::HEADER_DLQ_REASON)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 fn error_code(r: &v1::HubReply) -> &str {

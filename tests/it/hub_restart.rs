@@ -172,16 +172,7 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
 
     // Take the test database away from the hub: no new connections, and
     // every open one terminated.
-    let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    sqlx::query(&format!(
-        "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS false",
-        env.db_name
-    ))
-    .execute(&admin)
-    .await
-    .unwrap();
-    let kill = format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()", env.db_name);
-    sqlx::query(&kill).execute(&admin).await.unwrap();
+    env.database_reachable(false).await;
     let ops = *hub.ops_addr.get().unwrap();
     eventually("/readyz false while PostgreSQL is away", || async {
         get(ops, "/readyz")
@@ -217,13 +208,7 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     // Several redeliveries happen meanwhile (max_deliver is 2).
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    sqlx::query(&format!(
-        "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true",
-        env.db_name
-    ))
-    .execute(&admin)
-    .await
-    .unwrap();
+    env.database_reachable(true).await;
     let pool = fleet_store::connect(&env.config.database.url, 1)
         .await
         .unwrap();

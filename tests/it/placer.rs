@@ -42,7 +42,7 @@ pub async fn start_placer(
     eventually("the placer answers", || async {
         (!matches!(
             c.capacity("no-such-pool").await,
-            Err(PlacerError::Unavailable(_))
+            Err(PlacerError::Unavailable(_) | PlacerError::NotRunning)
         ))
         .then_some(())
     })

@@ -250,6 +250,50 @@ impl TestEnv {
         .unwrap();
     }
 
+    /// Takes the test database away (no new connections, every open one
+    /// terminated) or gives it back: a PostgreSQL outage for this test only.
+    pub async fn database_reachable(&self, reachable: bool) {
+        let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {reachable}",
+            self.db_name
+        ))
+        .execute(&admin)
+        .await
+        .unwrap();
+        if !reachable {
+            sqlx::query(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
+                self.db_name
+            ))
+            .execute(&admin)
+            .await
+            .unwrap();
+        }
+        admin.close().await;
+    }
+
+    /// Every message in `DLQ` so far.
+    pub async fn dead_letters(&self) -> Vec<async_nats::jetstream::Message> {
+        let stream = self.js.get_stream(self.streams.dlq()).await.unwrap();
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+            .await
+            .unwrap();
+        let mut out = vec![];
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1000)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            out.push(m);
+        }
+        out
+    }
+
     pub async fn device_field(&self, id: &str, column: &str) -> String {
         sqlx::query_scalar(&format!("SELECT {column}::text FROM devices WHERE id = $1"))
             .bind(id)

@@ -154,7 +154,7 @@ async fn bench(config: &FleetConfig, args: &PlacerBench) -> anyhow::Result<Strin
     let ready = Instant::now();
     while matches!(
         client.capacity("pool").await,
-        Err(PlacerError::Unavailable(_))
+        Err(PlacerError::Unavailable(_) | PlacerError::NotRunning)
     ) {
         if ready.elapsed() > Duration::from_secs(10) {
             anyhow::bail!("the placer did not start answering");

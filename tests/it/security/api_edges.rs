@@ -74,18 +74,7 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     assert!(r.body.contains("no hub is running; the command was not sent"), "{}", r.body);
 
     // PostgreSQL away: /readyz answers 503 within the ready timeout.
-    let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS false", env.db_name))
-        .execute(&admin)
-        .await
-        .unwrap();
-    sqlx::query(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
-        env.db_name
-    ))
-    .execute(&admin)
-    .await
-    .unwrap();
+    env.database_reachable(false).await;
     let r = tokio::time::timeout(
         fleet_runtime::http::READY_DB_TIMEOUT * 4,
         crate::api::http_raw(addr, "GET", "/readyz", None, None, b""),
@@ -93,11 +82,7 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     .await
     .expect("/readyz answers at once while PostgreSQL is away");
     assert_eq!(r.status, 503, "{}", r.body);
-    sqlx::query(&format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.db_name))
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
+    env.database_reachable(true).await;
     stop.trigger();
     env.cleanup().await;
 }

@@ -32,22 +32,6 @@ fn in_order_history(id: &str, name: &str, snaps: &[v1::ConditionSnapshot]) -> Ve
     seq
 }
 
-async fn set_connections(env: &TestEnv, allowed: bool) {
-    let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    sqlx::query(&format!(
-        "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {allowed}",
-        env.db_name
-    ))
-    .execute(&admin)
-    .await
-    .unwrap();
-    if !allowed {
-        let kill = format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()", env.db_name);
-        sqlx::query(&kill).execute(&admin).await.unwrap();
-    }
-    admin.close().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_loses_no_transition() {
     let env = TestEnv::new().await;
@@ -77,7 +61,7 @@ async fn a_database_outage_loses_no_transition() {
         .await;
     }
 
-    set_connections(&env, false).await;
+    env.database_reachable(false).await;
     for k in 1..3 {
         for i in 0..devices {
             env.publish_snapshot(&plan(&format!("gpu-o-{i:02}"))[k]).await;
@@ -85,7 +69,7 @@ async fn a_database_outage_loses_no_transition() {
     }
     // Batches fail for a while.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    set_connections(&env, true).await;
+    env.database_reachable(true).await;
 
     let pool = fleet_store::connect(&env.config.database.url, 2).await.unwrap();
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();

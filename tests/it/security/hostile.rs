@@ -4,11 +4,8 @@
 //! server's max payload is dead-lettered as a cut copy instead of looping,
 //! and unresolved observations are bounded.
 
-use std::time::Duration;
-
 use chrono::{TimeZone, Utc};
 use fleet_proto::{v1, Message, SchemaName};
-use futures::StreamExt;
 
 use crate::hub_e2e::start_hub;
 use crate::support::*;
@@ -34,29 +31,19 @@ async fn publish_raw(env: &TestEnv, key: &v1::DeviceKey, payload: Vec<u8>) {
 /// Every DLQ message: (reason subject token, Fleet-Dlq-Error, payload
 /// size, Fleet-Dlq-Truncated).
 async fn dead_letters(env: &TestEnv) -> Vec<(String, String, usize, Option<String>)> {
-    let dlq = env.js.get_stream(env.streams.dlq()).await.unwrap();
-    let c = dlq
-        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+    env.dead_letters()
         .await
-        .unwrap();
-    let mut out = vec![];
-    let mut msgs = c
-        .fetch()
-        .max_messages(100)
-        .expires(Duration::from_secs(1))
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = msgs.next().await {
-        let h = m.headers.clone().unwrap_or_default();
-        out.push((
-            m.subject.as_str().rsplit('.').next().unwrap().to_string(),
-            h.get(fleet_bus::HEADER_DLQ_ERROR).map(|v| v.to_string()).unwrap_or_default(),
-            m.payload.len(),
-            h.get(fleet_bus::dlq::HEADER_DLQ_TRUNCATED).map(|v| v.to_string()),
-        ));
-    }
-    out
+        .into_iter()
+        .map(|m| {
+            let h = m.headers.clone().unwrap_or_default();
+            (
+                m.subject.as_str().rsplit('.').next().unwrap().to_string(),
+                h.get(fleet_bus::HEADER_DLQ_ERROR).map(|v| v.to_string()).unwrap_or_default(),
+                m.payload.len(),
+                h.get(fleet_bus::dlq::HEADER_DLQ_TRUNCATED).map(|v| v.to_string()),
+            )
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

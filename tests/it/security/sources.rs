@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
-use futures::StreamExt;
 
 use super::shipped::*;
 use crate::support::*;
@@ -110,14 +109,8 @@ async fn a_connector_cannot_pose_as_another_source() {
     assert_eq!(env.device_field(&id, "operational_status").await, "unknown");
 
     // Both dead-lettered, each with its reason and the subject it came on.
-    let dlq = env.js.get_stream(env.streams.dlq()).await.unwrap();
-    let consumer = dlq
-        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
-        .await
-        .unwrap();
     let mut seen = vec![];
-    let mut msgs = consumer.fetch().max_messages(10).expires(Duration::from_secs(2)).messages().await.unwrap();
-    while let Some(Ok(m)) = msgs.next().await {
+    for m in env.dead_letters().await {
         let h = m.headers.clone().unwrap_or_default();
         seen.push((
             m.subject.to_string(),
