@@ -132,16 +132,17 @@ pub struct ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hint = match self.code.as_str() {
-            "UNAUTHENTICATED" => " (pass --token or set FLEET_TOKEN)",
-            "FORBIDDEN" => " (the token lacks the scope this needs)",
-            "NOT_FOUND" => " (check the id with `fleet devices list` or `fleet allocations list`)",
-            "INSUFFICIENT_CAPACITY" => {
+        use fleet_proto::ErrorCode as E;
+        let hint = match E::from_str_name(&self.code) {
+            Some(E::Unauthenticated) => " (pass --token or set FLEET_TOKEN)",
+            Some(E::Forbidden) => " (the token lacks the scope this needs)",
+            Some(E::NotFound) => " (check the id with `fleet devices list` or `fleet allocations list`)",
+            Some(E::InsufficientCapacity) => {
                 " (no schedulable GPUs fit the request; see `fleet pools capacity <pool>`)"
             }
-            "CONFLICT" => " (the device changed meanwhile; run the command again)",
-            "INVALID_STATE" => " (the device's state does not allow this now)",
-            "UNAVAILABLE" => {
+            Some(E::Conflict) => " (the device changed meanwhile; run the command again)",
+            Some(E::InvalidState) => " (the device's state does not allow this now)",
+            Some(E::Unavailable) => {
                 " (the hub, the placer, NATS or PostgreSQL is not answering; retry shortly)"
             }
             _ => "",

@@ -14,7 +14,7 @@ use fleet_api::routes::{table, OPEN_PATHS};
 use fleet_api::Scope;
 use fleet_domain::predicates::{self, SchedulingFacts};
 use fleet_domain::*;
-use fleet_proto::v1;
+
 use fleet_runtime::shutdown::ShutdownTrigger;
 use fleet_runtime::{FleetConfig, Shutdown};
 use serde_json::{json, Value};
@@ -331,32 +331,6 @@ fn api_openapi_document_is_committed_and_current() {
         committed == generated,
         "docs/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test --test it api_openapi"
     );
-}
-
-#[test]
-fn api_verbs_match_the_hub() {
-    use v1::hub_command::Command as C;
-    let all = [
-        C::CreateDevice(Default::default()),
-        C::Cordon(Default::default()),
-        C::Uncordon(Default::default()),
-        C::Drain(Default::default()),
-        C::Taint(Default::default()),
-        C::Triage(Default::default()),
-        C::Provision(Default::default()),
-        C::Adopt(Default::default()),
-        C::RevokeIdentity(Default::default()),
-        C::DeleteDevice(Default::default()),
-        C::WriteCondition(Default::default()),
-        C::EnrollmentProof(Default::default()),
-        C::ImpairmentHold(Default::default()),
-        C::SetMaintenance(Default::default()),
-        C::Join(Default::default()),
-        C::ApplySnapshot(Default::default()),
-    ];
-    for c in &all {
-        assert_eq!(fleet_api::hub::verb(c), fleet_hub::commands::verb(c));
-    }
 }
 
 /// The main responses as snapshots, and every error code of `api.md`

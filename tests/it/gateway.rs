@@ -120,7 +120,7 @@ async fn relay(
 }
 
 fn code(e: &Option<v1::AgentError>) -> &str {
-    e.as_ref().map(|e| e.code.as_str()).unwrap_or("OK")
+    e.as_ref().map(|e| fleet_proto::error_code_of(e.code).as_str_name()).unwrap_or("OK")
 }
 
 /// Heartbeats every 500 ms until told to close cleanly or to go silent.

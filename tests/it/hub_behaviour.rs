@@ -44,7 +44,7 @@ async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
 }
 
 fn error_code(r: &v1::HubReply) -> &str {
-    r.error.as_ref().map(|e| e.code.as_str()).unwrap_or("OK")
+    r.error.as_ref().map(|e| fleet_proto::error_code_of(e.code).as_str_name()).unwrap_or("OK")
 }
 
 fn record(r: &v1::HubReply) -> serde_json::Value {

@@ -431,7 +431,7 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
     };
     // "a reason is required; without one the annotation is refused"
     let r = send(ignore("t1", true, "  ")).await;
-    assert_eq!(r.error.unwrap().code, "INVALID_ARGUMENT");
+    assert_eq!(r.error.unwrap().code(), fleet_proto::ErrorCode::InvalidArgument);
     let annotations: serde_json::Value =
         sqlx::query_scalar("SELECT annotations FROM tenants WHERE id = 't1'")
             .fetch_one(&env.pool)
@@ -439,8 +439,8 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
             .unwrap();
     assert_eq!(annotations, serde_json::json!({}));
     assert_eq!(
-        send(ignore("ghost", true, "x")).await.error.unwrap().code,
-        "NOT_FOUND"
+        send(ignore("ghost", true, "x")).await.error.unwrap().code(),
+        fleet_proto::ErrorCode::NotFound
     );
 
     let r = send(ignore("t1", true, "internal lab fleet")).await;

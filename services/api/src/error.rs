@@ -13,56 +13,36 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
-/// The stable codes of `spec/api.md`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    InvalidArgument,
-    Unauthenticated,
-    Forbidden,
-    NotFound,
-    Conflict,
-    InvalidState,
-    FutureObservation,
-    ForbiddenSource,
-    /// The placer found no room for an allocation (409).
-    InsufficientCapacity,
-    /// The request body is larger than `api.max_body_bytes` (413).
-    PayloadTooLarge,
-    Unavailable,
+/// The stable codes of `spec/api.md`: the mesh's one `ErrorCode`.
+pub use fleet_proto::ErrorCode as Code;
+
+/// The codes the API answers.
+pub const API_CODES: &[Code] = &[
+    Code::InvalidArgument,
+    Code::Unauthenticated,
+    Code::Forbidden,
+    Code::NotFound,
+    Code::Conflict,
+    Code::InvalidState,
+    Code::FutureObservation,
+    Code::ForbiddenSource,
+    Code::InsufficientCapacity,
+    Code::PayloadTooLarge,
+    Code::Unavailable,
+];
+
+/// Each code's name and HTTP status: the one place they are mapped.
+pub trait HttpCode {
+    fn as_str(self) -> &'static str;
+    fn status(self) -> StatusCode;
 }
 
-impl Code {
-    pub const ALL: &'static [Code] = &[
-        Code::InvalidArgument,
-        Code::Unauthenticated,
-        Code::Forbidden,
-        Code::NotFound,
-        Code::Conflict,
-        Code::InvalidState,
-        Code::FutureObservation,
-        Code::ForbiddenSource,
-        Code::InsufficientCapacity,
-        Code::PayloadTooLarge,
-        Code::Unavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::InvalidArgument => "INVALID_ARGUMENT",
-            Code::Unauthenticated => "UNAUTHENTICATED",
-            Code::Forbidden => "FORBIDDEN",
-            Code::NotFound => "NOT_FOUND",
-            Code::Conflict => "CONFLICT",
-            Code::InvalidState => "INVALID_STATE",
-            Code::FutureObservation => "FUTURE_OBSERVATION",
-            Code::ForbiddenSource => "FORBIDDEN_SOURCE",
-            Code::InsufficientCapacity => "INSUFFICIENT_CAPACITY",
-            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            Code::Unavailable => "UNAVAILABLE",
-        }
+impl HttpCode for Code {
+    fn as_str(self) -> &'static str {
+        self.as_str_name()
     }
 
-    pub fn status(self) -> StatusCode {
+    fn status(self) -> StatusCode {
         match self {
             Code::InvalidArgument | Code::FutureObservation => StatusCode::BAD_REQUEST,
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -72,13 +52,16 @@ impl Code {
                 StatusCode::CONFLICT
             }
             Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            // The agent protocol's codes never reach the API's callers as
+            // such; a peer failing in a way the API cannot name is 503.
+            Code::Unspecified
+            | Code::Unavailable
+            | Code::SessionClosed
+            | Code::IdentityRevoked
+            | Code::NotConnected
+            | Code::DeadlineExceeded
+            | Code::AgentError => StatusCode::SERVICE_UNAVAILABLE,
         }
-    }
-
-    /// A code as the hub's reply carries it.
-    pub fn parse(s: &str) -> Option<Code> {
-        Code::ALL.iter().copied().find(|c| c.as_str() == s)
     }
 }
 
@@ -150,7 +133,7 @@ impl From<sqlx::Error> for ApiError {
 
 impl From<DomainError> for ApiError {
     fn from(e: DomainError) -> Self {
-        let code = Code::parse(e.code()).unwrap_or(Code::InvalidArgument);
+        let code = e.code();
         ApiError::new(code, e.to_string())
     }
 }
@@ -280,9 +263,10 @@ mod tests {
             ("PAYLOAD_TOO_LARGE", 413),
             ("UNAVAILABLE", 503),
         ];
-        assert_eq!(Code::ALL.len(), expect.len());
+        assert_eq!(API_CODES.len(), expect.len());
         for (code, status) in expect {
-            let c = Code::parse(code).unwrap();
+            let c = Code::from_str_name(code).unwrap();
+            assert!(API_CODES.contains(&c));
             assert_eq!((c.as_str(), c.status().as_u16()), (code, status));
         }
         // Domain errors keep their code; an unknown type is bad input.

@@ -24,25 +24,29 @@ pub struct Ended {
 
 impl HubClient {
     pub async fn end_sessions(&self, device_id: &str) -> Result<Ended, String> {
-        let inbox = self.nats.new_inbox();
-        let mut replies = self
-            .nats
+        let fleet_hub_client::HubClient {
+            nats,
+            subjects,
+            timeout,
+        } = &self.client;
+        let inbox = nats.new_inbox();
+        let mut replies = nats
             .subscribe(inbox.clone())
             .await
             .map_err(|e| e.to_string())?;
         let body = v1::EndSessions {
             device_id: device_id.to_string(),
         };
-        self.nats
+        nats
             .publish_with_reply(
-                self.subjects.gateway_cmd("end_sessions"),
+                subjects.gateway_cmd("end_sessions"),
                 inbox,
                 body.encode_to_vec().into(),
             )
             .await
             .map_err(|e| e.to_string())?;
         let mut ended = Ended::default();
-        let mut deadline = tokio::time::Instant::now() + self.timeout;
+        let mut deadline = tokio::time::Instant::now() + *timeout;
         while let Ok(Some(m)) = tokio::time::timeout_at(deadline, replies.next()).await {
             // No gateway subscribed: nothing holds a session.
             if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) {

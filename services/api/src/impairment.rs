@@ -69,7 +69,7 @@ async fn set_device(
     .bind(event)
     .bind(device)
     .bind(status)
-    .bind(error.map(|e| e.code.as_str()))
+    .bind(error.map(|e| e.code.as_str_name()))
     .bind(error.map(|e| e.message.clone()))
     .execute(&app.pool)
     .await?;

@@ -111,9 +111,11 @@ impl App {
                 Duration::from_millis(config.api.hub_timeout_ms),
             ),
             hub: hub::HubClient {
-                nats,
-                subjects,
-                timeout: Duration::from_millis(config.api.hub_timeout_ms),
+                client: fleet_hub_client::HubClient::new(
+                    nats,
+                    subjects,
+                    Duration::from_millis(config.api.hub_timeout_ms),
+                ),
             },
             tokens: auth::TokenCache::default(),
             ttls: TtlConfig::new(config.hub.default_ttl_secs, &config.hub.ttl_secs),

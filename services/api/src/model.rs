@@ -48,7 +48,7 @@ vocab_schemas!(
 );
 
 pub fn error_code_schema() -> Object {
-    enum_schema(crate::error::Code::ALL.iter().map(|c| c.as_str()))
+    enum_schema(crate::error::API_CODES.iter().map(|c| c.as_str_name()))
 }
 
 pub fn slurm_states_schema() -> utoipa::openapi::schema::Array {

@@ -63,7 +63,7 @@ mod tests {
         assert_eq!(decode::<(String,)>(Some("")).unwrap(), None);
         for bad in ["zz", "00", &encode(&(1, 2, 3))] {
             let e = decode::<(String,)>(Some(bad)).unwrap_err();
-            assert_eq!(e.code.as_str(), "INVALID_ARGUMENT", "{bad}");
+            assert_eq!(e.code.as_str_name(), "INVALID_ARGUMENT", "{bad}");
         }
     }
 

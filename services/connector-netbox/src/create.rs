@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fleet_connector::{Bus, ConnectorMetrics};
-use fleet_proto::{v1, Message};
+use fleet_proto::{v1, ErrorCode};
 use futures::StreamExt;
 
 const ACTOR: &str = "connector-netbox";
@@ -25,7 +25,7 @@ pub enum Created {
     Exists,
     /// Another typed error (`NOT_FOUND` for an unknown site, ...).
     Rejected {
-        code: String,
+        code: ErrorCode,
         message: String,
     },
     /// No reply: the hub is down or slow. Tried again next poll.
@@ -35,11 +35,14 @@ pub enum Created {
 /// Interprets one item of a `create_devices` reply.
 pub fn item_outcome(item: &serde_json::Value) -> Created {
     let s = |k: &str| item[k].as_str().unwrap_or_default().to_string();
-    match item["code"].as_str() {
-        Some("OK") => Created::Created { device_id: s("id") },
-        Some("CONFLICT") => Created::Exists,
-        _ => Created::Rejected {
-            code: s("code"),
+    let code = item["code"].as_str().unwrap_or_default();
+    if code == "OK" {
+        return Created::Created { device_id: s("id") };
+    }
+    match fleet_proto::error_code(code) {
+        ErrorCode::Conflict => Created::Exists,
+        code => Created::Rejected {
+            code,
             message: s("message"),
         },
     }
@@ -50,7 +53,7 @@ pub fn item_outcome(item: &serde_json::Value) -> Created {
 pub fn outcomes(reply: &v1::HubReply, n: usize) -> Vec<Created> {
     if let Some(e) = &reply.error {
         let c = Created::Rejected {
-            code: e.code.clone(),
+            code: fleet_proto::error_code_of(e.code),
             message: e.message.clone(),
         };
         return vec![c; n];
@@ -70,26 +73,11 @@ pub fn outcomes(reply: &v1::HubReply, n: usize) -> Vec<Created> {
 
 async fn create_chunk(bus: &Bus, devices: Vec<v1::CreateDevice>) -> Vec<Created> {
     let n = devices.len();
-    let cmd = v1::HubCommand {
-        actor: ACTOR.into(),
-        expected_version: 0,
-        command: Some(v1::hub_command::Command::CreateDevices(v1::CreateDevices {
-            devices,
-        })),
-    };
-    let req = bus.nats.request(
-        bus.subjects.hub_cmd("create_devices"),
-        cmd.encode_to_vec().into(),
-    );
-    match tokio::time::timeout(REQUEST_TIMEOUT, req).await {
-        Err(_) => {
-            vec![Created::Unanswered(format!("no reply within {} s", REQUEST_TIMEOUT.as_secs())); n]
-        }
-        Ok(Err(e)) => vec![Created::Unanswered(e.to_string()); n],
-        Ok(Ok(msg)) => match v1::HubReply::decode(msg.payload.as_ref()) {
-            Ok(r) => outcomes(&r, n),
-            Err(e) => vec![Created::Unanswered(format!("undecodable hub reply: {e}")); n],
-        },
+    let hub = fleet_hub_client::HubClient::new(bus.nats.clone(), bus.subjects.clone(), REQUEST_TIMEOUT);
+    let command = v1::hub_command::Command::CreateDevices(v1::CreateDevices { devices });
+    match hub.request(ACTOR, 0, command).await {
+        Ok(r) => outcomes(&r, n),
+        Err(e) => vec![Created::Unanswered(e.to_string()); n],
     }
 }
 
@@ -123,7 +111,7 @@ pub async fn ensure_devices(
             }
             Created::Exists => known.push(name),
             Created::Rejected { code, message } => {
-                tracing::warn!(site, device = %name, %code, %message, "hub refused to create device");
+                tracing::warn!(site, device = %name, code = code.as_str_name(), %message, "hub refused to create device");
                 metrics.warning("netbox", "create_rejected");
             }
             Created::Unanswered(e) => {
@@ -154,7 +142,7 @@ mod tests {
                 },
                 Created::Exists,
                 Created::Rejected {
-                    code: "NOT_FOUND".into(),
+                    code: ErrorCode::NotFound,
                     message: "site x".into()
                 }
             ]
@@ -165,7 +153,7 @@ mod tests {
         );
         let refused = v1::HubReply {
             error: Some(v1::HubError {
-                code: "INVALID_ARGUMENT".into(),
+                code: ErrorCode::InvalidArgument as i32,
                 message: "m".into(),
             }),
             record_json: vec![],
@@ -175,7 +163,7 @@ mod tests {
             outcomes(&refused, 2),
             vec![
                 Created::Rejected {
-                    code: "INVALID_ARGUMENT".into(),
+                    code: ErrorCode::InvalidArgument,
                     message: "m".into()
                 };
                 2

@@ -303,7 +303,7 @@ impl Agents {
                         };
                         None
                     }
-                    Err(e) if e.code == "UNAVAILABLE" => None,
+                    Err(e) if e.code == fleet_proto::ErrorCode::Unavailable.as_str_name() => None,
                     Err(e) => {
                         // The gateway closed the session (a revoked identity).
                         tracing::info!(device = %a.name, error = %e, "simulated agent session ended");

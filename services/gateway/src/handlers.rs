@@ -1,15 +1,20 @@
 //! The requests the gateway answers: join, open, heartbeat, close (from
-//! agents) and relay (from operators). Each decodes its payload, never
-//! panics on input, and answers a typed error.
+//! agents), relay (from operators) and end_sessions (the API's broadcast
+//! after a revoke). Each decodes its payload, never panics on input, and
+//! answers a typed error; all are served by `fleet_bus::serve`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fleet_bus::{Refusal, Responder};
 
 use chrono::Utc;
 use fleet_bus::subjects::token;
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{self, HardwareIds, IdKind};
 use fleet_domain::ConnectivityEvent;
-use fleet_proto::{timestamp, v1, Message};
+use fleet_proto::{timestamp, v1, ErrorCode, Message};
 
 use crate::policy::{self, Acceptance, AgentCommandKind, Inventory};
 use crate::sessions::Session;
@@ -22,16 +27,28 @@ pub enum Route {
     Heartbeat,
     Close,
     Relay,
+    EndSessions,
 }
 
 impl Route {
-    pub const ALL: [Route; 5] = [
+    pub const ALL: [Route; 6] = [
         Route::Join,
         Route::Open,
         Route::Heartbeat,
         Route::Close,
         Route::Relay,
+        Route::EndSessions,
     ];
+
+    /// The queue group: every route is served by one replica, but
+    /// `end_sessions`, which every replica must hear.
+    pub fn queue(self) -> Option<String> {
+        (self != Route::EndSessions).then(|| "gateway".to_string())
+    }
+
+    fn named(name: &str) -> Option<Route> {
+        Route::ALL.into_iter().find(|r| r.name() == name)
+    }
 
     pub fn subject(self, s: &Subjects) -> String {
         match self {
@@ -40,16 +57,18 @@ impl Route {
             Route::Heartbeat => s.agent_all("heartbeat"),
             Route::Close => s.agent_all("close"),
             Route::Relay => s.gateway_cmd("relay"),
+            Route::EndSessions => s.gateway_cmd("end_sessions"),
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Route::Join => "join",
             Route::Open => "open",
             Route::Heartbeat => "heartbeat",
             Route::Close => "close",
             Route::Relay => "relay",
+            Route::EndSessions => "end_sessions",
         }
     }
 }
@@ -72,7 +91,7 @@ fn check_device(subject: &str, device_id: &str) -> Result<(), GatewayError> {
     }
     if token(device_id) != subject_device(subject) {
         return Err(GatewayError::new(
-            "FORBIDDEN",
+            ErrorCode::Forbidden,
             "the payload names another device than the subject",
         ));
     }
@@ -88,79 +107,13 @@ fn inventory(i: Option<&v1::Inventory>) -> Inventory {
 }
 
 impl Gateway {
-    pub(crate) async fn route(&self, route: Route, subject: &str, payload: &[u8]) -> Vec<u8> {
-        let started = Instant::now();
-        let (bytes, code) = match route {
-            Route::Join => {
-                let r = self.join(payload).await;
-                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
-                (
-                    r.unwrap_or_else(|e| v1::JoinReply {
-                        error: Some(e.to_proto()),
-                        ..Default::default()
-                    })
-                    .encode_to_vec(),
-                    code,
-                )
-            }
-            Route::Open => {
-                let r = self.open(subject, payload).await;
-                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
-                (
-                    r.unwrap_or_else(|e| v1::SessionOpened {
-                        error: Some(e.to_proto()),
-                        ..Default::default()
-                    })
-                    .encode_to_vec(),
-                    code,
-                )
-            }
-            Route::Heartbeat => {
-                let r = self.heartbeat(subject, payload).await;
-                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
-                (
-                    v1::HeartbeatAck {
-                        error: r.err().map(|e| e.to_proto()),
-                    }
-                    .encode_to_vec(),
-                    code,
-                )
-            }
-            Route::Close => {
-                let r = self.close_request(subject, payload).await;
-                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
-                (
-                    v1::SessionClosed {
-                        error: r.err().map(|e| e.to_proto()),
-                    }
-                    .encode_to_vec(),
-                    code,
-                )
-            }
-            Route::Relay => {
-                let r = self.relay(payload).await;
-                let code = r.as_ref().err().map(|e| e.code).unwrap_or("OK");
-                (
-                    r.unwrap_or_else(|e| v1::RelayReply {
-                        error: Some(e.to_proto()),
-                        result: None,
-                    })
-                    .encode_to_vec(),
-                    code,
-                )
-            }
-        };
-        self.metrics.request(route.name(), code, started.elapsed());
-        bytes
-    }
-
     /// Join: token, hardware key, the hub's `join`, a credential for the
     /// identity generation, then acceptance.
     async fn join(&self, payload: &[u8]) -> Result<v1::JoinReply, GatewayError> {
         let req: v1::JoinRequest = decode(payload, "JoinRequest")?;
         if req.join_token.is_empty() {
             return Err(GatewayError::new(
-                "UNAUTHENTICATED",
+                ErrorCode::Unauthenticated,
                 "a join token is required",
             ));
         }
@@ -173,7 +126,7 @@ impl Gateway {
         let grant = store::join_grant(&self.pool, &req.join_token)
             .await?
             .ok_or_else(|| {
-                GatewayError::new("UNAUTHENTICATED", "unknown, revoked or expired join token")
+                GatewayError::new(ErrorCode::Unauthenticated, "unknown, revoked or expired join token")
             })?;
         let hw = req.hardware.unwrap_or_default();
         let ids = HardwareIds {
@@ -194,9 +147,7 @@ impl Gateway {
             .unwrap_or_default();
         let inv = inventory(req.inventory.as_ref());
         let record = self
-            .hub(
-                "join",
-                0,
+            .hub(0,
                 v1::hub_command::Command::Join(v1::JoinDevice {
                     site: grant.site_id.clone(),
                     pool_id: grant.pool_id.clone().unwrap_or_default(),
@@ -220,7 +171,7 @@ impl Gateway {
             .to_string();
         if device_id.is_empty() || generation < 1 {
             return Err(GatewayError::new(
-                "UNAVAILABLE",
+                ErrorCode::Unavailable,
                 "the hub's join reply names no device",
             ));
         }
@@ -261,9 +212,7 @@ impl Gateway {
     async fn adopt(&self, device_id: &str, mut version: i64) -> Result<bool, GatewayError> {
         for _ in 0..3 {
             let r = self
-                .hub(
-                    "adopt",
-                    version,
+                .hub(version,
                     v1::hub_command::Command::Adopt(v1::Adopt {
                         device_id: device_id.to_string(),
                     }),
@@ -271,7 +220,7 @@ impl Gateway {
                 .await;
             match r {
                 Ok(_) => return Ok(true),
-                Err(e) if e.code == "CONFLICT" => {
+                Err(e) if e.code == ErrorCode::Conflict => {
                     let Some(d) = store::device(&self.pool, device_id).await? else {
                         return Ok(false);
                     };
@@ -293,13 +242,13 @@ impl Gateway {
         check_device(subject, &req.device_id)?;
         let generation = store::credential_generation(&self.pool, &req.device_id, &req.credential)
             .await?
-            .ok_or_else(|| GatewayError::new("UNAUTHENTICATED", "unknown credential"))?;
+            .ok_or_else(|| GatewayError::new(ErrorCode::Unauthenticated, "unknown credential"))?;
         let device = store::device(&self.pool, &req.device_id)
             .await?
-            .ok_or_else(|| GatewayError::new("NOT_FOUND", "no such device"))?;
+            .ok_or_else(|| GatewayError::new(ErrorCode::NotFound, "no such device"))?;
         if device.deleted || device.identity_generation != generation {
             return Err(GatewayError::new(
-                "IDENTITY_REVOKED",
+                ErrorCode::IdentityRevoked,
                 "the credential is of an earlier identity generation: join again",
             ));
         }
@@ -381,13 +330,13 @@ impl Gateway {
         let s = self
             .session(device_id)
             .await?
-            .ok_or_else(|| GatewayError::new("SESSION_CLOSED", "no session: open one"))?;
+            .ok_or_else(|| GatewayError::new(ErrorCode::SessionClosed, "no session: open one"))?;
         if s.token_sha256 != store::sha256_hex(session_token) {
             if s.epoch == epoch {
-                return Err(GatewayError::new("UNAUTHENTICATED", "wrong session token"));
+                return Err(GatewayError::new(ErrorCode::Unauthenticated, "wrong session token"));
             }
             return Err(GatewayError::new(
-                "SESSION_CLOSED",
+                ErrorCode::SessionClosed,
                 "a newer session replaced this one",
             ));
         }
@@ -426,7 +375,7 @@ impl Gateway {
         let s = self
             .live_session(&req.device_id, req.epoch, &req.session_token)
             .await?;
-        self.close(&req.device_id, s.epoch, "SESSION_CLOSED").await
+        self.close(&req.device_id, s.epoch, ErrorCode::SessionClosed).await
     }
 
     /// Relay: the policy first (nothing destructive reaches a
@@ -439,16 +388,16 @@ impl Gateway {
         let device = store::device(&self.pool, &req.device_id)
             .await?
             .filter(|d| !d.deleted)
-            .ok_or_else(|| GatewayError::new("NOT_FOUND", format!("device {}", req.device_id)))?;
+            .ok_or_else(|| GatewayError::new(ErrorCode::NotFound, format!("device {}", req.device_id)))?;
         if let Err(r) = policy::may_relay(device.trust, kind) {
             tracing::warn!(device_id = %req.device_id, command = kind.as_str(), actor = %req.actor, "refused: {}", r.0);
-            return Err(GatewayError::new("FORBIDDEN", r.0));
+            return Err(GatewayError::new(ErrorCode::Forbidden, r.0));
         }
         let s = self
             .session(&req.device_id)
             .await?
             .filter(|s| s.closed.is_none() && s.identity_generation == device.identity_generation)
-            .ok_or_else(|| GatewayError::new("NOT_CONNECTED", "the device has no live session"))?;
+            .ok_or_else(|| GatewayError::new(ErrorCode::NotConnected, "the device has no live session"))?;
         let max = self.config.gateway.max_command_deadline_ms.max(1);
         let deadline_ms = match req.deadline_ms {
             d if d <= 0 => self.config.gateway.command_deadline_ms,
@@ -473,32 +422,32 @@ impl Gateway {
         let msg = match tokio::time::timeout(deadline, asked).await {
             Err(_) => {
                 return Err(GatewayError::new(
-                    "DEADLINE_EXCEEDED",
+                    ErrorCode::DeadlineExceeded,
                     format!("{} got no answer within {deadline_ms} ms", kind.as_str()),
                 ))
             }
             Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
                 return Err(GatewayError::new(
-                    "NOT_CONNECTED",
+                    ErrorCode::NotConnected,
                     "the agent is not listening",
                 ))
             }
             Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
                 return Err(GatewayError::new(
-                    "DEADLINE_EXCEEDED",
+                    ErrorCode::DeadlineExceeded,
                     format!("{} timed out", kind.as_str()),
                 ))
             }
-            Ok(Err(e)) => return Err(GatewayError::new("UNAVAILABLE", format!("relay: {e}"))),
+            Ok(Err(e)) => return Err(GatewayError::new(ErrorCode::Unavailable, format!("relay: {e}"))),
             Ok(Ok(m)) => m,
         };
         let result: v1::AgentCommandResult = v1::AgentCommandResult::decode(msg.payload.as_ref())
             .map_err(|e| {
-            GatewayError::new("AGENT_ERROR", format!("undecodable agent result: {e}"))
+            GatewayError::new(ErrorCode::AgentError, format!("undecodable agent result: {e}"))
         })?;
         if result.request_id != request_id {
             return Err(GatewayError::new(
-                "AGENT_ERROR",
+                ErrorCode::AgentError,
                 "the agent answered another request",
             ));
         }
@@ -548,13 +497,85 @@ mod tests {
             check_device("t.fleet.agent.dev_01.open", "dev_02")
                 .unwrap_err()
                 .code,
-            "FORBIDDEN"
+            ErrorCode::Forbidden
         );
         assert_eq!(
             check_device("t.fleet.agent.dev_01.open", "")
                 .unwrap_err()
                 .code,
-            "INVALID_ARGUMENT"
+            ErrorCode::InvalidArgument
         );
+    }
+}
+
+impl Responder for Gateway {
+    const SERVICE: &'static str = "gateway";
+
+    async fn respond(
+        self: Arc<Self>,
+        route: &'static str,
+        subject: String,
+        payload: Bytes,
+    ) -> Result<Bytes, Refusal> {
+        let started = Instant::now();
+        let answer: Result<Vec<u8>, GatewayError> = match Route::named(route) {
+            Some(Route::Join) => self.join(&payload).await.map(|r| r.encode_to_vec()),
+            Some(Route::Open) => self.open(&subject, &payload).await.map(|r| r.encode_to_vec()),
+            Some(Route::Heartbeat) => self
+                .heartbeat(&subject, &payload)
+                .await
+                .map(|()| v1::HeartbeatAck { error: None }.encode_to_vec()),
+            Some(Route::Close) => self
+                .close_request(&subject, &payload)
+                .await
+                .map(|()| v1::SessionClosed { error: None }.encode_to_vec()),
+            Some(Route::Relay) => self.relay(&payload).await.map(|r| r.encode_to_vec()),
+            Some(Route::EndSessions) => match v1::EndSessions::decode(payload.as_ref()) {
+                Ok(req) => self.end_revoked_session(&req.device_id).await.map(|closed| {
+                    v1::SessionsEnded {
+                        gateway_id: self.gateway_id.clone(),
+                        closed,
+                        error: None,
+                    }
+                    .encode_to_vec()
+                }),
+                Err(e) => Err(GatewayError::invalid(format!("undecodable EndSessions: {e}"))),
+            },
+            None => Err(GatewayError::invalid(format!("unknown route {route}"))),
+        };
+        let code = answer.as_ref().err().map(|e| e.code.as_str_name()).unwrap_or("OK");
+        self.metrics.request(route, code, started.elapsed());
+        answer
+            .map(Bytes::from)
+            .map_err(|e| Refusal::new(e.code, e.message))
+    }
+
+    fn refused(&self, route: &'static str, code: ErrorCode, message: &str) -> Bytes {
+        let error = Some(v1::AgentError {
+            code: code as i32,
+            message: message.to_string(),
+        });
+        match Route::named(route) {
+            Some(Route::Join) => v1::JoinReply {
+                error,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            Some(Route::Open) => v1::SessionOpened {
+                error,
+                ..Default::default()
+            }
+            .encode_to_vec(),
+            Some(Route::Close) => v1::SessionClosed { error }.encode_to_vec(),
+            Some(Route::Relay) => v1::RelayReply { error, result: None }.encode_to_vec(),
+            Some(Route::EndSessions) => v1::SessionsEnded {
+                gateway_id: self.gateway_id.clone(),
+                closed: false,
+                error,
+            }
+            .encode_to_vec(),
+            Some(Route::Heartbeat) | None => v1::HeartbeatAck { error }.encode_to_vec(),
+        }
+        .into()
     }
 }

@@ -30,10 +30,9 @@ use async_nats::jetstream;
 use chrono::Utc;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, ErrorCode, Message, SchemaName};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
-use futures::StreamExt;
 use sqlx::PgPool;
 
 pub use metrics::GatewayMetrics;
@@ -42,25 +41,25 @@ use sessions::Session;
 
 /// A typed failure, answered to the agent or operator as `AgentError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}: {message}")]
+#[error("{}: {message}", code.as_str_name())]
 pub struct GatewayError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl GatewayError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         GatewayError {
             code,
             message: message.into(),
         }
     }
     pub fn invalid(m: impl Into<String>) -> Self {
-        Self::new("INVALID_ARGUMENT", m)
+        Self::new(ErrorCode::InvalidArgument, m)
     }
     pub fn to_proto(&self) -> v1::AgentError {
         v1::AgentError {
-            code: self.code.to_string(),
+            code: self.code as i32,
             message: self.message.clone(),
         }
     }
@@ -69,14 +68,14 @@ impl GatewayError {
 impl From<sqlx::Error> for GatewayError {
     fn from(e: sqlx::Error) -> Self {
         tracing::error!(error = %e, "gateway database error");
-        GatewayError::new("UNAVAILABLE", "the gateway's database is unavailable")
+        GatewayError::new(ErrorCode::Unavailable, "the gateway's database is unavailable")
     }
 }
 
 impl From<fleet_bus::BusError> for GatewayError {
     fn from(e: fleet_bus::BusError) -> Self {
         tracing::error!(error = %e, "gateway bus error");
-        GatewayError::new("UNAVAILABLE", "the gateway cannot publish")
+        GatewayError::new(ErrorCode::Unavailable, "the gateway cannot publish")
     }
 }
 
@@ -84,6 +83,7 @@ pub struct Gateway {
     pub config: FleetConfig,
     pub pool: PgPool,
     pub nats: async_nats::Client,
+    pub hub: fleet_hub_client::HubClient,
     pub js: jetstream::Context,
     pub subjects: Subjects,
     pub streams: StreamNames,
@@ -111,10 +111,16 @@ impl Gateway {
         } else {
             config.gateway.gateway_id.clone()
         };
+        let hub = fleet_hub_client::HubClient::new(
+            nats.clone(),
+            subjects.clone(),
+            Duration::from_secs(config.hub.command_timeout_secs.max(1) * 2),
+        );
         Ok(Arc::new(Gateway {
             config,
             pool,
             nats,
+            hub,
             js,
             subjects,
             streams,
@@ -131,38 +137,28 @@ impl Gateway {
     /// A hub command over request/reply.
     async fn hub(
         &self,
-        verb: &str,
         expected_version: i64,
         command: v1::hub_command::Command,
     ) -> Result<serde_json::Value, GatewayError> {
-        let c = v1::HubCommand {
-            actor: format!("gateway:{}", self.gateway_id),
-            expected_version,
-            command: Some(command),
+        let actor = format!("gateway:{}", self.gateway_id);
+        let applied = match self.hub.call(&actor, expected_version, command).await {
+            Ok(a) => a,
+            Err(fleet_hub_client::HubCallError::Refused { code, message }) => {
+                let code = match code {
+                    ErrorCode::Conflict | ErrorCode::InvalidState => ErrorCode::Conflict,
+                    ErrorCode::NotFound => ErrorCode::NotFound,
+                    ErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
+                    _ => ErrorCode::Unavailable,
+                };
+                return Err(GatewayError::new(code, message));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hub command not answered");
+                return Err(GatewayError::new(ErrorCode::Unavailable, "the hub is unavailable"));
+            }
         };
-        let timeout = Duration::from_secs(self.config.hub.command_timeout_secs.max(1) * 2);
-        let reply = tokio::time::timeout(
-            timeout,
-            self.nats
-                .request(self.subjects.hub_cmd(verb), c.encode_to_vec().into()),
-        )
-        .await
-        .map_err(|_| GatewayError::new("UNAVAILABLE", "the hub did not answer in time"))?
-        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("hub {verb}: {e}")))?;
-        let reply = v1::HubReply::decode(reply.payload.as_ref())
-            .map_err(|e| GatewayError::new("UNAVAILABLE", format!("undecodable hub reply: {e}")))?;
-        if let Some(e) = reply.error {
-            let code = match e.code.as_str() {
-                "CONFLICT" => "CONFLICT",
-                "NOT_FOUND" => "NOT_FOUND",
-                "INVALID_ARGUMENT" => "INVALID_ARGUMENT",
-                "INVALID_STATE" => "CONFLICT",
-                _ => "UNAVAILABLE",
-            };
-            return Err(GatewayError::new(code, e.message));
-        }
-        serde_json::from_slice(&reply.record_json)
-            .map_err(|e| GatewayError::new("UNAVAILABLE", format!("hub record: {e}")))
+        serde_json::from_slice(&applied.record_json)
+            .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("hub record: {e}")))
     }
 
     fn device_key(site: &str, device_id: &str) -> v1::DeviceKey {
@@ -206,7 +202,7 @@ impl Gateway {
         )
         .await?
         .await
-        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("connectivity publish: {e}")))?;
+        .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("connectivity publish: {e}")))?;
         Ok(())
     }
 
@@ -247,86 +243,8 @@ impl Gateway {
         )
         .await?
         .await
-        .map_err(|e| GatewayError::new("UNAVAILABLE", format!("snapshot publish: {e}")))?;
+        .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("snapshot publish: {e}")))?;
         Ok(())
-    }
-
-    /// Serves one subject (queue group `gateway`) until shutdown.
-    async fn serve(self: Arc<Self>, route: handlers::Route, mut shutdown: Shutdown) {
-        let subject = route.subject(&self.subjects);
-        let mut sub = loop {
-            match self
-                .nats
-                .queue_subscribe(subject.clone(), "gateway".into())
-                .await
-            {
-                Ok(s) => break s,
-                Err(e) => {
-                    tracing::warn!(%subject, error = %e, "cannot subscribe; retrying");
-                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
-                }
-            }
-        };
-        let limit = Arc::new(tokio::sync::Semaphore::new(
-            self.config.gateway.concurrency.max(1),
-        ));
-        loop {
-            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
-            let Some(msg) = msg else { break };
-            let Some(reply_to) = msg.reply.clone() else {
-                continue;
-            };
-            let Ok(permit) = limit.clone().acquire_owned().await else {
-                break;
-            };
-            let gw = self.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let reply = gw.route(route, msg.subject.as_str(), &msg.payload).await;
-                if let Err(e) = gw.nats.publish(reply_to, reply.into()).await {
-                    tracing::warn!(error = %e, "could not send a gateway reply");
-                }
-            });
-        }
-        let _ = sub.unsubscribe().await;
-    }
-
-    /// Every replica (no queue group) hears `end_sessions` and answers
-    /// once it has closed what it must (`Gateway::end_revoked_session`).
-    async fn end_sessions_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let subject = self.subjects.gateway_cmd("end_sessions");
-        let mut sub = loop {
-            match self.nats.subscribe(subject.clone()).await {
-                Ok(s) => break s,
-                Err(e) => {
-                    tracing::warn!(%subject, error = %e, "cannot subscribe; retrying");
-                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
-                }
-            }
-        };
-        loop {
-            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
-            let Some(msg) = msg else { break };
-            let Some(reply_to) = msg.reply.clone() else {
-                continue;
-            };
-            let gw = self.clone();
-            tokio::spawn(async move {
-                let r = match v1::EndSessions::decode(msg.payload.as_ref()) {
-                    Ok(req) => gw.end_revoked_session(&req.device_id).await,
-                    Err(e) => Err(GatewayError::invalid(format!("undecodable EndSessions: {e}"))),
-                };
-                let reply = v1::SessionsEnded {
-                    gateway_id: gw.gateway_id.clone(),
-                    closed: *r.as_ref().unwrap_or(&false),
-                    error: r.err().map(|e| e.to_proto()),
-                };
-                if let Err(e) = gw.nats.publish(reply_to, reply.encode_to_vec().into()).await {
-                    tracing::warn!(error = %e, "could not answer end_sessions");
-                }
-            });
-        }
-        let _ = sub.unsubscribe().await;
     }
 
     /// How long a session may be silent before the gateway forgets it (the
@@ -384,10 +302,25 @@ pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Resul
     .await?;
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
     let mut tasks = tokio::task::JoinSet::new();
+    let answers = fleet_bus::ResponderMetrics::default();
+    answers.register(&mut gw.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
     for route in handlers::Route::ALL {
-        tasks.spawn(gw.clone().serve(route, shutdown.clone()));
+        tasks.spawn(fleet_bus::serve(
+            gw.nats.clone(),
+            gw.clone(),
+            fleet_bus::Route {
+                name: route.name(),
+                subject: route.subject(&gw.subjects),
+                queue: route.queue(),
+            },
+            fleet_bus::Limits {
+                concurrency: gw.config.gateway.concurrency.max(1),
+                deadline: Duration::from_secs(gw.config.hub.command_timeout_secs.max(1) * 4),
+            },
+            answers.clone(),
+            shutdown.stopped(),
+        ));
     }
-    tasks.spawn(gw.clone().end_sessions_loop(shutdown.clone()));
     tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
     tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
     shutdown.wait().await;

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use fleet_domain::{ConnectivityEvent, Trust};
+use fleet_proto::ErrorCode;
 use fleet_runtime::Shutdown;
 
 use crate::policy::{Inventory, Profile};
@@ -24,7 +25,7 @@ pub struct Session {
     pub last_heartbeat: Instant,
     /// Why it was closed, when this replica closed it; the next heartbeat
     /// of that epoch gets the reason.
-    pub closed: Option<&'static str>,
+    pub closed: Option<ErrorCode>,
 }
 
 impl Gateway {
@@ -49,9 +50,9 @@ impl Gateway {
                 inventory: row.inventory,
                 last_heartbeat: Instant::now(),
                 closed: Some(if row.close_reason.as_deref() == Some("identity_revoked") {
-                    "IDENTITY_REVOKED"
+                    ErrorCode::IdentityRevoked
                 } else {
-                    "SESSION_CLOSED"
+                    ErrorCode::SessionClosed
                 }),
             }));
         }
@@ -77,7 +78,7 @@ impl Gateway {
         &self,
         device_id: &str,
         epoch: i64,
-        reason: &'static str,
+        reason: ErrorCode,
     ) -> Result<(), GatewayError> {
         let site = {
             let mut all = self.sessions();
@@ -89,7 +90,7 @@ impl Gateway {
                 _ => return Ok(()),
             }
         };
-        let db_reason = if reason == "IDENTITY_REVOKED" {
+        let db_reason = if reason == ErrorCode::IdentityRevoked {
             "identity_revoked"
         } else {
             "closed"
@@ -124,7 +125,7 @@ impl Gateway {
             return Ok(false);
         }
         tracing::info!(device_id, epoch = s.epoch, "identity revoked: closing the session");
-        self.close(device_id, s.epoch, "IDENTITY_REVOKED").await?;
+        self.close(device_id, s.epoch, ErrorCode::IdentityRevoked).await?;
         self.metrics.sessions.set(self.open_sessions() as i64);
         Ok(true)
     }
@@ -180,7 +181,7 @@ impl Gateway {
         }
         for (id, epoch) in &revoked {
             tracing::info!(device_id = %id, epoch, "identity generation moved on: closing the session");
-            self.close(id, *epoch, "IDENTITY_REVOKED").await?;
+            self.close(id, *epoch, ErrorCode::IdentityRevoked).await?;
         }
         self.metrics.sessions.set(self.open_sessions() as i64);
         Ok(revoked.len())

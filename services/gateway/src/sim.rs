@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fleet_bus::Subjects;
-use fleet_proto::{v1, Message};
+use fleet_proto::{v1, ErrorCode, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
 
@@ -85,7 +85,7 @@ impl SimError {
         }
     }
     fn from_proto(e: &v1::AgentError) -> Self {
-        SimError::new(&e.code, e.message.clone())
+        SimError::new(fleet_proto::error_code_of(e.code).as_str_name(), e.message.clone())
     }
 }
 
@@ -157,10 +157,10 @@ impl SimAgent {
         let asked = self.nats.request(subject, Bytes::from(payload));
         let msg = tokio::time::timeout(self.timeout, asked)
             .await
-            .map_err(|_| SimError::new("UNAVAILABLE", "the gateway did not answer in time"))?
-            .map_err(|e| SimError::new("UNAVAILABLE", e.to_string()))?;
+            .map_err(|_| SimError::new(ErrorCode::Unavailable.as_str_name(), "the gateway did not answer in time"))?
+            .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), e.to_string()))?;
         R::decode(msg.payload.as_ref())
-            .map_err(|e| SimError::new("UNAVAILABLE", format!("undecodable reply: {e}")))
+            .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), format!("undecodable reply: {e}")))
     }
 
     /// Joins with a join token; keeps the device id and credential.
@@ -187,7 +187,7 @@ impl SimAgent {
     /// Opens a session and (re)starts answering commands for it.
     pub async fn open(&mut self) -> Result<v1::SessionOpened, SimError> {
         if self.device_id.is_empty() {
-            return Err(SimError::new("INVALID_ARGUMENT", "join first"));
+            return Err(SimError::new(ErrorCode::InvalidArgument.as_str_name(), "join first"));
         }
         self.listen().await?;
         let req = v1::OpenSession {
@@ -279,12 +279,12 @@ impl SimAgent {
             .nats
             .subscribe(self.subjects.agent(&self.device_id, "cmd"))
             .await
-            .map_err(|e| SimError::new("UNAVAILABLE", e.to_string()))?;
+            .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), e.to_string()))?;
         // The subscription is live at the server before the session opens.
         self.nats
             .flush()
             .await
-            .map_err(|e| SimError::new("UNAVAILABLE", e.to_string()))?;
+            .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), e.to_string()))?;
         let (nats, shared) = (self.nats.clone(), self.shared.clone());
         self.listener = Some(tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
@@ -329,7 +329,7 @@ impl SimAgent {
                 _ = shutdown.wait() => return self.close().await,
             }
             if let Err(e) = self.heartbeat().await {
-                if e.code != "UNAVAILABLE" {
+                if e.code != ErrorCode::Unavailable.as_str_name() {
                     return Err(e);
                 }
                 tracing::debug!(device_id = %self.device_id, error = %e, "heartbeat failed; retrying");

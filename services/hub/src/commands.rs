@@ -10,10 +10,11 @@ use fleet_domain::commands::{self as cmd, ProofOutcome};
 use fleet_domain::state::DeviceState;
 use fleet_domain::*;
 use fleet_proto::{v1, Message};
+use fleet_bus::{Limits, Refusal, Responder, Route};
+use fleet_proto::ErrorCode;
 use fleet_runtime::Shutdown;
 use fleet_store::devices::{self, NewDevice};
 use fleet_store::StoreError;
-use futures::StreamExt;
 use v1::hub_command::Command as C;
 
 use crate::decode;
@@ -38,37 +39,35 @@ impl From<sqlx::Error> for CommandError {
     }
 }
 
+const STORE_FAILED: &str = "the hub could not complete the command; retry later";
+
 impl CommandError {
-    fn code(&self) -> &'static str {
+    fn code(&self) -> ErrorCode {
         match self {
             CommandError::Domain(d) => d.code(),
-            CommandError::Store(_) => "UNAVAILABLE",
+            CommandError::Store(_) => ErrorCode::Unavailable,
+        }
+    }
+
+    /// What the caller reads: a store error's text stays in the hub's log.
+    fn public(&self) -> String {
+        match self {
+            CommandError::Domain(d) => d.to_string(),
+            CommandError::Store(_) => STORE_FAILED.to_string(),
+        }
+    }
+
+    fn refusal(self) -> Refusal {
+        match self {
+            CommandError::Domain(d) => Refusal::new(d.code(), d.to_string()),
+            CommandError::Store(e) => Refusal::unavailable(STORE_FAILED, e),
         }
     }
 }
 
-/// The verb a command is addressed to (`<root>.hub.cmd.<verb>`).
-pub fn verb(c: &C) -> &'static str {
-    match c {
-        C::CreateDevice(_) => "create_device",
-        C::CreateDevices(_) => "create_devices",
-        C::Cordon(_) => "cordon",
-        C::Uncordon(_) => "uncordon",
-        C::Drain(_) => "drain",
-        C::Taint(_) => "taint",
-        C::Triage(_) => "triage",
-        C::Provision(_) => "provision",
-        C::Adopt(_) => "adopt",
-        C::RevokeIdentity(_) => "revoke_identity",
-        C::DeleteDevice(_) => "delete_device",
-        C::WriteCondition(_) => "write_condition",
-        C::EnrollmentProof(_) => "enrollment_proof",
-        C::ImpairmentHold(_) => "impairment_hold",
-        C::Join(_) => "join",
-        C::SetMaintenance(_) => "set_maintenance",
-        C::ApplySnapshot(_) => "apply_snapshot",
-    }
-}
+/// The verb a command is addressed to: the client's, so the two never
+/// disagree.
+pub use fleet_hub_client::verb;
 
 fn invalid(m: impl Into<String>) -> CommandError {
     CommandError::Domain(DomainError::InvalidArgument(m.into()))
@@ -92,17 +91,6 @@ fn reply_ok(record: serde_json::Value, version: i64) -> v1::HubReply {
     }
 }
 
-fn reply_err(e: &CommandError) -> v1::HubReply {
-    v1::HubReply {
-        error: Some(v1::HubError {
-            code: e.code().to_string(),
-            message: e.to_string(),
-        }),
-        record_json: vec![],
-        version: 0,
-    }
-}
-
 /// The device as a command reply carries it.
 pub fn device_json(s: &DeviceState) -> serde_json::Value {
     let mut v = serde_json::to_value(&s.record).unwrap_or_default();
@@ -123,62 +111,32 @@ pub fn device_json(s: &DeviceState) -> serde_json::Value {
 }
 
 impl Hub {
-    pub(crate) async fn serve_commands(self: Arc<Self>, mut shutdown: Shutdown) {
-        let mut sub = loop {
-            match self
-                .nats
-                .queue_subscribe(self.subjects.hub_cmd_all(), "hub".into())
-                .await
-            {
-                Ok(s) => break s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot subscribe to commands; retrying");
-                    tokio::select! { _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
-                }
-            }
-        };
-        // Commands share the pool with the lanes, the relay and the
-        // sweeper: a burst of commands (100,000 agents joining) must not
-        // take every connection and stall the observation batches.
+    /// Serves `<root>.hub.cmd.*` through the mesh's one responder.
+    /// Commands share the pool with the lanes, the relay and the sweeper: a
+    /// burst of commands (100,000 agents joining) must not take every
+    /// connection and stall the observation batches.
+    pub(crate) async fn serve_commands(self: Arc<Self>, shutdown: Shutdown) {
         let reserved = self.config.hub.lanes.max(1) + 3;
         let parallel = (self.config.database.max_connections as usize)
             .saturating_sub(reserved)
             .clamp(1, 32);
-        let limit = Arc::new(tokio::sync::Semaphore::new(parallel));
-        loop {
-            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
-            let Some(msg) = msg else { break };
-            let Some(reply_to) = msg.reply.clone() else {
-                continue;
-            };
-            let hub = self.clone();
-            let Ok(permit) = limit.clone().acquire_owned().await else {
-                break;
-            };
-            tokio::spawn(async move {
-                let _permit = permit;
-                let subject_verb = msg
-                    .subject
-                    .as_str()
-                    .rsplit('.')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-                let reply = hub.command_bytes(&subject_verb, &msg.payload).await;
-                if let Err(e) = hub
-                    .nats
-                    .publish(reply_to, reply.encode_to_vec().into())
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not send command reply");
-                }
-            });
-        }
-        let _ = sub.unsubscribe().await;
+        let answers = fleet_bus::ResponderMetrics::default();
+        answers.register(&mut self.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+        let route = Route {
+            name: "cmd",
+            subject: self.subjects.hub_cmd_all(),
+            queue: Some("hub".into()),
+        };
+        let limits = Limits {
+            concurrency: parallel,
+            // The transaction's own timeout, with room for the lock wait.
+            deadline: std::time::Duration::from_secs(self.config.hub.command_timeout_secs.max(1) * 2),
+        };
+        fleet_bus::serve(self.nats.clone(), self.clone(), route, limits, answers, shutdown.stopped()).await;
     }
 
     /// Decodes and runs one command; never panics on input.
-    pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> v1::HubReply {
+    pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> Result<v1::HubReply, Refusal> {
         // The metric label is a known verb or `invalid`, never the subject
         // token a client chose (labels stay a closed set).
         let mut label = "invalid";
@@ -204,14 +162,11 @@ impl Hub {
             Ok(reply) => {
                 self.metrics.command(v, "OK");
                 self.relay_wake.notify_one();
-                reply
+                Ok(reply)
             }
             Err(e) => {
-                if matches!(e, CommandError::Store(_)) {
-                    tracing::error!(verb = %v, error = %e, "command failed in the store");
-                }
-                self.metrics.command(v, e.code());
-                reply_err(&e)
+                self.metrics.command(v, e.code().as_str_name());
+                Err(e.refusal())
             }
         }
     }
@@ -480,8 +435,11 @@ impl Hub {
             .map(|d| serde_json::json!({"site": d.site.trim(), "name": d.name.trim(), "code": "OK", "message": "", "id": ""}))
             .collect();
         let fail = |r: &mut serde_json::Value, e: CommandError| {
-            r["code"] = e.code().into();
-            r["message"] = e.to_string().into();
+            if let CommandError::Store(s) = &e {
+                tracing::warn!(error = %s, "create_devices item failed in the store");
+            }
+            r["code"] = e.code().as_str_name().into();
+            r["message"] = e.public().into();
         };
         let mut drafts = Vec::new();
         for (i, d) in list.into_iter().enumerate() {
@@ -618,5 +576,34 @@ fn apply_device_command(
         | C::ApplySnapshot(_) => Err(DomainError::InvalidArgument(
             "not a single-device command".into(),
         )),
+    }
+}
+
+/// `<root>.hub.cmd.<verb>`: one command, its reply the stored record.
+impl Responder for Hub {
+    const SERVICE: &'static str = "hub";
+
+    async fn respond(
+        self: Arc<Self>,
+        _route: &'static str,
+        subject: String,
+        payload: bytes::Bytes,
+    ) -> Result<bytes::Bytes, Refusal> {
+        let verb = subject.rsplit('.').next().unwrap_or("");
+        let reply = self.command_bytes(verb, &payload).await?;
+        Ok(reply.encode_to_vec().into())
+    }
+
+    fn refused(&self, _route: &'static str, code: ErrorCode, message: &str) -> bytes::Bytes {
+        v1::HubReply {
+            error: Some(v1::HubError {
+                code: code as i32,
+                message: message.to_string(),
+            }),
+            record_json: vec![],
+            version: 0,
+        }
+        .encode_to_vec()
+        .into()
     }
 }

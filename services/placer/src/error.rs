@@ -2,7 +2,7 @@
 //! `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `FORBIDDEN` 403,
 //! `INSUFFICIENT_CAPACITY` 409, `UNAVAILABLE` 503).
 
-use fleet_proto::v1;
+use fleet_proto::{v1, ErrorCode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlacerError {
@@ -25,14 +25,14 @@ pub enum PlacerError {
 }
 
 impl PlacerError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            PlacerError::InvalidArgument(_) => "INVALID_ARGUMENT",
-            PlacerError::NotFound(_) => "NOT_FOUND",
-            PlacerError::Forbidden(_) => "FORBIDDEN",
-            PlacerError::InsufficientCapacity(_) => "INSUFFICIENT_CAPACITY",
+            PlacerError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            PlacerError::NotFound(_) => ErrorCode::NotFound,
+            PlacerError::Forbidden(_) => ErrorCode::Forbidden,
+            PlacerError::InsufficientCapacity(_) => ErrorCode::InsufficientCapacity,
             PlacerError::Unavailable(_) | PlacerError::NotRunning | PlacerError::Db(_) => {
-                "UNAVAILABLE"
+                ErrorCode::Unavailable
             }
         }
     }
@@ -44,18 +44,18 @@ impl PlacerError {
             other => other.to_string(),
         };
         v1::PlacerError {
-            code: self.code().to_string(),
+            code: self.code() as i32,
             message,
         }
     }
 
     pub fn from_proto(e: &v1::PlacerError) -> Self {
         let m = e.message.clone();
-        match e.code.as_str() {
-            "INVALID_ARGUMENT" => PlacerError::InvalidArgument(m),
-            "NOT_FOUND" => PlacerError::NotFound(m),
-            "FORBIDDEN" => PlacerError::Forbidden(m),
-            "INSUFFICIENT_CAPACITY" => PlacerError::InsufficientCapacity(m),
+        match e.code() {
+            ErrorCode::InvalidArgument => PlacerError::InvalidArgument(m),
+            ErrorCode::NotFound => PlacerError::NotFound(m),
+            ErrorCode::Forbidden => PlacerError::Forbidden(m),
+            ErrorCode::InsufficientCapacity => PlacerError::InsufficientCapacity(m),
             _ => PlacerError::Unavailable(m),
         }
     }

@@ -185,7 +185,7 @@ impl Placer {
         let started = std::time::Instant::now();
         let result = self.allocate_inner(req).await;
         self.metrics.allocation(
-            result.as_ref().map(|_| "OK").unwrap_or_else(|e| e.code()),
+            result.as_ref().map(|_| "OK").unwrap_or_else(|e| e.code().as_str_name()),
             started.elapsed(),
         );
         result

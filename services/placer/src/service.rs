@@ -10,13 +10,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::{self, stream};
 use chrono::Utc;
-use fleet_bus::{StreamNames, Subjects};
+use bytes::Bytes;
+use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
-use fleet_proto::{datetime, timestamp, v1, Message, SchemaName};
+use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message, SchemaName};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
-use futures::StreamExt;
 
 use crate::error::PlacerError;
 use crate::model::AllocateRequest;
@@ -43,115 +43,37 @@ pub async fn ensure_events_stream(
     Ok(())
 }
 
-fn reply_err(e: &PlacerError) -> v1::PlacerReply {
-    v1::PlacerReply {
-        error: Some(e.to_proto()),
-        result: None,
-    }
-}
-
 fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, PlacerError> {
     M::decode(payload).map_err(|e| PlacerError::InvalidArgument(format!("undecodable {what}: {e}")))
 }
 
 impl Placer {
     /// Decodes and answers one request; never panics on input.
-    pub async fn request_bytes(&self, verb: &str, payload: &[u8]) -> v1::PlacerReply {
+    async fn request(&self, verb: &str, payload: &[u8]) -> Result<v1::placer_reply::Result, PlacerError> {
         use v1::placer_reply::Result as R;
-        let result = match verb {
-            "allocate" => match decode::<v1::AllocateRequest>(payload, "AllocateRequest") {
-                Ok(r) => self
-                    .allocate(AllocateRequest::from_proto(&r))
-                    .await
-                    .map(|a| R::Allocation(a.to_proto())),
-                Err(e) => Err(e),
-            },
-            "release" => match decode::<v1::ReleaseRequest>(payload, "ReleaseRequest") {
-                Ok(r) => self
-                    .release(&r.allocation_id, Some(r.tenant_id.as_str()))
-                    .await
-                    .map(|a| R::Allocation(a.to_proto())),
-                Err(e) => Err(e),
-            },
-            "get" => match decode::<v1::GetAllocationRequest>(payload, "GetAllocationRequest") {
-                Ok(r) => self
-                    .get(&r.allocation_id)
-                    .await
-                    .map(|a| R::Allocation(a.to_proto())),
-                Err(e) => Err(e),
-            },
-            "capacity" => match decode::<v1::CapacityRequest>(payload, "CapacityRequest") {
-                Ok(r) => self
-                    .capacity(&r.pool_id)
-                    .await
-                    .map(|c| R::Capacity(c.to_proto())),
-                Err(e) => Err(e),
-            },
+        match verb {
+            "allocate" => {
+                let r = decode::<v1::AllocateRequest>(payload, "AllocateRequest")?;
+                let a = self.allocate(AllocateRequest::from_proto(&r)).await?;
+                Ok(R::Allocation(a.to_proto()))
+            }
+            "release" => {
+                let r = decode::<v1::ReleaseRequest>(payload, "ReleaseRequest")?;
+                let a = self.release(&r.allocation_id, Some(r.tenant_id.as_str())).await?;
+                Ok(R::Allocation(a.to_proto()))
+            }
+            "get" => {
+                let r = decode::<v1::GetAllocationRequest>(payload, "GetAllocationRequest")?;
+                Ok(R::Allocation(self.get(&r.allocation_id).await?.to_proto()))
+            }
+            "capacity" => {
+                let r = decode::<v1::CapacityRequest>(payload, "CapacityRequest")?;
+                Ok(R::Capacity(self.capacity(&r.pool_id).await?.to_proto()))
+            }
             other => Err(PlacerError::InvalidArgument(format!(
                 "unknown placer verb {other:?}"
             ))),
-        };
-        match result {
-            Ok(r) => v1::PlacerReply {
-                error: None,
-                result: Some(r),
-            },
-            Err(e) => {
-                if matches!(e, PlacerError::Db(_)) {
-                    tracing::error!(verb, error = %e, "placer request failed in the store");
-                }
-                reply_err(&e)
-            }
         }
-    }
-
-    async fn serve_requests(self: Arc<Self>, mut shutdown: Shutdown) {
-        let mut sub = loop {
-            match self
-                .nats
-                .queue_subscribe(self.subjects.placer_cmd_all(), "placer".into())
-                .await
-            {
-                Ok(s) => break s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot subscribe to placer requests; retrying");
-                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
-                }
-            }
-        };
-        let limit = Arc::new(tokio::sync::Semaphore::new(
-            self.config.placer.concurrency.max(1),
-        ));
-        loop {
-            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
-            let Some(msg) = msg else { break };
-            let Some(reply_to) = msg.reply.clone() else {
-                continue;
-            };
-            let Ok(permit) = limit.clone().acquire_owned().await else {
-                break;
-            };
-            let placer = self.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let verb = msg
-                    .subject
-                    .as_str()
-                    .rsplit('.')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-                let reply = placer.request_bytes(&verb, &msg.payload).await;
-                if let Err(e) = placer
-                    .nats
-                    .publish(reply_to, reply.encode_to_vec().into())
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not send placer reply");
-                }
-            });
-        }
-        let _ = sub.unsubscribe().await;
     }
 
     fn consumer(&self, axis: Axis) -> StatusConsumer {
@@ -306,6 +228,46 @@ impl Placer {
     }
 }
 
+/// `<root>.placer.cmd.<verb>`: `allocate`, `release`, `get`, `capacity`.
+impl Responder for Placer {
+    const SERVICE: &'static str = "placer";
+
+    async fn respond(
+        self: Arc<Self>,
+        _route: &'static str,
+        subject: String,
+        payload: Bytes,
+    ) -> Result<Bytes, Refusal> {
+        let verb = subject.rsplit('.').next().unwrap_or("");
+        match self.request(verb, &payload).await {
+            Ok(r) => Ok(v1::PlacerReply {
+                error: None,
+                result: Some(r),
+            }
+            .encode_to_vec()
+            .into()),
+            // Database text stays in the placer's log.
+            Err(PlacerError::Db(e)) => Err(Refusal::unavailable(
+                "the placer's database is unavailable",
+                e,
+            )),
+            Err(e) => Err(Refusal::new(e.code(), e.to_string())),
+        }
+    }
+
+    fn refused(&self, _route: &'static str, code: ErrorCode, message: &str) -> Bytes {
+        v1::PlacerReply {
+            error: Some(v1::PlacerError {
+                code: code as i32,
+                message: message.to_string(),
+            }),
+            result: None,
+        }
+        .encode_to_vec()
+        .into()
+    }
+}
+
 /// Runs the placer until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let placer = Placer::connect(config).await?;
@@ -325,7 +287,23 @@ pub async fn run_with(placer: Arc<Placer>, mut shutdown: Shutdown) -> anyhow::Re
     tracing::info!(%addr, devices = placer.view().len(), "placer running");
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(placer.clone().serve_requests(shutdown.clone()));
+    let answers = fleet_bus::ResponderMetrics::default();
+    answers.register(&mut placer.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    tasks.spawn(fleet_bus::serve(
+        placer.nats.clone(),
+        placer.clone(),
+        Route {
+            name: "cmd",
+            subject: placer.subjects.placer_cmd_all(),
+            queue: Some("placer".into()),
+        },
+        Limits {
+            concurrency: placer.config.placer.concurrency.max(1),
+            deadline: Duration::from_secs(30),
+        },
+        answers,
+        shutdown.stopped(),
+    ));
     {
         let p = placer.clone();
         let c = p.consumer(Axis::Schedulable);

@@ -20,7 +20,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer};
 use chrono::Utc;
-use fleet_bus::{StreamNames, Subjects};
+use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
+use fleet_proto::ErrorCode;
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
@@ -289,28 +290,24 @@ impl Radar {
     pub async fn radar_ignore(
         &self,
         req: &v1::RadarIgnore,
-    ) -> Result<(serde_json::Value, usize), (&'static str, String)> {
+    ) -> Result<(serde_json::Value, usize), Refusal> {
         if req.tenant_id.trim().is_empty() {
-            return Err(("INVALID_ARGUMENT", "tenant_id is required".into()));
+            return Err(Refusal::invalid("tenant_id is required"));
         }
         let reason = req.reason.trim();
         if req.ignore {
             let candidate = serde_json::json!({mapping::RADAR_IGNORE: true, mapping::RADAR_IGNORE_REASON: reason});
             if let Err(e) = mapping::validate_annotations(&candidate) {
-                return Err(("INVALID_ARGUMENT", e.0));
+                return Err(Refusal::invalid(e.0));
             }
         }
         let unavailable = |e: &dyn std::fmt::Display| {
-            tracing::error!(error = %e, "radar_ignore failed");
-            (
-                "UNAVAILABLE",
-                "the radar service cannot reach its database or NATS".to_string(),
-            )
+            Refusal::unavailable("the radar service cannot reach its database or NATS", e)
         };
         let annotations = store::set_radar_ignore(&self.pool, &req.tenant_id, req.ignore, reason)
             .await
             .map_err(|e| unavailable(&e))?
-            .ok_or(("NOT_FOUND", format!("tenant {}", req.tenant_id)))?;
+            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("tenant {}", req.tenant_id)))?;
         tracing::info!(tenant_id = %req.tenant_id, ignore = req.ignore, actor = %req.actor, "radar opt-out changed");
         let rows = store::of_tenant(&self.pool, &req.tenant_id)
             .await
@@ -319,64 +316,6 @@ impl Radar {
         Ok((annotations, n))
     }
 
-    async fn serve_commands(self: Arc<Self>, mut shutdown: Shutdown) {
-        let mut sub = loop {
-            match self
-                .nats
-                .queue_subscribe(self.subjects.radar_cmd_all(), "radar".into())
-                .await
-            {
-                Ok(s) => break s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot subscribe to radar commands; retrying");
-                    tokio::select! { _ = tokio::time::sleep(Duration::from_secs(1)) => {}, _ = shutdown.wait() => return }
-                }
-            }
-        };
-        loop {
-            let msg = tokio::select! { m = sub.next() => m, _ = shutdown.wait() => None };
-            let Some(msg) = msg else { break };
-            let Some(reply_to) = msg.reply.clone() else {
-                continue;
-            };
-            let radar = self.clone();
-            tokio::spawn(async move {
-                let verb = msg.subject.as_str().rsplit('.').next().unwrap_or("");
-                let result = match verb {
-                    "radar_ignore" => match v1::RadarIgnore::decode(msg.payload.as_ref()) {
-                        Ok(r) => radar.radar_ignore(&r).await,
-                        Err(e) => {
-                            Err(("INVALID_ARGUMENT", format!("undecodable RadarIgnore: {e}")))
-                        }
-                    },
-                    other => Err(("INVALID_ARGUMENT", format!("unknown radar verb {other:?}"))),
-                };
-                let reply = match result {
-                    Ok((a, n)) => v1::RadarReply {
-                        error: None,
-                        annotations_json: serde_json::to_vec(&a).unwrap_or_default(),
-                        devices: n as i64,
-                    },
-                    Err((code, message)) => v1::RadarReply {
-                        error: Some(v1::RadarError {
-                            code: code.into(),
-                            message,
-                        }),
-                        annotations_json: vec![],
-                        devices: 0,
-                    },
-                };
-                if let Err(e) = radar
-                    .nats
-                    .publish(reply_to, reply.encode_to_vec().into())
-                    .await
-                {
-                    tracing::warn!(error = %e, "could not send a radar reply");
-                }
-            });
-        }
-        let _ = sub.unsubscribe().await;
-    }
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = Duration::from_secs(self.config.radar.resync_secs.max(1));
@@ -397,6 +336,48 @@ impl Radar {
                 Err(e) => tracing::warn!(error = %e, "radar resync failed; next interval retries"),
             }
         }
+    }
+}
+
+/// `<root>.radar.cmd.<verb>`: `radar_ignore`.
+impl Responder for Radar {
+    const SERVICE: &'static str = "radar";
+
+    async fn respond(
+        self: Arc<Self>,
+        _route: &'static str,
+        subject: String,
+        payload: bytes::Bytes,
+    ) -> Result<bytes::Bytes, Refusal> {
+        let verb = subject.rsplit('.').next().unwrap_or("");
+        let (annotations, n) = match verb {
+            "radar_ignore" => {
+                let r = v1::RadarIgnore::decode(payload.as_ref())
+                    .map_err(|e| Refusal::invalid(format!("undecodable RadarIgnore: {e}")))?;
+                self.radar_ignore(&r).await?
+            }
+            other => return Err(Refusal::invalid(format!("unknown radar verb {other:?}"))),
+        };
+        Ok(v1::RadarReply {
+            error: None,
+            annotations_json: serde_json::to_vec(&annotations).unwrap_or_default(),
+            devices: n as i64,
+        }
+        .encode_to_vec()
+        .into())
+    }
+
+    fn refused(&self, _route: &'static str, code: ErrorCode, message: &str) -> bytes::Bytes {
+        v1::RadarReply {
+            error: Some(v1::RadarError {
+                code: code as i32,
+                message: message.to_string(),
+            }),
+            annotations_json: vec![],
+            devices: 0,
+        }
+        .encode_to_vec()
+        .into()
     }
 }
 
@@ -442,7 +423,23 @@ pub async fn run_with(radar: Arc<Radar>, mut shutdown: Shutdown) -> anyhow::Resu
             async move { r.on_events(events).await }
         }));
     }
-    tasks.spawn(radar.clone().serve_commands(shutdown.clone()));
+    let answers = fleet_bus::ResponderMetrics::default();
+    answers.register(&mut radar.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    tasks.spawn(fleet_bus::serve(
+        radar.nats.clone(),
+        radar.clone(),
+        Route {
+            name: "cmd",
+            subject: radar.subjects.radar_cmd_all(),
+            queue: Some("radar".into()),
+        },
+        Limits {
+            concurrency: 16,
+            deadline: Duration::from_secs(30),
+        },
+        answers,
+        shutdown.stopped(),
+    ));
     tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
     shutdown.wait().await;
     while tasks.join_next().await.is_some() {}

@@ -6,6 +6,7 @@
 pub mod connect;
 pub mod dlq;
 pub mod secret;
+pub mod serve;
 pub mod streams;
 pub mod subjects;
 pub mod trace;
@@ -16,6 +17,7 @@ use bytes::Bytes;
 
 pub use connect::{connect, connect_now, NatsConfig, NatsConfigError, NatsTls};
 pub use secret::{redact_url, Secret};
+pub use serve::{serve, Limits, Refusal, Responder, ResponderMetrics, Route};
 pub use streams::{
     await_streams, check_observations, ensure_owned, ensure_streams, pull_consumer, Owner,
     StreamNames,

@@ -1,5 +1,7 @@
 //! The typed errors of the domain, with the stable codes of `spec/api.md`.
 
+pub use fleet_proto::ErrorCode;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DomainError {
     #[error("{0}")]
@@ -28,19 +30,19 @@ pub enum DomainError {
 }
 
 impl DomainError {
-    /// The stable code of `spec/api.md` (and of hub replies and DLQ reasons).
-    pub fn code(&self) -> &'static str {
+    /// The stable code of `spec/api.md` (and of hub replies).
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
-            Self::NotFound(_) => "NOT_FOUND",
-            Self::Conflict { .. } => "CONFLICT",
-            Self::InvalidState(_) => "INVALID_STATE",
-            Self::AlreadyExists(_) => "CONFLICT",
-            Self::FutureObservation { .. } => "FUTURE_OBSERVATION",
-            Self::ForbiddenSource { .. } => "FORBIDDEN_SOURCE",
+            Self::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Self::NotFound(_) => ErrorCode::NotFound,
+            Self::Conflict { .. } => ErrorCode::Conflict,
+            Self::InvalidState(_) => ErrorCode::InvalidState,
+            Self::AlreadyExists(_) => ErrorCode::Conflict,
+            Self::FutureObservation { .. } => ErrorCode::FutureObservation,
+            Self::ForbiddenSource { .. } => ErrorCode::ForbiddenSource,
             // An unknown type is bad input to the API.
-            Self::UnknownConditionType(_) => "INVALID_ARGUMENT",
-            Self::InvalidSubject(_) => "INVALID_ARGUMENT",
+            Self::UnknownConditionType(_) => ErrorCode::InvalidArgument,
+            Self::InvalidSubject(_) => ErrorCode::InvalidArgument,
         }
     }
 

@@ -44,7 +44,7 @@ mod tests {
         assert!(check_len("key", &"k".repeat(MAX_KEY), MAX_KEY).is_ok());
         let e = check_len("key", &"k".repeat(6000), MAX_KEY).unwrap_err();
         assert_eq!(e.to_string(), "key is longer than 512 characters");
-        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert_eq!(e.code(), crate::error::ErrorCode::InvalidArgument);
         // Characters, not bytes.
         assert!(check_len("reason", &"é".repeat(MAX_REASON), MAX_REASON).is_ok());
         assert!(check_count("conditions", 257, MAX_ITEMS).is_err());

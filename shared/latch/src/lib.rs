@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
 use fleet_domain::{ConditionStatus, ConditionType, Source};
-use fleet_proto::{v1, Message};
+use fleet_proto::{v1, ErrorCode};
 use serde::Deserialize;
 
 /// The three workflow-written latches.
@@ -203,10 +203,10 @@ pub enum LatchError {
     Invalid { code: &'static str, message: String },
     /// The hub answered with an error (`FORBIDDEN_SOURCE`, `NOT_FOUND`,
     /// `FUTURE_OBSERVATION`, ...).
-    #[error("{code}: the hub refused the write ({hub_code}): {message}")]
+    #[error("{code}: the hub refused the write ({}): {message}", hub_code.as_str_name())]
     Refused {
         code: &'static str,
-        hub_code: String,
+        hub_code: ErrorCode,
         message: String,
     },
     /// The hub kept a later row: this write is not on record.
@@ -251,7 +251,7 @@ pub fn verify(w: &LatchWrite, reply: &v1::HubReply) -> Result<StoredLatch, Latch
     if let Some(e) = &reply.error {
         return Err(LatchError::Refused {
             code,
-            hub_code: e.code.clone(),
+            hub_code: fleet_proto::error_code_of(e.code),
             message: e.message.clone(),
         });
     }
@@ -301,40 +301,38 @@ impl LatchWriter {
     /// row and succeeds.
     pub async fn write(&self, w: &LatchWrite) -> Result<StoredLatch, LatchError> {
         let code = w.latch.failure_code();
-        let payload: Vec<u8> = w.command(&self.actor).encode_to_vec();
-        let subject = self.subjects.hub_cmd("write_condition");
+        let hub = fleet_hub_client::HubClient::new(self.nats.clone(), self.subjects.clone(), self.timeout);
+        let command = w.command(&self.actor).command;
         let attempts = self.attempts.max(1);
         let mut last = String::new();
         for attempt in 1..=attempts {
             if attempt > 1 {
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt - 1))).await;
             }
-            let answer = tokio::time::timeout(
-                self.timeout,
-                self.nats.request(subject.clone(), payload.clone().into()),
-            )
-            .await;
-            let msg = match answer {
-                Err(_) => {
-                    last = format!("no reply within {} ms", self.timeout.as_millis());
-                    continue;
+            let Some(c) = command.clone() else {
+                return Err(LatchError::Invalid {
+                    code,
+                    message: "no command".into(),
+                });
+            };
+            let reply = match hub.request(&self.actor, 0, c).await {
+                Ok(r) => r,
+                Err(fleet_hub_client::HubCallError::BadReply(e)) => {
+                    return Err(LatchError::BadReply {
+                        code,
+                        message: format!("undecodable HubReply: {e}"),
+                    })
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     last = e.to_string();
                     continue;
                 }
-                Ok(Ok(m)) => m,
             };
-            let reply =
-                v1::HubReply::decode(msg.payload.as_ref()).map_err(|e| LatchError::BadReply {
-                    code,
-                    message: format!("undecodable HubReply: {e}"),
-                })?;
             match verify(w, &reply) {
                 Err(LatchError::Refused {
                     hub_code, message, ..
-                }) if hub_code == "UNAVAILABLE" => {
-                    last = format!("{hub_code}: {message}");
+                }) if hub_code == ErrorCode::Unavailable => {
+                    last = format!("{}: {message}", hub_code.as_str_name());
                 }
                 Err(e) => {
                     tracing::error!(code, latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
@@ -551,7 +549,7 @@ mod tests {
         }
         let refused = v1::HubReply {
             error: Some(v1::HubError {
-                code: "NOT_FOUND".into(),
+                code: ErrorCode::NotFound as i32,
                 message: "device device_id dev-1".into(),
             }),
             record_json: vec![],
@@ -559,7 +557,7 @@ mod tests {
         };
         let e = verify(&w, &refused).unwrap_err();
         assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
-        assert!(matches!(&e, LatchError::Refused { hub_code, .. } if hub_code == "NOT_FOUND"));
+        assert!(matches!(&e, LatchError::Refused { hub_code, .. } if *hub_code == ErrorCode::NotFound));
         let garbage = v1::HubReply {
             error: None,
             record_json: b"{}".to_vec(),

@@ -7,6 +7,7 @@ pub mod fleet {
 }
 
 pub use fleet::v1;
+pub use fleet::v1::ErrorCode;
 pub use prost::Message;
 pub use prost_types::Timestamp;
 
@@ -32,6 +33,24 @@ schema_names!(
     AllocationEvent,
     RadarProjection
 );
+
+/// An error code from its wire name (`"NOT_FOUND"`); an unknown or empty
+/// name is `UNAVAILABLE` (a peer speaking a newer set of codes failed in a
+/// way this one cannot name).
+pub fn error_code(name: &str) -> ErrorCode {
+    ErrorCode::from_str_name(name)
+        .filter(|c| *c != ErrorCode::Unspecified)
+        .unwrap_or(ErrorCode::Unavailable)
+}
+
+/// An error code from its wire number; an unknown or unset one is
+/// `UNAVAILABLE` (a peer failed in a way this one cannot name).
+pub fn error_code_of(n: i32) -> ErrorCode {
+    ErrorCode::try_from(n)
+        .ok()
+        .filter(|c| *c != ErrorCode::Unspecified)
+        .unwrap_or(ErrorCode::Unavailable)
+}
 
 /// Whether any string in a message holds a NUL character, which
 /// PostgreSQL text cannot store: such input is refused before it is

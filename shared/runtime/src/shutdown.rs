@@ -57,4 +57,11 @@ impl Shutdown {
     pub async fn wait(&mut self) {
         let _ = self.rx.wait_for(|v| *v).await;
     }
+
+    /// A future that resolves on shutdown, for code that takes any future
+    /// as its stop signal (`fleet_bus::serve`).
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut s = self.clone();
+        async move { s.wait().await }
+    }
 }

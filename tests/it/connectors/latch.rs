@@ -137,7 +137,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     .unwrap();
     let e = writer.write(&nobody).await.unwrap_err();
     assert!(
-        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code == "NOT_FOUND"),
+        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "NOT_FOUND"),
         "{e}"
     );
     assert_eq!(e.code(), "BACKEND_VRF_LATCH_WRITE_FAILED");
@@ -151,7 +151,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     .unwrap();
     let e = writer.write(&future).await.unwrap_err();
     assert!(
-        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code == "FUTURE_OBSERVATION"),
+        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "FUTURE_OBSERVATION"),
         "{e}"
     );
     assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");

@@ -22,31 +22,31 @@ const HUB_VERBS: &[&str] = &[
 type Decoder = fn(&[u8]) -> Option<Option<String>>;
 
 fn hub(b: &[u8]) -> Option<Option<String>> {
-    v1::HubReply::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::HubReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn placer(b: &[u8]) -> Option<Option<String>> {
-    v1::PlacerReply::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::PlacerReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn radar(b: &[u8]) -> Option<Option<String>> {
-    v1::RadarReply::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::RadarReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn join(b: &[u8]) -> Option<Option<String>> {
-    v1::JoinReply::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::JoinReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn opened(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionOpened::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::SessionOpened::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn ack(b: &[u8]) -> Option<Option<String>> {
-    v1::HeartbeatAck::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::HeartbeatAck::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn closed(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionClosed::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::SessionClosed::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn relay(b: &[u8]) -> Option<Option<String>> {
-    v1::RelayReply::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::RelayReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 fn ended(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionsEnded::decode(b).ok().map(|r| r.error.map(|e| e.code))
+    v1::SessionsEnded::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
