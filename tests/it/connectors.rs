@@ -1,9 +1,9 @@
 //! The connectors against local HTTP servers speaking the real JSON shapes
 //! (pagination, token refresh, 5xx, timeouts, malformed bodies), through
 //! the real NATS and the real hub to PostgreSQL; and connector-slurm
-//! against the real slurmrestd of `shared/peers/start-slurm.sh`; the
+//! against the real slurmrestd of `tests/peers/slurm.sh`; the
 //! Connectors II services (health against a fake Mimir and the real
-//! Prometheus of `shared/peers/start-prometheus.sh`, Borneo custody, the
+//! Prometheus of `tests/peers/prometheus.sh`, Borneo custody, the
 //! fabric and latch drift) and the latch write helper.
 
 mod borneo;

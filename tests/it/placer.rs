@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_placer::client::PlacerClient;
-use fleet_placer::{AllocateRequest, Placer, PlacerError};
+use fleet_placer::{AllocateRequest, Placer};
+use fleet_placer_client::{PlacerClient, PlacerError};
 use fleet_proto::{timestamp, v1, Message, SchemaName};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;

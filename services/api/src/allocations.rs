@@ -42,11 +42,22 @@ pub async fn create(
         (status = 503, body = crate::error::ErrorBody)),
     tag = "allocations")]
 pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<AllocationOut>> {
-    let a = fleet_placer::store::get_allocation(&app.pool, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("allocation {id}")))?;
-    Ok(Json(a.into()))
+    let mut qb = QueryBuilder::<Postgres>::new(ALLOCATION_SELECT);
+    qb.push(" AND a.id = ").push_bind(id.clone());
+    let row: Option<AllocationRow> = qb.build_query_as().fetch_optional(&app.pool).await?;
+    let row = row.ok_or_else(|| ApiError::not_found(format!("allocation {id}")))?;
+    Ok(Json(row.into()))
 }
+
+/// An allocation with its atoms: a plain read (reads keep working while
+/// the placer is away); `WHERE true` so filters append.
+const ALLOCATION_SELECT: &str = "SELECT a.id, a.tenant_id, a.pool_id, a.gpus, a.same_device, a.nvlink_domain, a.status, \
+     a.impaired_reason, a.created_at, a.impaired_at, a.released_at, a.request_id, \
+     COALESCE(x.devices, '{}') AS atom_devices, COALESCE(x.atoms, '{}') AS atom_indexes \
+     FROM allocations a LEFT JOIN LATERAL ( \
+       SELECT array_agg(t.device_id ORDER BY t.device_id, t.atom) AS devices, \
+              array_agg(t.atom ORDER BY t.device_id, t.atom) AS atoms \
+       FROM allocation_atoms t WHERE t.allocation_id = a.id) x ON true WHERE true";
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -146,15 +157,7 @@ pub async fn list(
 ) -> ApiResult<Json<AllocationPage>> {
     let limit = page::limit(&app, f.limit)?;
     let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
-    let mut qb = QueryBuilder::<Postgres>::new(
-        "SELECT a.id, a.tenant_id, a.pool_id, a.gpus, a.same_device, a.nvlink_domain, a.status, \
-         a.impaired_reason, a.created_at, a.impaired_at, a.released_at, a.request_id, \
-         COALESCE(x.devices, '{}') AS atom_devices, COALESCE(x.atoms, '{}') AS atom_indexes \
-         FROM allocations a LEFT JOIN LATERAL ( \
-           SELECT array_agg(t.device_id ORDER BY t.device_id, t.atom) AS devices, \
-                  array_agg(t.atom ORDER BY t.device_id, t.atom) AS atoms \
-           FROM allocation_atoms t WHERE t.allocation_id = a.id) x ON true WHERE true",
-    );
+    let mut qb = QueryBuilder::<Postgres>::new(ALLOCATION_SELECT);
     if let Some(p) = &f.pool {
         qb.push(" AND a.pool_id = ").push_bind(p.clone());
     }

@@ -33,15 +33,10 @@ pub const API_CODES: &[Code] = &[
 
 /// Each code's name and HTTP status: the one place they are mapped.
 pub trait HttpCode {
-    fn as_str(self) -> &'static str;
     fn status(self) -> StatusCode;
 }
 
 impl HttpCode for Code {
-    fn as_str(self) -> &'static str {
-        self.as_str_name()
-    }
-
     fn status(self) -> StatusCode {
         match self {
             Code::InvalidArgument | Code::FutureObservation => StatusCode::BAD_REQUEST,
@@ -116,7 +111,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {
-            "code": self.code.as_str(),
+            "code": self.code.as_str_name(),
             "message": self.message,
             "details": self.details,
         }});
@@ -267,7 +262,7 @@ mod tests {
         for (code, status) in expect {
             let c = Code::from_str_name(code).unwrap();
             assert!(API_CODES.contains(&c));
-            assert_eq!((c.as_str(), c.status().as_u16()), (code, status));
+            assert_eq!((c.as_str_name(), c.status().as_u16()), (code, status));
         }
         // Domain errors keep their code; an unknown type is bad input.
         let e: ApiError = DomainError::UnknownConditionType("X".into()).into();

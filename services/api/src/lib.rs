@@ -41,7 +41,7 @@ pub struct Inner {
     pub pool: PgPool,
     pub hub: hub::HubClient,
     /// Allocations and capacity; waits `api.hub_timeout_ms` like the hub.
-    pub placer: fleet_placer::client::PlacerClient,
+    pub placer: fleet_placer_client::PlacerClient,
     pub tokens: auth::TokenCache,
     pub ttls: TtlConfig,
     pub metrics: metrics::ApiMetrics,
@@ -105,7 +105,7 @@ impl App {
         App(Arc::new(Inner {
             config: config.api.clone(),
             pool,
-            placer: fleet_placer::client::PlacerClient::new(
+            placer: fleet_placer_client::PlacerClient::new(
                 nats.clone(),
                 subjects.clone(),
                 Duration::from_millis(config.api.hub_timeout_ms),

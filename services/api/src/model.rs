@@ -404,9 +404,9 @@ pub struct AllocateBody {
     pub request_id: Option<String>,
 }
 
-impl From<AllocateBody> for fleet_placer::AllocateRequest {
+impl From<AllocateBody> for fleet_placer_client::AllocateRequest {
     fn from(b: AllocateBody) -> Self {
-        fleet_placer::AllocateRequest {
+        fleet_placer_client::AllocateRequest {
             tenant_id: b.tenant_id,
             pool_id: b.pool_id,
             gpus: b.gpus,
@@ -444,8 +444,8 @@ pub struct AllocationOut {
     pub request_id: Option<String>,
 }
 
-impl From<fleet_placer::Allocation> for AllocationOut {
-    fn from(a: fleet_placer::Allocation) -> Self {
+impl From<fleet_placer_client::Allocation> for AllocationOut {
+    fn from(a: fleet_placer_client::Allocation) -> Self {
         AllocationOut {
             id: a.id,
             tenant_id: a.tenant_id,
@@ -490,8 +490,8 @@ pub struct CapacityOut {
     pub devices: i64,
 }
 
-impl From<fleet_placer::Capacity> for CapacityOut {
-    fn from(c: fleet_placer::Capacity) -> Self {
+impl From<fleet_placer_client::Capacity> for CapacityOut {
+    fn from(c: fleet_placer_client::Capacity) -> Self {
         CapacityOut {
             pool_id: c.pool_id,
             total: c.total,

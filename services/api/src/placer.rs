@@ -1,10 +1,10 @@
 //! Allocations and capacity are the placer's: the API asks it over NATS
-//! request/reply (`fleet_placer::client::PlacerClient`), so the numbers it
+//! request/reply (`fleet_placer_client::PlacerClient`), so the numbers it
 //! answers are the ones the placer books against. No answer within
 //! `api.hub_timeout_ms` (no responder, NATS away, timeout) is
 //! `UNAVAILABLE`, never a number computed elsewhere.
 
-use fleet_placer::PlacerError;
+use fleet_placer_client::PlacerError;
 
 use crate::error::{ApiError, Code};
 
@@ -27,10 +27,6 @@ pub fn error(verb: &str, e: PlacerError) -> ApiError {
         PlacerError::NotRunning => {
             tracing::warn!(verb, "no placer is running");
             ApiError::unavailable("no placer is running; the request was not sent and nothing was applied, retry later")
-        }
-        PlacerError::Db(e) => {
-            tracing::warn!(verb, error = %e, "placer store failed");
-            ApiError::unavailable("the placer's database is unavailable; retry later")
         }
     }
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleet_bus::{StreamNames, Subjects};
-use fleet_placer::client::PlacerClient;
-use fleet_placer::{AllocateRequest, Placer, PlacerError};
+use fleet_placer::{AllocateRequest, Placer};
+use fleet_placer_client::{PlacerClient, PlacerError};
 use fleet_runtime::{FleetConfig, Shutdown};
 use rand::{Rng, SeedableRng};
 
@@ -61,13 +61,13 @@ impl Path {
     async fn allocate(&self, r: &AllocateRequest) -> Result<fleet_placer::Allocation, PlacerError> {
         match self {
             Path::Nats(c) => c.allocate(r).await,
-            Path::Direct(p) => p.allocate(r.clone()).await,
+            Path::Direct(p) => Ok(p.allocate(r.clone()).await?),
         }
     }
     async fn release(&self, id: &str) -> Result<fleet_placer::Allocation, PlacerError> {
         match self {
             Path::Nats(c) => c.release(id, Some("bench")).await,
-            Path::Direct(p) => p.release(id, Some("bench")).await,
+            Path::Direct(p) => Ok(p.release(id, Some("bench")).await?),
         }
     }
 }

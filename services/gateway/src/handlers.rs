@@ -485,29 +485,6 @@ impl Gateway {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_subject_names_the_device() {
-        assert_eq!(subject_device("t.fleet.agent.dev_01.heartbeat"), "dev_01");
-        assert!(check_device("t.fleet.agent.dev_01.open", "dev_01").is_ok());
-        assert_eq!(
-            check_device("t.fleet.agent.dev_01.open", "dev_02")
-                .unwrap_err()
-                .code,
-            ErrorCode::Forbidden
-        );
-        assert_eq!(
-            check_device("t.fleet.agent.dev_01.open", "")
-                .unwrap_err()
-                .code,
-            ErrorCode::InvalidArgument
-        );
-    }
-}
-
 impl Responder for Gateway {
     const SERVICE: &'static str = "gateway";
 
@@ -577,5 +554,28 @@ impl Responder for Gateway {
             Some(Route::Heartbeat) | None => v1::HeartbeatAck { error }.encode_to_vec(),
         }
         .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subject_names_the_device() {
+        assert_eq!(subject_device("t.fleet.agent.dev_01.heartbeat"), "dev_01");
+        assert!(check_device("t.fleet.agent.dev_01.open", "dev_01").is_ok());
+        assert_eq!(
+            check_device("t.fleet.agent.dev_01.open", "dev_02")
+                .unwrap_err()
+                .code,
+            ErrorCode::Forbidden
+        );
+        assert_eq!(
+            check_device("t.fleet.agent.dev_01.open", "")
+                .unwrap_err()
+                .code,
+            ErrorCode::InvalidArgument
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! The placer's typed errors, with the stable codes callers map (the API:
+//! The placer service's typed errors (its callers see `fleet_placer_client::PlacerError`), with the stable codes callers map (the API:
 //! `INVALID_ARGUMENT` 400, `NOT_FOUND` 404, `FORBIDDEN` 403,
 //! `INSUFFICIENT_CAPACITY` 409, `UNAVAILABLE` 503).
 
@@ -16,10 +16,6 @@ pub enum PlacerError {
     InsufficientCapacity(String),
     #[error("{0}")]
     Unavailable(String),
-    /// No placer was subscribed: the request went nowhere, so nothing was
-    /// applied.
-    #[error("no placer is running")]
-    NotRunning,
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
 }
@@ -31,9 +27,7 @@ impl PlacerError {
             PlacerError::NotFound(_) => ErrorCode::NotFound,
             PlacerError::Forbidden(_) => ErrorCode::Forbidden,
             PlacerError::InsufficientCapacity(_) => ErrorCode::InsufficientCapacity,
-            PlacerError::Unavailable(_) | PlacerError::NotRunning | PlacerError::Db(_) => {
-                ErrorCode::Unavailable
-            }
+            PlacerError::Unavailable(_) | PlacerError::Db(_) => ErrorCode::Unavailable,
         }
     }
 
@@ -48,15 +42,11 @@ impl PlacerError {
             message,
         }
     }
+}
 
-    pub fn from_proto(e: &v1::PlacerError) -> Self {
-        let m = e.message.clone();
-        match e.code() {
-            ErrorCode::InvalidArgument => PlacerError::InvalidArgument(m),
-            ErrorCode::NotFound => PlacerError::NotFound(m),
-            ErrorCode::Forbidden => PlacerError::Forbidden(m),
-            ErrorCode::InsufficientCapacity => PlacerError::InsufficientCapacity(m),
-            _ => PlacerError::Unavailable(m),
-        }
+/// The same refusal as the placer's callers see it (database text hidden).
+impl From<PlacerError> for fleet_placer_client::PlacerError {
+    fn from(e: PlacerError) -> Self {
+        fleet_placer_client::PlacerError::from_proto(&e.to_proto())
     }
 }

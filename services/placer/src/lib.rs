@@ -9,13 +9,11 @@
 //! operational `failed` or connectivity `lost` marks the allocations on it
 //! `impaired` and publishes an event; nothing is moved silently.
 //!
-//! The API calls this service through [`client::PlacerClient`]; tests and
-//! benchmarks may call [`Placer`] directly.
+//! The API calls this service through `fleet_placer_client::PlacerClient`;
+//! tests and benchmarks may call [`Placer`] directly.
 
-pub mod client;
 pub mod error;
 pub mod metrics;
-pub mod model;
 pub mod packing;
 pub mod service;
 pub mod store;
@@ -33,7 +31,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 
 pub use error::PlacerError;
-pub use model::{AllocateRequest, Allocation, Atom, Capacity};
+pub use fleet_placer_client::model::{self, AllocateRequest, Allocation, Atom, Capacity};
 pub use service::{run, run_with};
 
 use metrics::PlacerMetrics;

@@ -1,5 +1,5 @@
 //! connector-health against the real Prometheus 2.42 that
-//! `shared/peers/start-prometheus.sh start` runs on 127.0.0.1:9090,
+//! `tests/peers/prometheus.sh start` runs on 127.0.0.1:9090,
 //! scraping a textfile every second. The test appends its own series
 //! (labelled with a unique `fleet_test`) to that textfile, reads them
 //! through the connector and the hub, and removes them. It fails, with the
@@ -14,7 +14,7 @@ use super::fake::*;
 use crate::hub_e2e::start_hub;
 use crate::support::*;
 
-const START: &str = "bash ../shared/peers/start-prometheus.sh start (from the repository root; shared/ is beside the clone)";
+const START: &str = "bash tests/peers/prometheus.sh start (from the repository root; tests/run does it)";
 
 fn prometheus_url() -> String {
     std::env::var("PROMETHEUS_URL").unwrap_or_else(|_| "http://127.0.0.1:9090".into())

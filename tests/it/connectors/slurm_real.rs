@@ -1,5 +1,5 @@
 //! connector-slurm against the real slurmrestd (SLURM 22.05) that
-//! `shared/peers/start-slurm.sh start` runs on 127.0.0.1:6820. This test
+//! `tests/peers/slurm.sh start` runs on 127.0.0.1:6820. This test
 //! fails, with the command to start it, when slurmrestd is not reachable.
 //! `SLURM_REST_URL` and `SLURM_JWT_FILE` override the defaults.
 
@@ -9,7 +9,7 @@ use super::fake::*;
 use crate::hub_e2e::start_hub;
 use crate::support::*;
 
-const START: &str = "bash ../shared/peers/start-slurm.sh start (from the repository root; shared/ is beside the clone)";
+const START: &str = "bash tests/peers/slurm.sh start (from the repository root; tests/run does it)";
 
 fn rest_url() -> String {
     std::env::var("SLURM_REST_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into())
