@@ -15,3 +15,4 @@ mod predicates;
 mod radar;
 mod security;
 mod support;
+mod telemetry;

@@ -224,9 +224,9 @@ fn read_secret(key: &'static str, path: &str) -> Result<String, BusError> {
         })
 }
 
-/// rustls is built without a default crypto provider; TLS to NATS needs
-/// one. Installing twice is harmless.
-fn install_tls_provider() {
+/// rustls is built without a default crypto provider; TLS (to NATS, to an
+/// OTLP collector) needs one. Installing twice is harmless.
+pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

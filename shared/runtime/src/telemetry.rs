@@ -27,14 +27,21 @@ pub fn init_tracing(format: &str, filter: &str) {
     } else {
         fmt.boxed()
     };
+    // The log filter is the log's: spans are exported at info whatever
+    // the log shows (`OTEL_TRACES_FILTER` overrides).
     let otel = otlp_provider().map(|provider| {
         let tracer = provider.tracer("fleet");
         let _ = PROVIDER.set(provider);
-        tracing_opentelemetry::layer().with_tracer(tracer)
+        let spans = std::env::var("OTEL_TRACES_FILTER")
+            .ok()
+            .and_then(|f| EnvFilter::try_new(f).ok())
+            .unwrap_or_else(|| EnvFilter::new("info"));
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(spans)
     });
     let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
+        .with(fmt.with_filter(filter))
         .with(otel)
         .try_init();
 }
@@ -44,7 +51,12 @@ fn otlp_provider() -> Option<SdkTracerProvider> {
         .ok()
         .filter(|e| !e.is_empty())?;
     let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "fleet".into());
+    // rustls is built without a default crypto provider: an https endpoint
+    // needs one before the client is built.
+    fleet_bus::connect::install_tls_provider();
     // The exporter reads the endpoint and headers from the OTEL_* environment.
+    // The batch processor exports from a thread of its own, with no tokio
+    // reactor: the blocking HTTP client works there (the async one panics).
     let exporter = match opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .build()
