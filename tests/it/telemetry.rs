@@ -12,17 +12,41 @@ use chrono::Utc;
 
 use crate::support::*;
 
-/// A collector that counts `POST /v1/traces` requests.
-async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+type Spans = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
+
+/// A collector that counts `POST /v1/traces` requests and keeps every
+/// span as (service, trace id, name).
+async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>, Spans) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
     let posts = Arc::new(AtomicUsize::new(0));
-    let p = posts.clone();
+    let spans: Spans = Default::default();
+    let (p, kept) = (posts.clone(), spans.clone());
     let app = axum::Router::new().route(
         "/v1/traces",
         axum::routing::post(move |body: axum::body::Bytes| {
-            let p = p.clone();
+            let (p, kept) = (p.clone(), kept.clone());
             async move {
                 if !body.is_empty() {
                     p.fetch_add(1, Ordering::SeqCst);
+                }
+                if let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) {
+                    let mut kept = kept.lock().unwrap();
+                    for rs in req.resource_spans {
+                        let service = rs
+                            .resource
+                            .iter()
+                            .flat_map(|r| r.attributes.iter())
+                            .find(|a| a.key == "service.name")
+                            .and_then(|a| a.value.as_ref())
+                            .map(|v| format!("{:?}", v.value))
+                            .unwrap_or_default();
+                        for ss in rs.scope_spans {
+                            for sp in ss.spans {
+                                kept.push((service.clone(), sp.trace_id.iter().map(|b| format!("{b:02x}")).collect(), sp.name));
+                            }
+                        }
+                    }
                 }
                 ""
             }
@@ -33,13 +57,13 @@ async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    (addr, posts)
+    (addr, posts, spans)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_are_exported_over_otlp_and_nothing_panics() {
     let env = TestEnv::new().await;
-    let (addr, posts) = collector().await;
+    let (addr, posts, _) = collector().await;
     let endpoint = format!("http://{addr}");
 
     // A command that only starts and exits.
@@ -101,5 +125,103 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
         .unwrap();
     assert!(status.success(), "{status:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    env.cleanup().await;
+}
+
+/// One trace across the bus: the real slurmrestd read by `fleet connector
+/// slurm`, applied by `fleet hub` (each its own process, each exporting),
+/// and the `StatusChanged` it caused carries the same trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connector_read_and_the_hub_apply_are_one_trace() {
+    let token = std::env::var("SLURM_JWT_FILE").unwrap_or_else(|_| "/tmp/peers/slurm/jwt.token".into());
+    let url = std::env::var("SLURM_REST_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
+    assert!(
+        std::path::Path::new(&token).exists(),
+        "the real slurmrestd is needed: bash tests/peers/slurm.sh start"
+    );
+    let env = TestEnv::new().await;
+    let (addr, _, spans) = collector().await;
+    let endpoint = format!("http://{addr}");
+    let common = |c: &mut Command, service: &str| {
+        c.env("FLEET__DATABASE__URL", &env.config.database.url)
+            .env("FLEET__NATS__URL", &env.config.nats.url)
+            .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
+            .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
+            .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
+            .env("FLEET__NATS__PARTITIONS", env.config.nats.partitions.to_string())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+            .env("OTEL_SERVICE_NAME", service)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    };
+    let mut hub = Command::new(env!("CARGO_BIN_EXE_fleet"));
+    hub.arg("hub").env("FLEET__HUB__LISTEN", "127.0.0.1:0");
+    common(&mut hub, "fleet-hub");
+    let mut hub = hub.spawn().unwrap();
+    for n in 1..=6 {
+        env.create_device("s1", &format!("gpu0{n}")).await;
+    }
+    let mut slurm = Command::new(env!("CARGO_BIN_EXE_fleet"));
+    slurm
+        .args(["connector", "slurm"])
+        .env("FLEET__CONNECTORS__SLURM__LISTEN", "127.0.0.1:0")
+        .env("FLEET__CONNECTORS__SLURM__SITES__S1__URL", &url)
+        .env("FLEET__CONNECTORS__SLURM__SITES__S1__USER_NAME", "root")
+        .env("FLEET__CONNECTORS__SLURM__SITES__S1__TOKEN__FILE", &token);
+    common(&mut slurm, "fleet-connector-slurm");
+    let mut slurm = slurm.spawn().unwrap();
+
+    let shared = eventually("a trace with the connector's read and the hub's apply", || async {
+        let spans = spans.lock().unwrap().clone();
+        let reads: std::collections::HashSet<&String> = spans
+            .iter()
+            .filter(|(s, _, n)| s.contains("fleet-connector-slurm") && n == "connector.read")
+            .map(|(_, t, _)| t)
+            .collect();
+        spans
+            .iter()
+            .find(|(s, t, n)| s.contains("fleet-hub") && n == "hub.observation" && reads.contains(t))
+            .map(|(_, t, _)| t.clone())
+    })
+    .await;
+    // The StatusChanged events of that apply carry the same trace.
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+        .await
+        .unwrap();
+    let traced = eventually("a StatusChanged in the connector's trace", || async {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(10_000)
+            .expires(Duration::from_millis(500))
+            .messages()
+            .await
+            .ok()?;
+        let mut found = None;
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            let tp = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("traceparent"))
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            if tp.split('-').nth(1) == Some(shared.as_str()) {
+                found = Some(m.subject.to_string());
+            }
+        }
+        found
+    })
+    .await;
+    assert!(traced.contains(".status."), "{traced}");
+    for p in [&mut slurm, &mut hub] {
+        let _ = Command::new("kill").arg(p.id().to_string()).status();
+    }
+    for p in [&mut slurm, &mut hub] {
+        let status = p.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+    }
     env.cleanup().await;
 }

@@ -197,7 +197,7 @@ impl Gateway {
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
             v1::ConnectivityObservation::NAME,
-            None,
+            fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
             obs.encode_to_vec().into(),
         )
         .await?
@@ -238,7 +238,7 @@ impl Gateway {
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
             v1::ConditionSnapshot::NAME,
-            None,
+            fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
             snap.encode_to_vec().into(),
         )
         .await?

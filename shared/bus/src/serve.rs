@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fleet_proto::ErrorCode;
 use futures::StreamExt;
+use tracing::Instrument;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -192,9 +193,13 @@ pub async fn serve<R: Responder>(
         tokio::spawn(async move {
             let _permit = permit;
             let started = Instant::now();
+            let span = tracing::info_span!("fleet.request", service = R::SERVICE, route = name);
             let answer = tokio::time::timeout(
                 deadline,
-                responder.clone().respond(name, msg.subject.to_string(), msg.payload),
+                responder
+                    .clone()
+                    .respond(name, msg.subject.to_string(), msg.payload)
+                    .instrument(span),
             )
             .await;
             let (reply, code) = match answer {

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use chrono::{DateTime, Utc};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
@@ -213,6 +215,9 @@ pub async fn run_target<T: Target>(
         let started = Instant::now();
         let mut spent_pacing = Duration::ZERO;
         let at = observed_now();
+        // One trace per read: every observation it publishes carries this
+        // span's `traceparent`, so connector -> hub -> consumer is one trace.
+        let read_span = tracing::info_span!("connector.read", source, site = %site);
         let read = tokio::select! {
             r = target.poll(PollContext { observed_at: at, bus: &bus, metrics: &metrics }) => r,
             _ = shutdown.wait() => break,
@@ -243,6 +248,7 @@ pub async fn run_target<T: Target>(
                         &o.observed,
                         poll.publish_in_flight,
                     )
+                    .instrument(read_span.clone())
                     .await;
                 let v = bus
                     .publish_all(
@@ -253,6 +259,7 @@ pub async fn run_target<T: Target>(
                         &o.vanished,
                         poll.publish_in_flight,
                     )
+                    .instrument(read_span.clone())
                     .await;
                 // Resyncs only keep the hub's freshness: spread over part
                 // of the interval, they do not queue ahead of other
@@ -267,7 +274,7 @@ pub async fn run_target<T: Target>(
                         &o.resync,
                         poll.publish_in_flight,
                         budget,
-                    ) => r,
+                    ).instrument(read_span.clone()) => r,
                     _ = shutdown.wait() => break,
                 };
                 spent_pacing = paced.elapsed();
@@ -303,11 +310,14 @@ pub async fn run_target<T: Target>(
                     &snapshots,
                     poll.publish_in_flight,
                 )
+                .instrument(read_span.clone())
                 .await;
                 "outage"
             }
         };
         metrics.poll(source, &site, outcome, started.elapsed());
+        // The read's span ends with its publishing, not after the pause.
+        drop(read_span);
         // The time spent pacing resyncs is part of the interval.
         let wait = jittered(interval, poll.jitter, unit()).saturating_sub(spent_pacing);
         tokio::select! {

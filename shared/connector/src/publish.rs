@@ -41,6 +41,7 @@ impl Bus {
         };
         let payload: bytes::Bytes = snap.encode_to_vec().into();
         let at = observed_nanos(snap);
+        let traceparent = fleet_runtime::telemetry::traceparent_of(&tracing::Span::current());
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             if attempt > 0 {
@@ -55,7 +56,7 @@ impl Bus {
                 key,
                 at,
                 v1::ConditionSnapshot::NAME,
-                None,
+                traceparent.as_deref(),
                 payload.clone(),
             )
             .await;

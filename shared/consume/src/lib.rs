@@ -13,11 +13,23 @@ use fleet_bus::Subjects;
 use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
+use tracing::Instrument;
 
 /// One decoded `StatusChanged` and the message it came in.
 pub struct StatusEvent {
     pub msg: jetstream::Message,
     pub event: v1::StatusChanged,
+}
+
+impl StatusEvent {
+    /// The `traceparent` the hub published the event with.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.msg
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(fleet_bus::HEADER_TRACEPARENT))
+            .map(|v| v.as_str())
+    }
 }
 
 /// Where and how to consume.
@@ -116,7 +128,13 @@ impl StatusConsumer {
                 if !events.is_empty() {
                     let msgs: Vec<jetstream::Message> =
                         events.iter().map(|e| e.msg.clone()).collect();
-                    match handle(events).await {
+                    // The batch's work joins the trace of its first event:
+                    // connector -> hub -> this consumer is one trace.
+                    let span = tracing::info_span!("status.consume", durable = %self.durable, events = events.len());
+                    if let Some(tp) = events.first().and_then(|e| e.traceparent()) {
+                        fleet_runtime::telemetry::set_remote_parent(&span, tp);
+                    }
+                    match handle(events).instrument(span).await {
                         Ok(()) => {
                             for m in &msgs {
                                 if let Err(e) = m.ack().await {
