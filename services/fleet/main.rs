@@ -100,7 +100,19 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors print as one line with their causes (`{:#}`), never a
+/// backtrace, and exit with status 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut config = FleetConfig::load(cli.config.as_deref())?;
     if matches!(cli.command, Command::Dev(_)) && std::env::var_os("RUST_LOG").is_none() {

@@ -2,6 +2,7 @@
 
 mod allocations;
 mod api;
+mod cli;
 mod connectors;
 mod crash;
 mod dev;

@@ -23,6 +23,8 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    #[error("database {database} does not exist at {url}: create and migrate it with `fleet migrate`")]
+    NoDatabase { database: String, url: String },
     #[error(
         "database schema is at migration {current}, this build needs {needed}: run `fleet migrate`"
     )]
@@ -47,14 +49,25 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreErr
         url: redact(url),
         source,
     })?;
+    let database = options.get_database().unwrap_or_default().to_string();
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
-        .map_err(|source| StoreError::Connect {
-            url: redact(url),
-            source,
+        .map_err(|source| match &source {
+            // 3D000 invalid_catalog_name: PostgreSQL answers, the database
+            // is missing.
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("3D000") => {
+                StoreError::NoDatabase {
+                    database,
+                    url: redact(url),
+                }
+            }
+            _ => StoreError::Connect {
+                url: redact(url),
+                source,
+            },
         })
 }
 
@@ -110,7 +123,7 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Unavailable(_) | StoreError::Connect { .. }
+            StoreError::Unavailable(_) | StoreError::Connect { .. } | StoreError::NoDatabase { .. }
         )
     }
 }
