@@ -268,7 +268,7 @@ impl DevMesh {
             .lost_after_secs
             .max(config.hub.unreachable_after_secs * 2);
 
-        ensure_database(&config.database.url).await?;
+        fleet_store::ensure_database(&config.database.url).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;
         fleet_store::migrate(&pool)
             .await
@@ -909,32 +909,6 @@ async fn stand_in_for_autovacuum(pool: &PgPool) -> Option<JoinHandle<()>> {
     }))
 }
 
-/// Creates the database named in the URL when it does not exist.
-async fn ensure_database(url: &str) -> anyhow::Result<()> {
-    use sqlx::postgres::PgConnectOptions;
-    use sqlx::ConnectOptions;
-    use std::str::FromStr;
-    let opts = PgConnectOptions::from_str(url).context("database.url")?;
-    let name = opts.get_database().unwrap_or("postgres").to_string();
-    let mut conn = opts
-        .clone()
-        .database("postgres")
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {}", fleet_store::redact(url)))?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(&name)
-            .fetch_one(&mut conn)
-            .await?;
-    if !exists {
-        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
-        sqlx::query(&format!("CREATE DATABASE {quoted}"))
-            .execute(&mut conn)
-            .await?;
-    }
-    Ok(())
-}
 
 /// Installs the process-wide rustls crypto provider (ring) that reqwest
 /// built with `rustls-no-provider` needs before a client is built; the

@@ -290,7 +290,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
     run_with(gw, shutdown).await
 }
 
-pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
         &gw.config.gateway.listen,
         "gateway.listen",
@@ -323,11 +323,10 @@ pub async fn run_with(gw: Arc<Gateway>, mut shutdown: Shutdown) -> anyhow::Resul
     }
     tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
     tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
-    shutdown.wait().await;
-    while tasks.join_next().await.is_some() {}
+    let stopped = fleet_runtime::supervise("gateway", tasks, shutdown, gw.config.shutdown.grace()).await;
     gw.nats.flush().await.ok();
     tracing::info!("gateway stopped");
-    Ok(())
+    stopped
 }
 
 /// Issues a join token for a site (and pool); the token is shown once.

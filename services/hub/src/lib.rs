@@ -286,7 +286,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
     run_with(hub, shutdown).await
 }
 
-pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
         &hub.config.hub.listen,
         "hub.listen",
@@ -302,11 +302,11 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     let mut tasks = tokio::task::JoinSet::new();
     let lanes = hub.config.hub.lanes.max(1);
     let mut senders = Vec::with_capacity(lanes);
-    let mut appliers = tokio::task::JoinSet::new();
     for _ in 0..lanes {
         let (tx, rx) = mpsc::channel(hub.config.hub.batch_size * 2);
         senders.push(tx);
-        appliers.spawn(hub.clone().apply_lane(rx));
+        // A lane ends once its fetchers are gone and its queue is applied.
+        tasks.spawn(hub.clone().apply_lane(rx));
     }
     for p in hub.partitions() {
         let lane = senders[p as usize % lanes].clone();
@@ -319,25 +319,23 @@ pub async fn run_with(hub: Arc<Hub>, mut shutdown: Shutdown) -> anyhow::Result<(
     tasks.spawn(hub.clone().backlog_loop(shutdown.clone()));
     let relay = tokio::spawn(hub.clone().relay_loop(shutdown.clone()));
 
-    shutdown.wait().await;
     // Fetchers stop; lanes finish and ack what they hold; then the relay
     // flushes. A dependency that is gone must not hold the process: after
     // the grace period it exits, and redelivery covers what was in hand.
-    let grace = Duration::from_secs(hub.config.hub.shutdown_grace_secs);
-    let drained = tokio::time::timeout(grace, async {
-        while tasks.join_next().await.is_some() {}
-        while appliers.join_next().await.is_some() {}
-        hub.relay_wake.notify_one();
+    let grace = hub.config.shutdown.grace();
+    let stopped = fleet_runtime::supervise("hub", tasks, shutdown, grace).await;
+    hub.relay_wake.notify_one();
+    let flushed = tokio::time::timeout(grace, async {
         let _ = relay.await;
         hub.nats.flush().await.ok();
     })
     .await;
-    if drained.is_err() {
+    if flushed.is_err() {
         tracing::warn!(
             grace_secs = grace.as_secs(),
-            "shutdown grace period over; exiting with work in hand (it is redelivered)"
+            "the outbox relay did not finish within the grace period; the rest is published at the next start"
         );
     }
     tracing::info!("hub stopped");
-    Ok(())
+    stopped
 }

@@ -274,7 +274,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
     run_with(placer, shutdown).await
 }
 
-pub async fn run_with(placer: Arc<Placer>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
         &placer.config.placer.listen,
         "placer.listen",
@@ -328,10 +328,13 @@ pub async fn run_with(placer: Arc<Placer>, mut shutdown: Shutdown) -> anyhow::Re
     tasks.spawn(placer.clone().resync_loop(shutdown.clone()));
     let relay = tokio::spawn(placer.clone().relay_loop(shutdown.clone()));
 
-    shutdown.wait().await;
-    while tasks.join_next().await.is_some() {}
-    let _ = relay.await;
+    let grace = placer.config.shutdown.grace();
+    let stopped = fleet_runtime::supervise("placer", tasks, shutdown, grace).await;
+    // The relay flushes last, what the tasks committed included.
+    if tokio::time::timeout(grace, relay).await.is_err() {
+        tracing::warn!("the outbox relay did not finish within the grace period; the rest is published at the next start");
+    }
     placer.nats.flush().await.ok();
     tracing::info!("placer stopped");
-    Ok(())
+    stopped
 }

@@ -387,7 +387,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
     run_with(radar, shutdown).await
 }
 
-pub async fn run_with(radar: Arc<Radar>, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<()> {
     let held = radar.load_published().await?;
     let published = radar.rebuild().await?;
     tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
@@ -441,9 +441,8 @@ pub async fn run_with(radar: Arc<Radar>, mut shutdown: Shutdown) -> anyhow::Resu
         shutdown.stopped(),
     ));
     tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
-    shutdown.wait().await;
-    while tasks.join_next().await.is_some() {}
+    let stopped = fleet_runtime::supervise("radar", tasks, shutdown, radar.config.shutdown.grace()).await;
     radar.nats.flush().await.ok();
     tracing::info!("radar stopped");
-    Ok(())
+    stopped
 }

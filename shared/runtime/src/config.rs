@@ -32,6 +32,30 @@ pub struct FleetConfig {
     /// The operator HTTP API (`fleet api`).
     #[serde(default)]
     pub api: ApiConfig,
+    /// How every service stops.
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShutdownConfig {
+    /// Seconds a SIGTERM gives a service's tasks to finish what they hold
+    /// (a batch, an answer, the outbox flush) before the rest is aborted
+    /// (and redelivered).
+    pub grace_secs: u64,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig { grace_secs: 20 }
+    }
+}
+
+impl ShutdownConfig {
+    pub fn grace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.grace_secs)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,8 +123,6 @@ pub struct HubConfig {
     pub outbox_batch: i64,
     /// Seconds a command handler waits for its transaction.
     pub command_timeout_secs: u64,
-    /// Seconds a SIGTERM waits for the batch in hand and the outbox flush.
-    pub shutdown_grace_secs: u64,
     /// Unresolved observation keys not seen for this long are removed.
     #[serde(default = "default_unresolved_retention")]
     pub unresolved_retention_secs: u64,
@@ -147,7 +169,6 @@ impl Default for FleetConfig {
                 lost_after_secs: 600,
                 outbox_batch: 1000,
                 command_timeout_secs: 5,
-                shutdown_grace_secs: 20,
                 unresolved_retention_secs: default_unresolved_retention(),
                 unresolved_max_rows: default_unresolved_max_rows(),
             },
@@ -160,6 +181,7 @@ impl Default for FleetConfig {
             radar: RadarConfig::default(),
             connectors: ConnectorsConfig::default(),
             api: ApiConfig::default(),
+            shutdown: ShutdownConfig::default(),
         }
     }
 }

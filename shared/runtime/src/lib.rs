@@ -8,9 +8,11 @@ pub mod consumers;
 pub mod http;
 pub mod pace;
 pub mod shutdown;
+pub mod supervise;
 
 pub use config::FleetConfig;
 pub use shutdown::Shutdown;
+pub use supervise::supervise;
 
 pub mod telemetry;
 

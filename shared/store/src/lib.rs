@@ -71,6 +71,38 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreErr
         })
 }
 
+/// Creates the database named in the URL when it does not exist
+/// (`fleet migrate`, `fleet dev`, the tests).
+pub async fn ensure_database(url: &str) -> Result<(), StoreError> {
+    use sqlx::ConnectOptions;
+    let opts = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect {
+        url: redact(url),
+        source,
+    })?;
+    let name = opts.get_database().unwrap_or("postgres").to_string();
+    let mut conn = opts
+        .clone()
+        .database("postgres")
+        .connect()
+        .await
+        .map_err(|source| StoreError::Connect {
+            url: redact(url),
+            source,
+        })?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut conn)
+            .await?;
+    if !exists {
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        sqlx::query(&format!("CREATE DATABASE {quoted}"))
+            .execute(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// The URL without its password, for messages.
 pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
