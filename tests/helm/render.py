@@ -6,8 +6,9 @@ as JSON, every workload's command and environment:
       {"secret": "<name>", "key": "<key>"}}}}
 
 With --validate, also checks every rendered manifest against the
-Kubernetes schemas (kubernetes-validate). Extra arguments `a.b=c` set
-values (`nats.tls.enabled=true`).
+Kubernetes schemas (kubernetes-validate); with --manifests prints every
+rendered object instead; --name=R renders release R. Extra arguments
+`a.b=c` set values (`nats.tls.enabled=true`).
 
 Needs: pip install helm-python-sdk kubernetes-validate pyyaml
 """
@@ -39,8 +40,19 @@ def values_from(args):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     validate = "--validate" in sys.argv
+    name = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--name=")), "fleet")
+    for d in docs_of(name, values_from(args), validate):
+        pass
+    out = workloads(docs_of(name, values_from(args), False))
+    if "--manifests" in sys.argv:
+        json.dump([doc for _, doc in docs_of(name, values_from(args), False)], sys.stdout, indent=1)
+    else:
+        json.dump(out, sys.stdout, indent=1, sort_keys=True)
+
+
+def docs_of(name, values, validate):
     chart = helm.Chart.load(CHART)
-    rendered = chart.render(values=values_from(args), name="fleet", namespace="fleet", is_install=True)
+    rendered = chart.render(values=values, name=name, namespace="fleet", is_install=True)
     docs = []
     for path, text in sorted(rendered.items()):
         for doc in yaml.safe_load_all(text):
@@ -49,10 +61,16 @@ def main():
     if validate:
         import kubernetes_validate
         for path, doc in docs:
+            if doc.get("kind") == "ServiceMonitor":
+                continue  # a CRD: not in the Kubernetes schemas
             try:
                 kubernetes_validate.validate(doc, "1.30", strict=True)
             except Exception as e:  # noqa: BLE001 - report every kind of refusal
                 sys.exit(f"render.py: {path} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}: {e}")
+    return docs
+
+
+def workloads(docs):
     out = {}
     for _, doc in docs:
         if doc.get("kind") not in ("Deployment", "StatefulSet", "Job"):
@@ -66,7 +84,7 @@ def main():
                     ref = e["valueFrom"]["secretKeyRef"]
                     env[e["name"]] = {"secret": ref["name"], "key": ref["key"]}
             out[f"{doc['kind']}/{doc['metadata']['name']}"] = {"args": c.get("args", []), "env": env}
-    json.dump(out, sys.stdout, indent=1, sort_keys=True)
+    return out
 
 
 main()

@@ -256,8 +256,12 @@ pub struct Workload {
 /// references resolved the way a cluster would: a NATS password key to the
 /// password nats-server has under that name.
 pub fn helm() -> BTreeMap<String, (Vec<String>, BTreeMap<String, String>)> {
+    let mut args = vec![repo("tests/helm/render.py")];
+    for c in ["netbox", "openstack", "slurm", "health", "borneo", "fabric"] {
+        args.push(format!("services.connector-{c}.enabled=true"));
+    }
     let out = Command::new("python3")
-        .arg(repo("tests/helm/render.py"))
+        .args(&args)
         .output()
         .expect("python3 runs tests/helm/render.py");
     assert!(
