@@ -24,3 +24,24 @@ pub async fn migrate(config: &FleetConfig) -> anyhow::Result<()> {
 pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
     Ok(fleet_store::ensure_database(url).await?)
 }
+
+/// `fleet probe host:port/path`: a plain HTTP/1.0 GET, 2xx or an error.
+pub async fn probe(target: &str) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let target = target.trim_start_matches("http://");
+    let (addr, path) = target.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((target, "/".into()));
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut head = vec![0u8; 64];
+        let n = s.read(&mut head).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&head[..n]).to_string())
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("{addr}{path} did not answer within 2 s"))?
+    .with_context(|| format!("{addr}{path}"))?;
+    let status = answer.split_whitespace().nth(1).unwrap_or("");
+    anyhow::ensure!(status.starts_with('2'), "{addr}{path} answered {status}");
+    Ok(())
+}

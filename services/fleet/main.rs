@@ -42,6 +42,12 @@ enum Command {
     },
     /// Print the effective configuration (secrets redacted).
     Config,
+    /// Exit 0 when `http://<addr><path>` answers 2xx within 2 s (for
+    /// container healthchecks: the image has no curl).
+    Probe {
+        /// `host:port/path`, for example `127.0.0.1:9401/readyz`.
+        target: String,
+    },
     /// Run the operator HTTP API.
     Api,
     /// API tokens: create (printed once), list, revoke.
@@ -145,6 +151,7 @@ fn run() -> anyhow::Result<()> {
             Command::Impairments { target, what } => fleet::cli::impairments(target, what).await,
             Command::Allocations { target, what } => fleet::cli::allocations(target, what).await,
             Command::Pools { target, what } => fleet::cli::pools(target, what).await,
+            Command::Probe { target } => fleet::probe(&target).await,
             Command::Config => {
                 let mut c = config.clone();
                 c.database.url = fleet_store::redact(&c.database.url);

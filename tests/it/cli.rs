@@ -18,3 +18,33 @@ fn a_missing_database_says_fleet_migrate_in_one_line() {
     assert!(!stderr.contains("backtrace"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// `fleet probe` (the containers' healthcheck): 0 on 2xx, 1 otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_says_whether_an_endpoint_is_ready() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let status = if req.starts_with("GET /readyz ") { "200 OK" } else { "503 Service Unavailable" };
+            let _ = s.write_all(format!("HTTP/1.0 {status}\r\n\r\n").as_bytes()).await;
+        }
+    });
+    let run = |target: String| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_fleet"))
+                .args(["probe", &target])
+                .output()
+                .unwrap()
+                .status
+                .code()
+        })
+    };
+    assert_eq!(run(format!("{addr}/readyz")).await.unwrap(), Some(0));
+    assert_eq!(run(format!("{addr}/other")).await.unwrap(), Some(1));
+    assert_eq!(run("127.0.0.1:1/readyz".into()).await.unwrap(), Some(1));
+}
