@@ -13,13 +13,17 @@ pub enum TokenCommand {
         /// enrollment-proof:write, operations:write, jobs:write, admin.
         #[arg(long, value_delimiter = ',', required = true)]
         scopes: Vec<String>,
+        /// What it is for (shown by `list`).
         #[arg(long, default_value = "")]
         description: String,
     },
     /// List tokens (ids, scopes, descriptions; never the tokens).
     List,
     /// Revoke a token by id.
-    Revoke { id: String },
+    Revoke {
+        /// The id, as `list` shows it.
+        id: String,
+    },
 }
 
 /// Runs the API until SIGINT/SIGTERM.

@@ -37,29 +37,43 @@ pub enum DevicesCommand {
     /// List devices with the API's filters (every page unless --limit).
     List(ListArgs),
     /// One device: every axis, the decisive conditions, recent lifecycle events.
-    Show { id: String },
+    Show {
+        /// The id, as `list` shows it.
+        id: String,
+    },
     /// Cordon: no new work is scheduled on the device.
     Cordon {
+        /// The id, as `list` shows it.
         id: String,
+        /// Why: recorded with the change.
         #[arg(long)]
         reason: String,
     },
     /// Lift a cordon.
-    Uncordon { id: String },
+    Uncordon {
+        /// The id, as `list` shows it.
+        id: String,
+    },
     /// Drain the device.
     Drain {
+        /// The id, as `list` shows it.
         id: String,
+        /// Why: recorded with the change.
         #[arg(long)]
         reason: String,
     },
     /// Put devices into triage (or take them out with --off).
     Triage {
+        /// Device ids.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Take the devices out of triage instead.
         #[arg(long)]
         off: bool,
+        /// The ticket that tracks it.
         #[arg(long)]
         ticket_url: Option<String>,
+        /// The parent ticket.
         #[arg(long)]
         parent_ticket_url: Option<String>,
     },
@@ -67,8 +81,10 @@ pub enum DevicesCommand {
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct ListArgs {
+    /// The site.
     #[arg(long)]
     pub site: Option<String>,
+    /// The pool.
     #[arg(long)]
     pub pool: Option<String>,
     /// Comma-separated values.
@@ -77,23 +93,31 @@ pub struct ListArgs {
     /// Comma-separated values, e.g. `failed,quarantine`.
     #[arg(long)]
     pub operational_status: Option<String>,
+    /// Comma-separated values, e.g. `degraded,unhealthy`.
     #[arg(long)]
     pub health_status: Option<String>,
     /// SLURM state tokens, comma-separated.
     #[arg(long)]
     pub slurm_states: Option<String>,
+    /// Only devices in triage (true) or not (false).
     #[arg(long)]
     pub in_triage: Option<bool>,
+    /// Only inventory-only devices (true) or managed ones (false).
     #[arg(long)]
     pub inventory_only: Option<bool>,
+    /// Only customer-ready devices (true) or not (false).
     #[arg(long)]
     pub customer_ready: Option<bool>,
+    /// Only schedulable devices (true) or not (false).
     #[arg(long)]
     pub schedulable: Option<bool>,
+    /// Only cordoned devices (true) or not (false).
     #[arg(long)]
     pub cordoned: Option<bool>,
+    /// Only devices in maintenance (true) or not (false).
     #[arg(long)]
     pub maintenance: Option<bool>,
+    /// Comma-separated values: connected, disconnected, unreachable, lost.
     #[arg(long)]
     pub connectivity: Option<String>,
     /// At most this many devices (default: all of them, page by page).
@@ -105,10 +129,13 @@ pub struct ListArgs {
 pub enum ImpairmentsCommand {
     /// Open an impairment event holding the devices' operational status.
     Create {
+        /// Device ids.
         #[arg(required = true)]
         ids: Vec<String>,
+        /// Why: recorded with the change.
         #[arg(long)]
         reason: String,
+        /// The ticket that tracks it.
         #[arg(long)]
         ticket_url: Option<String>,
     },
@@ -119,7 +146,10 @@ pub enum ImpairmentsCommand {
         status: Option<String>,
     },
     /// Clear an impairment event.
-    Clear { id: String },
+    Clear {
+        /// The id, as `list` shows it.
+        id: String,
+    },
 }
 
 /// An API error, with the stable code when the API gave one.
@@ -621,10 +651,13 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
 pub enum AllocationsCommand {
     /// Book GPUs in a pool for a tenant (through the placer).
     Create {
+        /// The pool.
         #[arg(long)]
         pool: String,
+        /// The tenant.
         #[arg(long)]
         tenant: String,
+        /// How many GPUs.
         #[arg(long)]
         gpus: u32,
         /// All GPUs on one device.
@@ -639,9 +672,13 @@ pub enum AllocationsCommand {
         request_id: Option<String>,
     },
     /// One allocation with its GPUs.
-    Show { id: String },
+    Show {
+        /// The id, as `list` shows it.
+        id: String,
+    },
     /// Release an allocation's GPUs (releasing twice is harmless).
     Release {
+        /// The id, as `list` shows it.
         id: String,
         /// Refuse (NOT_FOUND) unless the allocation is this tenant's.
         #[arg(long)]
@@ -649,13 +686,16 @@ pub enum AllocationsCommand {
     },
     /// List allocations, newest first (every page unless --limit).
     List {
+        /// The pool.
         #[arg(long)]
         pool: Option<String>,
+        /// The tenant.
         #[arg(long)]
         tenant: Option<String>,
         /// `active`, `impaired` or `released`.
         #[arg(long)]
         status: Option<String>,
+        /// At most this many.
         #[arg(long)]
         limit: Option<usize>,
     },
@@ -664,7 +704,10 @@ pub enum AllocationsCommand {
 #[derive(Subcommand, Debug, Clone)]
 pub enum PoolsCommand {
     /// GPUs of a pool per capacity bucket, as the placer books against them.
-    Capacity { id: String },
+    Capacity {
+        /// The id, as `list` shows it.
+        id: String,
+    },
 }
 
 fn allocation_rows(items: &[Value]) -> String {

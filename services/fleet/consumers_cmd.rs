@@ -11,6 +11,7 @@ use fleet_runtime::{FleetConfig, Shutdown};
 pub enum GatewayCommand {
     /// Issue a join token for node agents (printed once, stored hashed).
     JoinToken {
+        /// The site.
         #[arg(long)]
         site: String,
         /// The pool new devices join (its kind decides their role).
@@ -22,6 +23,7 @@ pub enum GatewayCommand {
         /// The owning tenant (tenant-owned and tenant-controlled devices).
         #[arg(long)]
         owner: Option<String>,
+        /// What it is for (shown by `list`).
         #[arg(long, default_value = "")]
         description: String,
     },
@@ -32,13 +34,16 @@ pub enum SimCommand {
     /// Run N simulated node agents against the gateway until interrupted:
     /// join, open a session, heartbeat, close cleanly on exit.
     Agents {
+        /// How many simulated agents.
         #[arg(long, default_value_t = 10)]
         count: usize,
         /// A join token; without one, a token is issued for --site/--pool.
         #[arg(long, env = "FLEET_JOIN_TOKEN")]
         join_token: Option<String>,
+        /// The site.
         #[arg(long, default_value = "s1")]
         site: String,
+        /// The pool.
         #[arg(long)]
         pool: Option<String>,
         /// GPUs each simulated machine reports.

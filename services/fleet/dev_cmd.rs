@@ -3,6 +3,28 @@
 //! and a one-screen summary refreshed every second (a line per second when
 //! stdout is not a terminal). Ctrl-C stops everything.
 
+
+// Writes that never panic: `fleet dev | tee` stopped with Ctrl-C closes the
+// pipe first, and the mesh must still shut down and remove what it made.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! out_part {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+macro_rules! err {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -143,7 +165,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     };
     let tty = std::io::stdout().is_terminal();
     let started = Instant::now();
-    eprintln!(
+    err!(
         "fleet dev: starting the mesh with {} simulated devices over {} sites, {} simulated agents, connectors reading every {} s ...",
         opts.devices,
         opts.sites,
@@ -151,28 +173,28 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         opts.resync_secs
     );
     let mut mesh = DevMesh::start(config, opts).await?;
-    println!("API        {}", mesh.api_url);
-    println!("token      {}", mesh.token);
-    println!(
+    out!("API        {}", mesh.api_url);
+    out!("token      {}", mesh.token);
+    out!(
         "try        FLEET_API_URL={} FLEET_TOKEN={} cargo run --release -- devices list --operational-status failed",
         mesh.api_url, mesh.token
     );
-    println!(
+    out!(
         "           curl -s -H 'Authorization: Bearer {}' '{}/api/v1/devices/?operational_status=quarantine&limit=5'",
         mesh.token, mesh.api_url
     );
-    println!(
+    out!(
         "simulated  netbox {}  openstack {}  slurm {}  prometheus {}",
         mesh.endpoints.netbox,
         mesh.endpoints.openstack,
         mesh.endpoints.slurm,
         mesh.endpoints.prometheus
     );
-    println!(
+    out!(
         "           borneo {}  nvue {}/<switch>  nmx-m {}/<site>",
         mesh.endpoints.borneo, mesh.endpoints.nvue, mesh.endpoints.nmx
     );
-    println!(
+    out!(
         "database   {}  subjects {}.>",
         fleet_store::redact(&mesh.config.database.url),
         mesh.config.nats.subject_root
@@ -181,13 +203,13 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         r = show(&mut mesh, started, tty, args.exit_when_derived) => r,
         _ = signal() => Ok(()),
     };
-    eprintln!("\nfleet dev: stopping ...");
+    err!("\nfleet dev: stopping ...");
     let t = Instant::now();
     let report = mesh.shutdown().await;
     for f in &report.failed {
-        eprintln!("  {f}");
+        err!("  {f}");
     }
-    eprintln!(
+    err!(
         "fleet dev: stopped in {:.1} s{}",
         t.elapsed().as_secs_f64(),
         if report.children_left {
@@ -241,7 +263,7 @@ async fn show(
                 match mesh.progress().await {
                     Ok(p) => progress = Some(p),
                     Err(e) => {
-                        eprintln!("progress: {e:#}");
+                        err!("progress: {e:#}");
                         continue;
                     }
                 }
@@ -255,11 +277,11 @@ async fn show(
                     Ok(a) => {
                         // Now and then, what still differs.
                         if tick % (15 * check_every) == 0 && a.matching > 0 {
-                            eprintln!("{}", differs(&a));
+                            err!("{}", differs(&a));
                         }
                         agreement = Some(a);
                     }
-                    Err(e) => eprintln!("agreement: {e:#}"),
+                    Err(e) => err!("agreement: {e:#}"),
                 }
             }
             let matching = agreement.as_ref().map_or(0, |a| a.matching);
@@ -271,15 +293,15 @@ async fn show(
                 p.imported, p.of, p.derived, p.of, matching, p.of
             );
             if tty {
-                print!("\r{line}");
+                out_part!("\r{line}");
                 let _ = std::io::stdout().flush();
             } else {
-                println!("{line}");
+                out!("{line}");
             }
             let converged = agreement.as_ref().is_some_and(Agreement::converged);
             if converged {
                 derived_at = Some(secs);
-                println!(
+                out!(
                     "\nfleet fully derived: all {} devices match the scenario's ground truth (operational status, health, connectivity) after {secs:.1} s (every device had an applied OpenStack snapshot after {:.1} s); the scenario evolves from now on",
                     p.of,
                     snapshots_at.unwrap_or(secs)
@@ -304,7 +326,7 @@ async fn show(
                 && snapshots_at.is_some_and(|t| secs - t > (3.0 * mesh.resync_secs).max(120.0))
             {
                 derived_at = Some(secs);
-                println!(
+                out!(
                     "\nfleet not converged {:.0} s after every device had a snapshot ({}); letting the scenario evolve",
                     secs - snapshots_at.unwrap_or(secs),
                     agreement.as_ref().and_then(|a| a.example.clone()).unwrap_or_default()
@@ -316,7 +338,7 @@ async fn show(
         let s = match mesh.summary().await {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("summary: {e:#}");
+                err!("summary: {e:#}");
                 continue;
             }
         };
@@ -330,13 +352,13 @@ async fn show(
         };
         last = Some((now, s.observations_total, cpu));
         if tty {
-            print!(
+            out_part!(
                 "\x1b[2J\x1b[H{}",
                 screen(mesh, &s, secs, derived_at, obs_rate, cpu_pct)
             );
             let _ = std::io::stdout().flush();
         } else {
-            println!("{}", line(&s, secs, obs_rate, cpu_pct));
+            out!("{}", line(&s, secs, obs_rate, cpu_pct));
         }
     }
 }
@@ -352,7 +374,7 @@ async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
     let obs1 = mesh.hub_observations().await.unwrap_or(0.0);
     let cpu = CpuSecs::now().percent_since(&cpu0, WINDOW);
     let during = mesh.agreement().await?;
-    println!(
+    out!(
         "steady state over {WINDOW:.0} s: {:.0} observations/s through the hub, hub CPU {} (with --hub-threads), process CPU {:.0}% (of one core); at its end {} of {} devices matched the moving ground truth",
         (obs1 - obs0) / WINDOW,
         cpu.hub(),
@@ -368,11 +390,11 @@ async fn steady_state(mesh: &mut DevMesh) -> anyhow::Result<()> {
         let a = mesh.agreement().await?;
         // Now and then, what still differs.
         if said.elapsed() >= Duration::from_secs(30) && !a.converged() {
-            eprintln!("{}", differs(&a));
+            err!("{}", differs(&a));
             said = Instant::now();
         }
         if a.converged() {
-            println!(
+            out!(
                 "paused: the hub matched the ground truth again after {:.1} s",
                 t.elapsed().as_secs_f64()
             );

@@ -109,17 +109,38 @@ enum Command {
 /// Errors print as one line with their causes (`{:#}`), never a
 /// backtrace, and exit with status 1.
 fn main() -> std::process::ExitCode {
-    match run() {
+    let cli = Cli::parse();
+    let json = json_output(&cli);
+    match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            if json {
+                // Under `-o json` the error is JSON too, with the API's
+                // code when the API gave one.
+                let code = e.downcast_ref::<fleet::cli::ApiError>().map(|a| a.code.clone());
+                let body = serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}});
+                eprintln!("{body}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::ExitCode::from(1)
         }
     }
 }
 
-fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Whether the command asked for JSON output (`-o json`).
+fn json_output(cli: &Cli) -> bool {
+    let target = match &cli.command {
+        Command::Devices { target, .. }
+        | Command::Impairments { target, .. }
+        | Command::Allocations { target, .. }
+        | Command::Pools { target, .. } => target,
+        _ => return false,
+    };
+    target.output == fleet::cli::Output::Json
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let mut config = FleetConfig::load(cli.config.as_deref())?;
     if matches!(cli.command, Command::Dev(_)) && std::env::var_os("RUST_LOG").is_none() {
         config.log.filter = "warn".into();
@@ -163,4 +184,31 @@ fn run() -> anyhow::Result<()> {
     // Flush exported spans before the process ends.
     fleet_runtime::shutdown_tracing();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every subcommand says what it is.
+    #[test]
+    fn every_cli_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = vec![];
+        walk(&super::Cli::command(), "fleet", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 }

@@ -48,3 +48,18 @@ async fn probe_says_whether_an_endpoint_is_ready() {
     assert_eq!(run(format!("{addr}/other")).await.unwrap(), Some(1));
     assert_eq!(run("127.0.0.1:1/readyz".into()).await.unwrap(), Some(1));
 }
+
+/// Under `-o json` an error is JSON too.
+#[test]
+fn errors_are_json_under_output_json() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["devices", "list", "-o", "json"])
+        .env("FLEET_API_URL", "http://127.0.0.1:1")
+        .env("FLEET_TOKEN", "x")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stderr)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(v["error"]["message"].as_str().unwrap().contains("cannot reach the API"), "{v}");
+}

@@ -453,3 +453,62 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .await;
     env.cleanup().await;
 }
+
+/// Issue 18: `fleet dev | tee`, stopped with Ctrl-C, used to exit 101
+/// (a write to the closed pipe panicked) and leave its database and
+/// streams behind. The pipe closes first, then SIGINT: it exits 0 and
+/// removes what it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["dev", "--sim", "20", "--no-consumers", "--tick-secs", "1"])
+        .env("FLEET__DATABASE__URL", format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0))
+        .env("FLEET__NATS__URL", nats_url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (db, root) = tokio::task::spawn_blocking(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        loop {
+            let line = lines.next().expect("fleet dev prints its database").unwrap();
+            if let Some(rest) = line.strip_prefix("database") {
+                let mut parts = rest.split_whitespace();
+                let url = parts.next().unwrap().to_string();
+                let root = parts.nth(1).unwrap().trim_end_matches(".>").to_string();
+                // Dropping the reader closes the pipe, as a killed `tee` does.
+                return (url.rsplit('/').next().unwrap().to_string(), root);
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(db.starts_with("fleet_dev_"), "{db}");
+    // Let it write into the closed pipe for a while.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let status = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::task::spawn_blocking(move || child.wait().unwrap()),
+    )
+    .await
+    .expect("fleet dev stops")
+    .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
+    let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&db)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(!left, "database {db} left behind");
+    let prefix = format!("DEV{}_", root.trim_start_matches("dev").trim_end_matches(".fleet").to_uppercase());
+    let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await.unwrap());
+    let mut names = js.stream_names();
+    while let Some(Ok(name)) = futures::StreamExt::next(&mut names).await {
+        assert!(!name.starts_with(&prefix), "stream {name} left behind");
+    }
+}

@@ -21,7 +21,11 @@ static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 /// `OTEL_SERVICE_NAME` names the service (default `fleet`).
 pub fn init_tracing(format: &str, filter: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // No colour codes when stderr is a file or a pipe.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let fmt = if format == "json" {
         fmt.json().boxed()
     } else {
