@@ -787,12 +787,13 @@ async fn status_events_continue_the_publishers_trace() {
         found
     })
     .await;
-    let tp = fleet_bus::trace::TraceParent::parse(&header).expect("a valid traceparent");
+    let tp: Vec<&str> = header.split('-').collect();
+    assert_eq!(tp.len(), 4, "a valid traceparent: {header}");
     assert_eq!(
-        tp.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736",
+        tp[1], "4bf92f3577b34da6a3ce929d0e0e4736",
         "same trace as the publisher"
     );
-    assert_ne!(tp.span_id, "00f067aa0ba902b7", "a span of its own");
+    assert_ne!(tp[2], "00f067aa0ba902b7", "a span of its own");
     trigger.trigger();
     task.await.unwrap();
     env.cleanup().await;
@@ -937,7 +938,7 @@ async fn unresolved_sightings_in_one_batch_are_merged() {
     let env = TestEnv::new().await;
     let t0 = micros(Utc::now());
     let at = |s: i64| t0 + chrono::Duration::seconds(s);
-    let u = |key: &'static str, s: i64, payload: &'static [u8]| fleet_store::devices::Unresolved {
+    let u = |key: &'static str, s: i64, payload: &'static [u8]| fleet_hub::store::devices::Unresolved {
         source: "slurm",
         site: "s1",
         key_kind: "name",
@@ -946,7 +947,7 @@ async fn unresolved_sightings_in_one_batch_are_merged() {
         payload,
     };
     let mut tx = env.pool.begin().await.unwrap();
-    fleet_store::devices::record_unresolved(
+    fleet_hub::store::devices::record_unresolved(
         &mut tx,
         &[
             u("a", 1, b"a1"),
@@ -957,7 +958,7 @@ async fn unresolved_sightings_in_one_batch_are_merged() {
     )
     .await
     .unwrap();
-    fleet_store::devices::record_unresolved(&mut tx, &[u("a", -1, b"old"), u("b", 4, b"b4")])
+    fleet_hub::store::devices::record_unresolved(&mut tx, &[u("a", -1, b"old"), u("b", 4, b"b4")])
         .await
         .unwrap();
     tx.commit().await.unwrap();

@@ -7,7 +7,7 @@ use chrono::Utc;
 use fleet_domain::state::Outcome;
 use fleet_domain::DomainError;
 use fleet_proto::v1;
-use fleet_store::devices;
+use crate::store::devices;
 
 use super::{device_json, invalid, CommandError};
 use crate::decode;

@@ -13,7 +13,7 @@ use fleet_proto::{v1, Message};
 use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_proto::ErrorCode;
 use fleet_runtime::Shutdown;
-use fleet_store::devices::{self, NewDevice};
+use crate::store::devices::{self, NewDevice};
 use fleet_store::StoreError;
 use v1::hub_command::Command as C;
 

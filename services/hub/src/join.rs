@@ -9,7 +9,7 @@
 use chrono::Utc;
 use fleet_domain::*;
 use fleet_proto::v1;
-use fleet_store::devices::{self, NewDevice};
+use crate::store::devices::{self, NewDevice};
 use fleet_store::StoreError;
 
 use crate::commands::{device_json, CommandError};

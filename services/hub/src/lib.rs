@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! The hub: the only writer of device status. It consumes condition
 //! observations from `OBSERVATIONS`, applies them in batched transactions,
 //! re-derives every derived axis, answers commands over request/reply, and
@@ -11,6 +12,7 @@ pub mod join;
 pub mod metrics;
 pub mod observations;
 pub mod relay;
+pub mod store;
 pub mod sweeper;
 pub mod work;
 

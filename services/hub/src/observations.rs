@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
 use fleet_bus::subjects::{self, ObsSubject};
-use fleet_bus::trace::TraceParent;
 use fleet_bus::Subjects;
 use fleet_domain::state::{Confirmation, Outcome};
 use fleet_domain::{DomainError, KeyKind, Source};
-use fleet_store::devices;
+use crate::store::devices;
 use fleet_store::StoreError;
 
 use crate::decode::{self, Key, Observation};
@@ -25,7 +24,7 @@ pub struct Item {
     /// The trace context the status events of this observation carry: the
     /// hub span's own when spans are exported, else a child of the
     /// publisher's `traceparent`.
-    pub trace: Option<TraceParent>,
+    pub trace: Option<String>,
     /// `hub.observation`, a child of the publisher's span; it ends when the
     /// item is dropped, after its batch committed.
     pub span: tracing::Span,
@@ -45,20 +44,9 @@ pub fn parse(msg: jetstream::Message, subjects: &Subjects, partitions: u32) -> I
     let schema = headers
         .and_then(|h| h.get(fleet_bus::HEADER_SCHEMA))
         .map(|v| v.as_str().to_string());
-    let remote = headers
-        .and_then(|h| h.get(fleet_bus::HEADER_TRACEPARENT))
-        .map(|v| v.as_str().to_string());
     let span = tracing::info_span!("hub.observation", subject = %msg.subject);
-    if let Some(tp) = &remote {
-        fleet_runtime::telemetry::set_remote_parent(&span, tp);
-    }
-    let trace = fleet_runtime::telemetry::traceparent_of(&span)
-        .and_then(|tp| TraceParent::parse(&tp))
-        .or_else(|| {
-            remote
-                .and_then(|tp| TraceParent::parse(&tp))
-                .map(|tp| tp.child())
-        });
+    fleet_runtime::telemetry::set_parent_from(&span, headers);
+    let trace = Some(fleet_runtime::telemetry::downstream_traceparent(&span, headers));
     let parsed = match subjects.parse_obs(msg.subject.as_str(), partitions) {
         Err(e) => Err(DomainError::InvalidSubject(format!(
             "{e}: {}",
@@ -215,7 +203,7 @@ impl Hub {
     pub async fn apply(
         &self,
         items: &[Item],
-    ) -> Result<(BatchStats, Vec<fleet_store::outbox::PendingRow>), StoreError> {
+    ) -> Result<(BatchStats, Vec<crate::store::outbox::PendingRow>), StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
         let obs: Vec<(&Item, &Observation)> = items

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_runtime::Shutdown;
-use fleet_store::outbox;
+use crate::store::outbox;
 
 use crate::Hub;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use fleet_runtime::Shutdown;
-use fleet_store::devices;
+use crate::store::devices;
 
 use crate::work::Work;
 use crate::Hub;

@@ -5,13 +5,12 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use fleet_bus::trace::TraceParent;
 use fleet_bus::Subjects;
 use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
 use fleet_domain::Axis;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
-use fleet_store::devices::{self, LifecycleRow, Written};
-use fleet_store::outbox::{self, OutboxRow};
+use crate::store::devices::{self, LifecycleRow, Written};
+use crate::store::outbox::{self, OutboxRow};
 use fleet_store::StoreError;
 use sqlx::{Postgres, Transaction};
 
@@ -24,7 +23,7 @@ pub struct Touched {
     pub before: DeviceState,
     pub after: DeviceState,
     pub cause: String,
-    pub trace: Option<TraceParent>,
+    pub trace: Option<String>,
     pub born: bool,
     /// Operations applied since `before`.
     pub steps: u32,
@@ -97,7 +96,7 @@ impl Work {
         &mut self,
         id: &str,
         cause: &str,
-        trace: Option<&TraceParent>,
+        trace: Option<&String>,
     ) -> Option<&mut DeviceState> {
         let t = self
             .devices
@@ -119,7 +118,7 @@ impl Work {
         &mut self,
         id: &str,
         cause: &str,
-        trace: Option<&TraceParent>,
+        trace: Option<&String>,
         now: DateTime<Utc>,
         ttls: &Ttls,
         subjects: &Subjects,
@@ -195,7 +194,10 @@ fn events(
             .map(|c| (c.axis, c.from, c.to))
             .collect()
     };
-    let trace = t.trace.clone().unwrap_or_else(TraceParent::new_root);
+    let trace = t
+        .trace
+        .clone()
+        .unwrap_or_else(|| fleet_runtime::telemetry::downstream_traceparent(&tracing::Span::none(), None));
     let decisive: Vec<String> = t
         .after
         .decisive_types()
@@ -222,7 +224,7 @@ fn events(
             subject: subjects.status(axis.as_str(), &r.site_id, &r.id),
             schema: v1::StatusChanged::NAME.to_string(),
             payload: msg.encode_to_vec(),
-            traceparent: Some(trace.header()),
+            traceparent: Some(trace.clone()),
         });
     };
     for (axis, from, to) in changes {

@@ -9,7 +9,6 @@ pub mod secret;
 pub mod serve;
 pub mod streams;
 pub mod subjects;
-pub mod trace;
 
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use async_nats::HeaderMap;

@@ -131,8 +131,8 @@ impl StatusConsumer {
                     // The batch's work joins the trace of its first event:
                     // connector -> hub -> this consumer is one trace.
                     let span = tracing::info_span!("status.consume", durable = %self.durable, events = events.len());
-                    if let Some(tp) = events.first().and_then(|e| e.traceparent()) {
-                        fleet_runtime::telemetry::set_remote_parent(&span, tp);
+                    if let Some(e) = events.first() {
+                        fleet_runtime::telemetry::set_parent_from(&span, e.msg.headers.as_ref());
                     }
                     match handle(events).instrument(span).await {
                         Ok(()) => {

@@ -89,27 +89,103 @@ pub fn shutdown_tracing() {
     }
 }
 
-/// Makes `span` a child of the remote span a `traceparent` header names.
-pub fn set_remote_parent(span: &tracing::Span, traceparent: &str) {
-    let carrier: HashMap<String, String> =
-        [("traceparent".to_string(), traceparent.to_string())].into();
-    let cx = TraceContextPropagator::new().extract(&carrier);
+/// NATS headers as OpenTelemetry's propagation carriers.
+struct HeaderExtractor<'a>(&'a async_nats::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.as_str())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_ref()).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut async_nats::HeaderMap);
+
+impl opentelemetry::propagation::Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.insert(key, value.as_str());
+    }
+}
+
+/// Makes `span` a child of the remote span the message's headers carry
+/// (W3C trace context, through OpenTelemetry's propagator).
+pub fn set_parent_from(span: &tracing::Span, headers: Option<&async_nats::HeaderMap>) {
+    let Some(h) = headers else { return };
+    let cx = TraceContextPropagator::new().extract(&HeaderExtractor(h));
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
     }
 }
 
+/// Puts `span`'s trace context into `headers` when spans are exported.
+pub fn inject(span: &tracing::Span, headers: &mut async_nats::HeaderMap) {
+    if PROVIDER.get().is_none() {
+        return;
+    }
+    TraceContextPropagator::new().inject_context(&span.context(), &mut HeaderInjector(headers));
+}
+
+/// The `traceparent` what `span` causes carries downstream: the span's own
+/// when spans are exported; else a span id of its own in the trace of the
+/// message's headers; else a new trace. So a trace id follows a change
+/// across the bus even where nothing exports.
+pub fn downstream_traceparent(span: &tracing::Span, headers: Option<&async_nats::HeaderMap>) -> String {
+    use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+    if let Some(tp) = traceparent_of(span) {
+        return tp;
+    }
+    let ids = RandomIdGenerator::default();
+    let parent = headers
+        .map(|h| TraceContextPropagator::new().extract(&HeaderExtractor(h)))
+        .map(|cx| cx.span().span_context().clone())
+        .filter(|sc| sc.is_valid());
+    let (trace_id, flags) = match parent {
+        Some(sc) => (sc.trace_id(), sc.trace_flags()),
+        None => (ids.new_trace_id(), TraceFlags::SAMPLED),
+    };
+    let sc = SpanContext::new(trace_id, ids.new_span_id(), flags, false, TraceState::default());
+    let cx = opentelemetry::Context::new().with_remote_span_context(sc);
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    carrier.remove("traceparent").unwrap_or_default()
+}
+
+
 /// The `traceparent` of `span` when spans are exported; `None` otherwise.
 pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
     PROVIDER.get()?;
     let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| {
-        format!(
-            "00-{}-{}-{:02x}",
-            sc.trace_id(),
-            sc.span_id(),
-            sc.trace_flags().to_u8()
-        )
-    })
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    carrier.remove("traceparent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_downstream_traceparent_stays_in_the_publishers_trace() {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let tp = downstream_traceparent(&tracing::Span::none(), Some(&h));
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts[1], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_ne!(parts[2], "00f067aa0ba902b7");
+        assert_eq!(parts[3], "01");
+        // No parent: a trace of its own.
+        let root = downstream_traceparent(&tracing::Span::none(), None);
+        assert_eq!(root.split('-').count(), 4);
+        assert_ne!(root.split('-').nth(1), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        // A malformed header is no parent.
+        let mut bad = async_nats::HeaderMap::new();
+        bad.insert("traceparent", "garbage");
+        assert_eq!(downstream_traceparent(&tracing::Span::none(), Some(&bad)).split('-').count(), 4);
+    }
 }

@@ -1,10 +1,8 @@
-#![recursion_limit = "256"]
-//! The store: migrations, the schema check every service runs at start, and
-//! the queries the hub uses to lock, read and write device state.
+//! The store: migrations, the schema check every service runs at start,
+//! connecting, and the read queries more than one service shares (latch
+//! drift). The hub's own SQL lives in the hub (`services/hub/src/store`).
 
-pub mod devices;
 pub mod drift;
-pub mod outbox;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;

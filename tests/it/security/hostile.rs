@@ -140,7 +140,7 @@ async fn unresolved_observations_are_cut_and_expire() {
     .fetch_one(&env.pool)
     .await
     .unwrap();
-    assert_eq!(kept as usize, fleet_store::devices::MAX_UNRESOLVED_PAYLOAD);
+    assert_eq!(kept as usize, fleet_hub::store::devices::MAX_UNRESOLVED_PAYLOAD);
     assert!(original > 32_000, "{original}");
     // An old key expires; past the cap the oldest go.
     sqlx::query("UPDATE unresolved_observations SET received_at = now() - interval '30 days' WHERE key = 'nobody-01'")

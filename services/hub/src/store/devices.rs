@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
-use crate::StoreError;
+use fleet_store::StoreError;
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
