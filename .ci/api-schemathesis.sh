@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v st >/dev/null 2>&1 || python3 -m pip install --quiet schemathesis
-python3 -c 'import nats' 2>/dev/null || python3 -m pip install --quiet nats-py
+python3 -c "import nats" 2>/dev/null || python3 -m pip install --quiet nats-py
 cargo build --quiet --bin fleet
 BIN=target/debug/fleet
 
@@ -86,3 +86,16 @@ st --config-file "$WORK/schemathesis.toml" run "$WORK/openapi.json" \
   --workers 2 \
   --request-timeout 20 \
   --no-color || { echo "schemathesis failed; api log:"; tail -50 "$WORK/api.log"; exit 1; }
+
+# A downstream consumer in another language (examples/python): it reads,
+# from the beginning, the StatusChanged events of two cordons made here.
+for d in dev_ci2 dev_ci3; do
+  v="$(curl -fs -H "Authorization: Bearer ${TOKEN}" "http://${ADDR}/api/v1/devices/${d}/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])')"
+  curl -fs -o /dev/null -X POST -H "Authorization: Bearer ${TOKEN}" -H 'content-type: application/json' \
+    -d "{\"version\": ${v}, \"reason\": \"ci\"}" "http://${ADDR}/api/v1/devices/${d}/cordon"
+done
+python3 -c 'import nats, grpc_tools' 2>/dev/null || python3 -m pip install --quiet nats-py protobuf grpcio-tools
+python3 examples/python/follow_status.py --root "$FLEET__NATS__SUBJECT_ROOT" \
+  --stream-prefix "$FLEET__NATS__STREAM_PREFIX" --from-start --limit 2 --timeout 30 \
+  || { echo "examples/python/follow_status.py read no status events"; exit 1; }
+echo "api-schemathesis: examples/python/follow_status.py followed the run's status changes"

@@ -154,7 +154,7 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
     assert_eq!(again.len(), events.len(), "no duplicate events");
     let change = &events[1];
     assert_eq!(
-        (change.from.as_str(), change.to.as_str()),
+        (change.from_value.as_str(), change.to.as_str()),
         ("unknown", "in_use")
     );
     assert_eq!(change.decisive, vec!["CustomerReady", "InstanceAllocated"]);
@@ -431,7 +431,7 @@ async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
         device_id: "dev_orphan".into(),
         site: "s1".into(),
         axis: "cordoned".into(),
-        from: "false".into(),
+        from_value: "false".into(),
         to: "true".into(),
         version: 7,
         ..Default::default()

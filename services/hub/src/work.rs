@@ -209,7 +209,7 @@ fn events(
             device_id: r.id.clone(),
             site: r.site_id.clone(),
             axis: axis.to_string(),
-            from,
+            from_value: from,
             to,
             at: Some(timestamp(now)),
             version: r.version,
