@@ -99,3 +99,8 @@ python3 examples/python/follow_status.py --root "$FLEET__NATS__SUBJECT_ROOT" \
   --stream-prefix "$FLEET__NATS__STREAM_PREFIX" --from-start --limit 2 --timeout 30 \
   || { echo "examples/python/follow_status.py read no status events"; exit 1; }
 echo "api-schemathesis: examples/python/follow_status.py followed the run's status changes"
+# And from Go (examples/go: Debian's Go and nats.go, no module proxy).
+bash examples/go/run.sh -root "$FLEET__NATS__SUBJECT_ROOT" -stream-prefix "$FLEET__NATS__STREAM_PREFIX" \
+  -from-start -limit 2 -timeout 30s \
+  || { echo "examples/go/follow_status read no status events"; exit 1; }
+echo "api-schemathesis: examples/go/follow_status followed the run's status changes"

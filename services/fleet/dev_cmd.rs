@@ -199,6 +199,13 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         fleet_store::redact(&mesh.config.database.url),
         mesh.config.nats.subject_root
     );
+    out!("radar      {}.projection.v1.>  (stream {}RADAR)", mesh.config.nats.radar_root, mesh.config.nats.stream_prefix);
+    let metrics: Vec<String> = mesh
+        .metrics_urls()
+        .into_iter()
+        .map(|(service, url)| format!("{service} {url}"))
+        .collect();
+    out!("metrics    {}", metrics.join("  "));
     let result = tokio::select! {
         r = show(&mut mesh, started, tty, args.exit_when_derived) => r,
         _ = signal() => Ok(()),

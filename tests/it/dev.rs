@@ -471,22 +471,51 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let (db, root) = tokio::task::spawn_blocking(move || {
+    let (db, root, metrics) = tokio::task::spawn_blocking(move || {
         let mut lines = std::io::BufReader::new(stdout).lines();
+        let (mut db, mut root) = (String::new(), String::new());
         loop {
-            let line = lines.next().expect("fleet dev prints its database").unwrap();
+            let line = lines.next().expect("fleet dev prints its addresses").unwrap();
             if let Some(rest) = line.strip_prefix("database") {
                 let mut parts = rest.split_whitespace();
                 let url = parts.next().unwrap().to_string();
-                let root = parts.nth(1).unwrap().trim_end_matches(".>").to_string();
+                root = parts.nth(1).unwrap().trim_end_matches(".>").to_string();
+                db = url.rsplit('/').next().unwrap().to_string();
+            }
+            if let Some(rest) = line.strip_prefix("metrics") {
+                let urls: Vec<String> = rest
+                    .split_whitespace()
+                    .filter(|w| w.starts_with("http://"))
+                    .map(str::to_string)
+                    .collect();
                 // Dropping the reader closes the pipe, as a killed `tee` does.
-                return (url.rsplit('/').next().unwrap().to_string(), root);
+                return (db, root, urls);
             }
         }
     })
     .await
     .unwrap();
     assert!(db.starts_with("fleet_dev_"), "{db}");
+    // Every service's /metrics address it printed answers (the connectors'
+    // once their runtime started).
+    // The hub, the API and six connectors (`--no-consumers`).
+    assert_eq!(metrics.len(), 8, "{metrics:?}");
+    for url in &metrics {
+        let addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+        eventually(url, || {
+            let addr = addr.clone();
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+                s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
+                let mut buf = Vec::new();
+                s.read_to_end(&mut buf).await.ok()?;
+                let head = String::from_utf8_lossy(&buf);
+                (head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200")).then_some(())
+            }
+        })
+        .await;
+    }
     // Let it write into the closed pipe for a while.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();

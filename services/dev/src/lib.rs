@@ -128,6 +128,8 @@ pub struct DevMesh {
     pub devices: usize,
     /// Seconds between two reads of each simulated system.
     pub resync_secs: f64,
+    /// Whether the placer, the gateway and radar run (`--no-consumers`).
+    pub consumers: bool,
     paused: Arc<std::sync::atomic::AtomicBool>,
     /// The scenario's evolution is held (`DevOptions::held`) until
     /// `release`; agents still join and heartbeat.
@@ -149,6 +151,31 @@ pub struct ShutdownReport {
     pub failed: Vec<String>,
     /// Whether a child process of this run was still running at the end.
     pub children_left: bool,
+}
+
+impl DevMesh {
+    /// Every service's `/metrics` address, by service.
+    pub fn metrics_urls(&self) -> Vec<(&'static str, String)> {
+        let c = &self.config;
+        let url = |l: &str| format!("http://{l}/metrics");
+        let mut all = vec![("hub", url(&c.hub.listen)), ("api", url(&c.api.listen))];
+        if self.consumers {
+            all.extend([
+                ("placer", url(&c.placer.listen)),
+                ("gateway", url(&c.gateway.listen)),
+                ("radar", url(&c.radar.listen)),
+            ]);
+        }
+        all.extend([
+            ("netbox", url(&c.connectors.netbox.listen)),
+            ("openstack", url(&c.connectors.openstack.listen)),
+            ("slurm", url(&c.connectors.slurm.listen)),
+            ("health", url(&c.connectors.health.listen)),
+            ("borneo", url(&c.connectors.borneo.listen)),
+            ("fabric", url(&c.connectors.fabric.listen)),
+        ]);
+        all
+    }
 }
 
 fn free_addr() -> anyhow::Result<String> {
@@ -227,9 +254,10 @@ impl DevMesh {
         let hub_listen = free_addr()?;
         config.hub.listen = hub_listen.clone();
         config.api.listen = free_addr()?;
-        config.placer.listen = "127.0.0.1:0".into();
-        config.gateway.listen = "127.0.0.1:0".into();
-        config.radar.listen = "127.0.0.1:0".into();
+        // Known addresses, so `fleet dev` can print every /metrics.
+        config.placer.listen = free_addr()?;
+        config.gateway.listen = free_addr()?;
+        config.radar.listen = free_addr()?;
         // Three missed reads before a row goes stale, as in production, and
         // never under 15 s, so a hub lagging on a loaded machine does not
         // read its own backlog as silent sources.
@@ -638,6 +666,7 @@ impl Parts {
             token: self.token,
             pool: self.pool,
             devices: opts.devices,
+            consumers: opts.consumers,
             resync_secs: opts.resync_secs,
             paused: self.paused,
             held: self.held,
@@ -668,7 +697,7 @@ fn wire_connectors(
     fabric_resync: f64,
 ) {
     let nb = &mut config.connectors.netbox;
-    nb.listen = "127.0.0.1:0".into();
+    nb.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     nb.url = e.netbox.clone();
     nb.token = Credential {
         value: Secret::new(servers::NETBOX_TOKEN),
@@ -680,7 +709,7 @@ fn wire_connectors(
     nb.sites = sites.iter().map(|s| (s.clone(), s.clone())).collect();
 
     let os = &mut config.connectors.openstack;
-    os.listen = "127.0.0.1:0".into();
+    os.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     os.page_size = 1000;
     os.customer_ready_trait = engine::CUSTOMER_READY_TRAIT.into();
     os.poll = fast_poll(resync);
@@ -708,7 +737,7 @@ fn wire_connectors(
         .collect();
 
     let h = &mut config.connectors.health;
-    h.listen = "127.0.0.1:0".into();
+    h.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     h.poll = fast_poll(resync);
     h.sites = sites
         .iter()
@@ -724,7 +753,7 @@ fn wire_connectors(
         .collect();
 
     let b = &mut config.connectors.borneo;
-    b.listen = "127.0.0.1:0".into();
+    b.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     b.url = e.borneo.clone();
     b.token_url = format!("{}/oauth2/token", e.borneo);
     b.client_id = partner::CLIENT_ID.into();
@@ -740,7 +769,7 @@ fn wire_connectors(
         .collect();
 
     let f = &mut config.connectors.fabric;
-    f.listen = "127.0.0.1:0".into();
+    f.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     f.netbox_url = e.netbox.clone();
     f.netbox_token = Credential {
         value: Secret::new(servers::NETBOX_TOKEN),
@@ -791,7 +820,7 @@ fn wire_connectors(
         .collect();
 
     let sl = &mut config.connectors.slurm;
-    sl.listen = "127.0.0.1:0".into();
+    sl.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     sl.poll = fast_poll(resync);
     sl.sites = sites
         .iter()
