@@ -184,6 +184,10 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
         mesh.token, mesh.api_url
     );
     out!(
+        "           fleet pools capacity {pool}; fleet allocations create --pool {pool} --tenant dev-tenant --gpus 8   (same FLEET_API_URL, FLEET_TOKEN)",
+        pool = fleet_dev::dev_pool("s1")
+    );
+    out!(
         "simulated  netbox {}  openstack {}  slurm {}  prometheus {}",
         mesh.endpoints.netbox,
         mesh.endpoints.openstack,

@@ -180,6 +180,24 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         "API (left) against the scenario's ground truth (right)"
     );
 
+    // Devices joined their site's pool: the placer answers its capacity,
+    // so the README's allocation and capacity commands work on `fleet dev`.
+    let pool = fleet_dev::dev_pool("s1");
+    let in_pool = api
+        .list_devices(&ListArgs {
+            pool: Some(pool.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .len();
+    assert!(in_pool > 0, "no device in {pool}");
+    let capacity = eventually("the placer's capacity of the dev pool", || async {
+        api.get(&format!("/api/v1/pools/{pool}/capacity"), &[]).await.ok()
+    })
+    .await;
+    assert!(capacity.is_object(), "{capacity}");
+
     // Health from the simulated Prometheus through connector-health.
     let health_truth: BTreeMap<String, usize> = mesh
         .health_truth()

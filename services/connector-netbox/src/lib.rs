@@ -68,6 +68,8 @@ pub struct NetboxSite {
     token: Credential,
     scheme: AuthScheme,
     create_devices: bool,
+    /// The pool the devices it creates join (`connectors.netbox.pools`).
+    pool: Option<String>,
     http: HttpClient,
     /// Devices the hub is known to have (created, or CONFLICT).
     known: HashSet<String>,
@@ -123,7 +125,12 @@ impl Target for NetboxSite {
         ctx: PollContext<'_>,
     ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
         let devices = self.read().await?;
-        let mapped = map_devices(&self.site, &self.slug, &devices, ctx.observed_at);
+        let mut mapped = map_devices(&self.site, &self.slug, &devices, ctx.observed_at);
+        if let Some(pool) = &self.pool {
+            for c in &mut mapped.creates {
+                c.pool_id = pool.clone();
+            }
+        }
         for w in &mapped.warnings {
             match w {
                 Warning::Unnamed { netbox_id } => {
@@ -186,6 +193,7 @@ pub fn targets(c: &NetboxConnectorConfig, http: &HttpClient) -> anyhow::Result<V
             token: c.token.clone(),
             scheme,
             create_devices: c.create_devices,
+            pool: c.pools.get(site).cloned(),
             http: http.clone(),
             known: HashSet::new(),
         })

@@ -178,6 +178,11 @@ impl DevMesh {
     }
 }
 
+/// The pool of a simulated site.
+pub fn dev_pool(site: &str) -> String {
+    format!("{site}-gpu")
+}
+
 fn free_addr() -> anyhow::Result<String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.to_string())
@@ -310,6 +315,23 @@ impl DevMesh {
                 .execute(&pool)
                 .await
                 .context("creating the simulated sites")?;
+            // The site's pool and its tenant, the way an operator sets them
+            // up before devices arrive (there is no API for pools yet).
+            sqlx::query("INSERT INTO tenants (id, name) VALUES ('dev-tenant', 'the dev tenant') ON CONFLICT (id) DO NOTHING")
+                .execute(&pool)
+                .await
+                .context("creating the dev tenant")?;
+            sqlx::query("INSERT INTO pools (id, site_id, kind, owner_tenant_id) VALUES ($1, $2, 'metal-host', 'dev-tenant') ON CONFLICT (id) DO NOTHING")
+                .bind(dev_pool(s))
+                .bind(s)
+                .execute(&pool)
+                .await
+                .context("creating the simulated pools")?;
+            sqlx::query("INSERT INTO pool_hardware_profiles (pool_id, gpu_count, gpu_model) VALUES ($1, 8, 'H100') ON CONFLICT (pool_id) DO NOTHING")
+                .bind(dev_pool(s))
+                .execute(&pool)
+                .await
+                .context("creating the simulated pools' hardware profiles")?;
         }
         let (_id, token) = fleet_api::create_token(&pool, fleet_api::Scope::ALL, "fleet dev")
             .await
@@ -707,6 +729,9 @@ fn wire_connectors(
     nb.page_size = 1000;
     nb.poll = fast_poll(resync);
     nb.sites = sites.iter().map(|s| (s.clone(), s.clone())).collect();
+    // Devices join their site's pool (created below), so allocations and
+    // capacity can be tried on the dev mesh.
+    nb.pools = sites.iter().map(|s| (s.clone(), dev_pool(s))).collect();
 
     let os = &mut config.connectors.openstack;
     os.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());

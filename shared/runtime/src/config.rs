@@ -267,6 +267,28 @@ impl FleetConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn default_listen_addresses_never_collide() {
+        let c = FleetConfig::default();
+        let n = &c.connectors;
+        let all = [
+            &c.hub.listen,
+            &c.api.listen,
+            &c.placer.listen,
+            &c.gateway.listen,
+            &c.radar.listen,
+            &n.netbox.listen,
+            &n.openstack.listen,
+            &n.slurm.listen,
+            &n.health.listen,
+            &n.borneo.listen,
+            &n.fabric.listen,
+        ];
+        let unique: std::collections::BTreeSet<_> = all.iter().collect();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
+
     use super::*;
 
     #[test]

@@ -139,6 +139,9 @@ pub struct NetboxConnectorConfig {
     pub auth_scheme: String,
     /// Fleet site id -> NetBox site slug (`?site=<slug>`).
     pub sites: BTreeMap<String, String>,
+    /// Fleet site id -> the pool the devices it creates there join (none:
+    /// no pool until an operator assigns one).
+    pub pools: BTreeMap<String, String>,
     /// `limit` of one page.
     pub page_size: u32,
     /// Create devices the hub does not know through `create_device`.
@@ -149,11 +152,12 @@ pub struct NetboxConnectorConfig {
 impl Default for NetboxConnectorConfig {
     fn default() -> Self {
         NetboxConnectorConfig {
-            listen: "127.0.0.1:9411".into(),
+            listen: "127.0.0.1:9420".into(),
             url: String::new(),
             token: Credential::default(),
             auth_scheme: "auto".into(),
             sites: BTreeMap::new(),
+            pools: BTreeMap::new(),
             page_size: 100,
             create_devices: true,
             poll: PollConfig::default(),
@@ -185,7 +189,7 @@ pub struct OpenstackConnectorConfig {
 impl Default for OpenstackConnectorConfig {
     fn default() -> Self {
         OpenstackConnectorConfig {
-            listen: "127.0.0.1:9412".into(),
+            listen: "127.0.0.1:9421".into(),
             key_by: "name".into(),
             ironic_api_version: "1.80".into(),
             placement_api_version: "1.18".into(),
@@ -255,7 +259,7 @@ pub struct SlurmConnectorConfig {
 impl Default for SlurmConnectorConfig {
     fn default() -> Self {
         SlurmConnectorConfig {
-            listen: "127.0.0.1:9413".into(),
+            listen: "127.0.0.1:9422".into(),
             sites: BTreeMap::new(),
             poll: PollConfig::default(),
         }
@@ -291,7 +295,7 @@ pub struct HealthConnectorConfig {
 impl Default for HealthConnectorConfig {
     fn default() -> Self {
         HealthConnectorConfig {
-            listen: "127.0.0.1:9414".into(),
+            listen: "127.0.0.1:9423".into(),
             host_label: "host".into(),
             sites: BTreeMap::new(),
             poll: PollConfig::default(),
@@ -351,7 +355,7 @@ pub struct BorneoConnectorConfig {
 impl Default for BorneoConnectorConfig {
     fn default() -> Self {
         BorneoConnectorConfig {
-            listen: "127.0.0.1:9415".into(),
+            listen: "127.0.0.1:9424".into(),
             url: String::new(),
             token_url: String::new(),
             client_id: String::new(),
@@ -388,7 +392,7 @@ pub struct FabricConnectorConfig {
 impl Default for FabricConnectorConfig {
     fn default() -> Self {
         FabricConnectorConfig {
-            listen: "127.0.0.1:9416".into(),
+            listen: "127.0.0.1:9425".into(),
             netbox_url: String::new(),
             netbox_token: Credential::default(),
             netbox_auth_scheme: "auto".into(),
