@@ -13,19 +13,31 @@ use chrono::Utc;
 use crate::support::*;
 
 type Spans = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
+/// (trace id, span id, parent span id, name) of every span.
+type Links = Arc<std::sync::Mutex<Vec<(String, String, String, String)>>>;
+
+fn hexs(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// A collector that counts `POST /v1/traces` requests and keeps every
 /// span as (service, trace id, name).
 async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>, Spans) {
+    let (addr, posts, spans, _) = collector_with_links().await;
+    (addr, posts, spans)
+}
+
+async fn collector_with_links() -> (std::net::SocketAddr, Arc<AtomicUsize>, Spans, Links) {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use prost::Message as _;
     let posts = Arc::new(AtomicUsize::new(0));
     let spans: Spans = Default::default();
-    let (p, kept) = (posts.clone(), spans.clone());
+    let links: Links = Default::default();
+    let (p, kept, linked) = (posts.clone(), spans.clone(), links.clone());
     let app = axum::Router::new().route(
         "/v1/traces",
         axum::routing::post(move |body: axum::body::Bytes| {
-            let (p, kept) = (p.clone(), kept.clone());
+            let (p, kept, linked) = (p.clone(), kept.clone(), linked.clone());
             async move {
                 if !body.is_empty() {
                     p.fetch_add(1, Ordering::SeqCst);
@@ -43,7 +55,13 @@ async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>, Spans) {
                             .unwrap_or_default();
                         for ss in rs.scope_spans {
                             for sp in ss.spans {
-                                kept.push((service.clone(), sp.trace_id.iter().map(|b| format!("{b:02x}")).collect(), sp.name));
+                                linked.lock().unwrap().push((
+                                    hexs(&sp.trace_id),
+                                    hexs(&sp.span_id),
+                                    hexs(&sp.parent_span_id),
+                                    sp.name.clone(),
+                                ));
+                                kept.push((service.clone(), hexs(&sp.trace_id), sp.name));
                             }
                         }
                     }
@@ -57,7 +75,7 @@ async fn collector() -> (std::net::SocketAddr, Arc<AtomicUsize>, Spans) {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    (addr, posts, spans)
+    (addr, posts, spans, links)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,4 +242,45 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
         assert!(status.success(), "{status:?}");
     }
     env.cleanup().await;
+}
+
+/// The whole chain in one trace, with its parent links, from `fleet dev`
+/// exporting: a connector's read, the hub's apply of what it published,
+/// the outbox relay of the change, and a status consumer's handling of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
+    let (addr, _, _, links) = collector_with_links().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(["dev", "--sim", "20", "--tick-secs", "0.5", "--agents", "0"])
+        .env("FLEET__DATABASE__URL", format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0))
+        .env("FLEET__NATS__URL", nats_url())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+        .env("OTEL_BSP_SCHEDULE_DELAY", "200")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let chain = eventually("connector.read -> hub.observation -> hub.relay -> status.consume", || async {
+        let spans = links.lock().unwrap().clone();
+        let by_id: std::collections::HashMap<&str, &(String, String, String, String)> =
+            spans.iter().map(|s| (s.1.as_str(), s)).collect();
+        spans.iter().filter(|s| s.3 == "status.consume").find_map(|consume| {
+            let relay = by_id.get(consume.2.as_str()).filter(|s| s.3 == "hub.relay")?;
+            let apply = by_id.get(relay.2.as_str()).filter(|s| s.3 == "hub.observation")?;
+            let read = by_id.get(apply.2.as_str()).filter(|s| s.3 == "connector.read")?;
+            let same = [&relay.0, &apply.0, &read.0].iter().all(|t| **t == consume.0);
+            same.then(|| consume.0.clone())
+        })
+    })
+    .await;
+    assert_eq!(chain.len(), 32, "{chain}");
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let status = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::task::spawn_blocking(move || child.wait().unwrap()),
+    )
+    .await
+    .expect("fleet dev stops")
+    .unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }

@@ -86,7 +86,15 @@ impl Hub {
                     }
                 }
             }
-            let headers = fleet_bus::headers(&row.schema, row.traceparent.as_deref());
+            // The relay's span is a child of the apply that wrote the row,
+            // and the event carries it, so a consumer's handling is a child
+            // of the relay (the row's own trace when nothing exports).
+            let span = tracing::info_span!("hub.relay", subject = %row.subject);
+            if let Some(tp) = &row.traceparent {
+                fleet_runtime::telemetry::set_parent_traceparent(&span, tp);
+            }
+            let tp = fleet_runtime::telemetry::traceparent_of(&span).or_else(|| row.traceparent.clone());
+            let headers = fleet_bus::headers(&row.schema, tp.as_deref());
             let msg_id = format!("outbox-{}", row.id);
             match fleet_bus::publish(
                 &self.js,

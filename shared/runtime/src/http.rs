@@ -40,8 +40,11 @@ async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
 async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
     let mut body = String::new();
     let encoded = {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let registry = ops.registry.lock().unwrap_or_else(|p| p.into_inner());
-        prometheus_client::encoding::text::encode(&mut body, &registry)
+        encode_registry(&mut body, &registry)
+            .and_then(|()| encode_registry(&mut body, crate::process::registry()))
+            .and_then(|()| encode_eof(&mut body))
     };
     match encoded {
         Ok(()) => (

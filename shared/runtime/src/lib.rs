@@ -7,6 +7,7 @@ pub mod connectors;
 pub mod consumers;
 pub mod http;
 pub mod pace;
+pub mod process;
 pub mod shutdown;
 pub mod supervise;
 

@@ -50,11 +50,42 @@ pub fn init_tracing(format: &str, filter: &str) {
         .try_init();
 }
 
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Whether and how spans are exported, from the standard `OTEL_*`
+/// variables: off with `OTEL_SDK_DISABLED=true` or without an endpoint
+/// (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `..._TRACES_ENDPOINT`); only the
+/// `http/protobuf` protocol is built in, another one is refused with a
+/// message rather than ignored. Pure, for the tests.
+pub fn otlp_setting(get: impl Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
+    if get("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    let Some(endpoint) = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT")) else {
+        return Ok(None);
+    };
+    let protocol = get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .or_else(|| get("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        .unwrap_or_else(|| "http/protobuf".into());
+    if protocol.trim() != "http/protobuf" {
+        return Err(format!(
+            "OTLP protocol {protocol:?} is not built in (only http/protobuf); spans to {endpoint} are not exported"
+        ));
+    }
+    Ok(Some(endpoint))
+}
+
 fn otlp_provider() -> Option<SdkTracerProvider> {
-    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())?;
-    let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "fleet".into());
+    let endpoint = match otlp_setting(env) {
+        Ok(Some(e)) => e,
+        Ok(None) => return None,
+        Err(why) => {
+            eprintln!("{why}");
+            return None;
+        }
+    };
     // rustls is built without a default crypto provider: an https endpoint
     // needs one before the client is built.
     fleet_bus::connect::install_tls_provider();
@@ -71,13 +102,18 @@ fn otlp_provider() -> Option<SdkTracerProvider> {
             return None;
         }
     };
-    let resource = opentelemetry_sdk::Resource::builder()
-        .with_service_name(service)
-        .build();
+    // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES are read by the
+    // builder's detectors; `fleet` names the service only when neither does.
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    let named = env("OTEL_SERVICE_NAME").is_some()
+        || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    if !named {
+        resource = resource.with_service_name("fleet");
+    }
     Some(
         SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(resource)
+            .with_resource(resource.build())
             .build(),
     )
 }
@@ -114,6 +150,17 @@ impl opentelemetry::propagation::Injector for HeaderInjector<'_> {
 pub fn set_parent_from(span: &tracing::Span, headers: Option<&async_nats::HeaderMap>) {
     let Some(h) = headers else { return };
     let cx = TraceContextPropagator::new().extract(&HeaderExtractor(h));
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// Makes `span` a child of the span a `traceparent` value names (one kept
+/// with a row, as the outbox keeps it).
+pub fn set_parent_traceparent(span: &tracing::Span, traceparent: &str) {
+    let carrier: HashMap<String, String> =
+        [("traceparent".to_string(), traceparent.to_string())].into();
+    let cx = TraceContextPropagator::new().extract(&carrier);
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
     }
@@ -169,6 +216,29 @@ pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_standard_otel_variables_decide_the_export() {
+        let with = |pairs: &[(&str, &str)]| {
+            let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            otlp_setting(move |k| m.get(k).cloned())
+        };
+        assert_eq!(with(&[]), Ok(None));
+        assert_eq!(with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]), Ok(Some("http://c:4318".into())));
+        assert_eq!(
+            with(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces")]),
+            Ok(Some("http://c:4318/v1/traces".into()))
+        );
+        assert_eq!(
+            with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_SDK_DISABLED", "true")]),
+            Ok(None)
+        );
+        assert!(with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).is_err());
+        assert_eq!(
+            with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]),
+            Ok(Some("http://c:4318".into()))
+        );
+    }
 
     #[test]
     fn a_downstream_traceparent_stays_in_the_publishers_trace() {
