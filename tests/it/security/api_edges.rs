@@ -55,6 +55,11 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
         "{methods:?}"
     );
     assert!(methods.contains("other"), "{methods:?}");
+    // The standard process metrics and the build, on every service's
+    // /metrics (the runtime's ops router).
+    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "fleet_build_info{version="] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
 
     // 2 MB: 413 in the one error shape.
     let r = oversized(addr, &format!("/api/v1/devices/{id}/cordon"), &t, 2 << 20).await;
