@@ -20,6 +20,7 @@ export FLEET__NATS__STREAM_PREFIX="CIAPI${ID}_"
 export FLEET__HUB__LISTEN="127.0.0.1:0"
 export FLEET__API__LISTEN="127.0.0.1:0"
 export FLEET__PLACER__LISTEN="127.0.0.1:0"
+export FLEET__RADAR__LISTEN="127.0.0.1:0"
 export FLEET__API__HUB_TIMEOUT_MS=10000
 export FLEET__LOG__FILTER="warn,fleet_api=info"
 export FLEET__LOG__FORMAT=json
@@ -55,6 +56,8 @@ $BIN hub >"$WORK/hub.log" 2>&1 & PIDS+=($!)
 # Allocations and pool capacity are answered by the placer.
 FLEET__LOG__FILTER="warn,fleet_placer=info" $BIN placer >"$WORK/placer.log" 2>&1 & PIDS+=($!)
 $BIN api >"$WORK/api.log" 2>&1 & PIDS+=($!)
+# Radar, for the downstream examples' Radar feed.
+FLEET__LOG__FILTER="warn" $BIN radar >"$WORK/radar.log" 2>&1 & PIDS+=($!)
 # The API binds port 0 and logs the address it got.
 ADDR=""
 for _ in $(seq 1 150); do
@@ -98,9 +101,15 @@ python3 -c 'import nats, grpc_tools' 2>/dev/null || python3 -m pip install --qui
 python3 examples/python/follow_status.py --root "$FLEET__NATS__SUBJECT_ROOT" \
   --stream-prefix "$FLEET__NATS__STREAM_PREFIX" --from-start --limit 2 --timeout 30 \
   || { echo "examples/python/follow_status.py read no status events"; exit 1; }
-echo "api-schemathesis: examples/python/follow_status.py followed the run's status changes"
+python3 examples/python/follow_status.py --root "$FLEET__NATS__SUBJECT_ROOT" --radar-root "$FLEET__NATS__RADAR_ROOT" \
+  --stream-prefix "$FLEET__NATS__STREAM_PREFIX" --radar --from-start --limit 1 --timeout 30 \
+  || { echo "examples/python/follow_status.py --radar read no projection; radar log:"; tail -20 "$WORK/radar.log"; exit 1; }
+echo "api-schemathesis: examples/python/follow_status.py followed the run's status changes and the Radar feed"
 # And from Go (examples/go: Debian's Go and nats.go, no module proxy).
 bash examples/go/run.sh -root "$FLEET__NATS__SUBJECT_ROOT" -stream-prefix "$FLEET__NATS__STREAM_PREFIX" \
   -from-start -limit 2 -timeout 30s \
   || { echo "examples/go/follow_status read no status events"; exit 1; }
-echo "api-schemathesis: examples/go/follow_status followed the run's status changes"
+bash examples/go/run.sh -root "$FLEET__NATS__SUBJECT_ROOT" -radar-root "$FLEET__NATS__RADAR_ROOT" \
+  -stream-prefix "$FLEET__NATS__STREAM_PREFIX" -radar -from-start -limit 1 -timeout 30s \
+  || { echo "examples/go/follow_status -radar read no projection"; exit 1; }
+echo "api-schemathesis: examples/go/follow_status followed the run's status changes and the Radar feed"

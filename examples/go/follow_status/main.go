@@ -1,6 +1,7 @@
 // follow_status follows the fleet's status changes from Go: StatusChanged
 // events from the STATUS stream (docs/subjects.md), from the beginning
-// (-from-start) or from now, with an ordered consumer of its own. Build and
+// (-from-start) or from now, with an ordered consumer of its own; -radar
+// follows the Radar feed instead. Build and
 // run it with examples/go/run.sh, which generates the protobuf types from
 // the repository's schemas/.
 //
@@ -16,7 +17,7 @@ import (
 	fleetv1 "fleet/gen/go/fleet/v1"
 
 	"github.com/nats-io/nats.go"
-	"github.com/golang/protobuf/proto"
+	"google.golang.org/protobuf/proto"
 )
 
 func main() {
@@ -24,6 +25,8 @@ func main() {
 	user := flag.String("user", "", "NATS user (reader, nats.conf)")
 	password := flag.String("password", "", "NATS password")
 	root := flag.String("root", "fleet", "nats.subject_root")
+	radarRoot := flag.String("radar-root", "radar", "nats.radar_root")
+	radar := flag.Bool("radar", false, "follow the Radar feed instead")
 	prefix := flag.String("stream-prefix", "", "nats.stream_prefix")
 	fromStart := flag.Bool("from-start", false, "replay what the stream holds first")
 	limit := flag.Int("limit", 0, "stop after this many events (0: never)")
@@ -49,7 +52,11 @@ func main() {
 	if *fromStart {
 		deliver = nats.DeliverAll()
 	}
-	sub, err := js.SubscribeSync(*root+".status.>", nats.BindStream(*prefix+"STATUS"), nats.OrderedConsumer(), deliver)
+	subject, stream := *root+".status.>", *prefix+"STATUS"
+	if *radar {
+		subject, stream = *radarRoot+".projection.v1.>", *prefix+"RADAR"
+	}
+	sub, err := js.SubscribeSync(subject, nats.BindStream(stream), nats.OrderedConsumer(), deliver)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "follow_status:", err)
 		os.Exit(1)
@@ -77,6 +84,16 @@ func main() {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "follow_status:", err)
 			os.Exit(1)
+		}
+		if *radar {
+			var r fleetv1.RadarProjection
+			if err := proto.Unmarshal(msg.Data, &r); err != nil {
+				fmt.Fprintln(os.Stderr, "follow_status: undecodable projection:", err)
+				continue
+			}
+			fmt.Printf("%s %s %s %s\n", msg.Subject, r.GetDeviceId(), r.GetAvailability(), r.GetHealth())
+			seen++
+			continue
 		}
 		var e fleetv1.StatusChanged
 		if err := proto.Unmarshal(msg.Data, &e); err != nil {
