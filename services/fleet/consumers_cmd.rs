@@ -121,14 +121,14 @@ pub async fn sim(config: FleetConfig, what: SimCommand) -> anyhow::Result<()> {
             let nats = fleet_bus::connect_now(&config.nats, "fleet-sim").await?;
             let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
             let (_trigger, shutdown) = Shutdown::from_signals();
-            let opts = fleet_gateway::sim::SimOptions {
+            let opts = fleet_dev::agent_sim::SimOptions {
                 count,
                 join_token,
                 prefix,
                 gpus,
                 concurrency: 32,
             };
-            fleet_gateway::sim::run_agents(nats, subjects, opts, shutdown).await
+            fleet_dev::agent_sim::run_agents(nats, subjects, opts, shutdown).await
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_domain::Trust;
-use fleet_gateway::sim::{SimAgent, SimSpec};
+use fleet_dev::agent_sim::{SimAgent, SimSpec};
 use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;

@@ -1,5 +1,5 @@
 //! Simulated node agents for the gateway the mesh runs: one
-//! [`fleet_gateway::sim::SimAgent`] per device the scenario gave an agent,
+//! [`crate::agent_sim::SimAgent`] per device the scenario gave an agent,
 //! speaking the real agent protocol over NATS. Each machine's hardware
 //! identifiers are generated from its number; before its agent joins, the
 //! dev harness records that hardware key on the device NetBox brought in
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{hardware_key, HardwareIds};
 use fleet_domain::Trust;
-use fleet_gateway::sim::{SimAgent, SimSpec};
+use crate::agent_sim::{SimAgent, SimSpec};
 use sqlx::PgPool;
 
 use crate::engine::GPUS_PER_DEVICE;

@@ -6,6 +6,7 @@
 //! with its own shutdown signal. [`DevMesh::shutdown`] stops them in order,
 //! joins them and removes what the run made.
 
+pub mod agent_sim;
 pub mod agents;
 pub mod engine;
 pub mod fabric;
@@ -283,8 +284,8 @@ impl DevMesh {
                 .insert(source.into(), ttl(fabric_resync));
         }
         // The gateway re-publishes `GpuCountMismatch` for every live session
-        // as often as the connectors read: at the default minute, 100,000
-        // agents were 1,667 snapshots/s, more than all connectors together.
+        // as often as the connectors read: with one agent per device, at the
+        // default minute that is more than all connectors together.
         config.gateway.snapshot_resync_secs = opts.resync_secs.ceil() as u64;
         config
             .hub

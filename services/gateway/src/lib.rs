@@ -16,7 +16,6 @@
 
 pub mod metrics;
 pub mod policy;
-pub mod sim;
 pub mod store;
 
 mod handlers;
@@ -262,8 +261,8 @@ impl Gateway {
             if let Err(e) = self.check_identities().await {
                 tracing::warn!(error = %e, "identity check failed; next interval retries");
             }
-            // A check reads the device row of every live session (0.7 s
-            // for 100,000 on the 2-core machine): at most a tenth of the time.
+            // A check reads the device row of every live session, which grows
+            // with the fleet: at most a tenth of the time.
             pause = fleet_runtime::pace::pause_after(every, started.elapsed(), 10);
         }
     }

@@ -78,9 +78,8 @@ impl Hub {
             if let Err(e) = self.expire_unresolved().await {
                 tracing::warn!(error = %e, "expiring unresolved observations failed; next interval retries");
             }
-            // Finding what is due reads every freshness row of the fleet
-            // (a second at 100,000 devices and six sources on the 2-core
-            // machine): at most a tenth of the time.
+            // Finding what is due reads every freshness row of the fleet,
+            // which grows with it: at most a tenth of the time.
             pause = fleet_runtime::pace::pause_after(every, started.elapsed(), 10);
         }
     }

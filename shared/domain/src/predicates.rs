@@ -1,6 +1,7 @@
 //! The schedulable (Better Compute placement) and customer-ready (Fleet
-//! Manager release) predicates, each in Rust and in SQL. A property test in
-//! the store crate holds each pair equal over generated devices.
+//! Manager release) predicates, each in Rust and in SQL. A property test
+//! against PostgreSQL (`tests/it/predicates.rs`) holds each pair equal over
+//! generated devices.
 
 use crate::vocab::{
     CapacityBucket, Connectivity, HealthStatus, InventoryStatus, OperationalStatus, ProvisionState,
