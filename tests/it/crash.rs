@@ -66,7 +66,7 @@ async fn drained(env: &TestEnv) -> bool {
 async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     let env = TestEnv::new().await;
     let log = std::env::temp_dir().join(format!("{}-hub.log", env.db_name));
-    let mut hub = spawn_hub(&env, &log);
+    let mut hub = Reaped::new(spawn_hub(&env, &log));
 
     let devices = 16;
     let per_device = 20;
@@ -150,10 +150,9 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
 
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(100..700))).await;
-        hub.kill().expect("SIGKILL the hub");
-        hub.wait().unwrap();
+        hub.stop("KILL", Duration::from_secs(10)).await;
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
-        hub = spawn_hub(&env, &log);
+        hub = Reaped::new(spawn_hub(&env, &log));
     }
     publisher.await.unwrap();
     eventually(
@@ -266,8 +265,7 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     let rows: usize = by_device.values().map(|v| v.len()).sum();
     assert_eq!(total, rows, "one operational event per lifecycle row");
 
-    hub.kill().ok();
-    hub.wait().ok();
+    drop(hub);
     let _ = std::fs::remove_file(&log);
     env.cleanup().await;
 }

@@ -489,6 +489,7 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
+    let mut child = Reaped::new(child);
     let (db, root, metrics) = tokio::task::spawn_blocking(move || {
         let mut lines = std::io::BufReader::new(stdout).lines();
         let (mut db, mut root) = (String::new(), String::new());
@@ -536,14 +537,7 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
     }
     // Let it write into the closed pipe for a while.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-    let status = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::task::spawn_blocking(move || child.wait().unwrap()),
-    )
-    .await
-    .expect("fleet dev stops")
-    .unwrap();
+    let status = child.stop("INT", Duration::from_secs(90)).await;
     assert_eq!(status.code(), Some(0), "{status:?}");
     let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
     let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")

@@ -452,3 +452,41 @@ pub async fn outbox_drained(env: &TestEnv) {
     })
     .await;
 }
+
+/// A child process that is killed and reaped when the test ends, whether it
+/// passes or fails: a failing test leaves no process behind.
+pub struct Reaped(std::process::Child);
+
+impl Reaped {
+    pub fn new(child: std::process::Child) -> Self {
+        Reaped(child)
+    }
+
+    /// Sends `signal` (`INT`, `TERM`) and waits up to `timeout` for the exit.
+    pub async fn stop(&mut self, signal: &str, timeout: Duration) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.0.id().to_string()])
+            .status();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait for the child") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "process {} did not stop within {timeout:?} of SIG{signal}",
+                self.0.id()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

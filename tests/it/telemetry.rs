@@ -110,6 +110,7 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut hub = Reaped::new(hub);
     let id = env.create_device("s1", "gpu-otel-01").await;
     env.publish_snapshot(&openstack(
         "s1",
@@ -132,17 +133,8 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
     })
     .await;
     // SIGTERM: the hub stops cleanly (flushing its spans), never panics.
-    let _ = Command::new("kill").arg(hub.id().to_string()).status();
-    let status = tokio::task::spawn_blocking(move || {
-        let s = hub.wait_with_output().unwrap();
-        (s.status, String::from_utf8_lossy(&s.stderr).to_string())
-    });
-    let (status, stderr) = tokio::time::timeout(Duration::from_secs(30), status)
-        .await
-        .expect("the hub stops")
-        .unwrap();
-    assert!(status.success(), "{status:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let status = hub.stop("TERM", Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
     env.cleanup().await;
 }
 
@@ -177,7 +169,7 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
     let mut hub = Command::new(env!("CARGO_BIN_EXE_fleet"));
     hub.arg("hub").env("FLEET__HUB__LISTEN", "127.0.0.1:0");
     common(&mut hub, "fleet-hub");
-    let mut hub = hub.spawn().unwrap();
+    let mut hub = Reaped::new(hub.spawn().unwrap());
     for n in 1..=6 {
         env.create_device("s1", &format!("gpu0{n}")).await;
     }
@@ -189,7 +181,7 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
         .env("FLEET__CONNECTORS__SLURM__SITES__S1__USER_NAME", "root")
         .env("FLEET__CONNECTORS__SLURM__SITES__S1__TOKEN__FILE", &token);
     common(&mut slurm, "fleet-connector-slurm");
-    let mut slurm = slurm.spawn().unwrap();
+    let mut slurm = Reaped::new(slurm.spawn().unwrap());
 
     let shared = eventually("a trace with the connector's read and the hub's apply", || async {
         let spans = spans.lock().unwrap().clone();
@@ -235,10 +227,7 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
     .await;
     assert!(traced.contains(".status."), "{traced}");
     for p in [&mut slurm, &mut hub] {
-        let _ = Command::new("kill").arg(p.id().to_string()).status();
-    }
-    for p in [&mut slurm, &mut hub] {
-        let status = p.wait().unwrap();
+        let status = p.stop("TERM", Duration::from_secs(30)).await;
         assert!(status.success(), "{status:?}");
     }
     env.cleanup().await;
@@ -250,7 +239,7 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
     let (addr, _, _, links) = collector_with_links().await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fleet"))
+    let child = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(["dev", "--sim", "20", "--tick-secs", "0.5", "--agents", "0"])
         .env("FLEET__DATABASE__URL", format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0))
         .env("FLEET__NATS__URL", nats_url())
@@ -260,6 +249,7 @@ async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut child = Reaped::new(child);
     let chain = eventually("connector.read -> hub.observation -> hub.relay -> status.consume", || async {
         let spans = links.lock().unwrap().clone();
         let by_id: std::collections::HashMap<&str, &(String, String, String, String)> =
@@ -274,13 +264,6 @@ async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
     })
     .await;
     assert_eq!(chain.len(), 32, "{chain}");
-    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-    let status = tokio::time::timeout(
-        Duration::from_secs(90),
-        tokio::task::spawn_blocking(move || child.wait().unwrap()),
-    )
-    .await
-    .expect("fleet dev stops")
-    .unwrap();
+    let status = child.stop("INT", Duration::from_secs(90)).await;
     assert_eq!(status.code(), Some(0), "{status:?}");
 }
