@@ -14,8 +14,10 @@ Exits 0 after --limit events, 1 when fewer arrived within --timeout.
 """
 import argparse
 import asyncio
+import atexit
 import glob
 import os
+import shutil
 import sys
 import tempfile
 
@@ -31,6 +33,7 @@ def load_schemas():
     import grpc_tools
 
     out = tempfile.mkdtemp(prefix="fleet-pb-")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     schemas = os.path.join(ROOT, "schemas")
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     files = sorted(glob.glob(os.path.join(schemas, "fleet", "v1", "*.proto")))
@@ -65,8 +68,12 @@ async def main():
     else:
         stream, subject = f"{a.stream_prefix}STATUS", f"{a.root}.status.>"
     policy = DeliverPolicy.ALL if a.from_start else DeliverPolicy.NEW
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True,
-                             config=ConsumerConfig(deliver_policy=policy))
+    try:
+        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True,
+                                 config=ConsumerConfig(deliver_policy=policy))
+    except nats.js.errors.NotFoundError:
+        sys.exit(f"follow_status: stream {stream} not found; is the hub running "
+                 f"(it creates the streams) and is --stream-prefix right?")
     seen = 0
     deadline = asyncio.get_running_loop().time() + a.timeout if a.timeout else None
     try:
