@@ -166,7 +166,9 @@ impl std::fmt::Display for ApiError {
         let hint = match E::from_str_name(&self.code) {
             Some(E::Unauthenticated) => " (pass --token or set FLEET_TOKEN)",
             Some(E::Forbidden) => " (the token lacks the scope this needs)",
-            Some(E::NotFound) => " (check the id with `fleet devices list` or `fleet allocations list`)",
+            Some(E::NotFound) => {
+                " (check the id with `fleet devices list` or `fleet allocations list`)"
+            }
             Some(E::InsufficientCapacity) => {
                 " (no schedulable GPUs fit the request; see `fleet pools capacity <pool>`)"
             }

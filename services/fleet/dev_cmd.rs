@@ -3,7 +3,6 @@
 //! and a one-screen summary refreshed every second (a line per second when
 //! stdout is not a terminal). Ctrl-C stops everything.
 
-
 // Writes that never panic: `fleet dev | tee` stopped with Ctrl-C closes the
 // pipe first, and the mesh must still shut down and remove what it made.
 macro_rules! out {
@@ -196,14 +195,20 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     );
     out!(
         "           borneo {}  nvue {}/<switch>  nmx-m {}/<site>",
-        mesh.endpoints.borneo, mesh.endpoints.nvue, mesh.endpoints.nmx
+        mesh.endpoints.borneo,
+        mesh.endpoints.nvue,
+        mesh.endpoints.nmx
     );
     out!(
         "database   {}  subjects {}.>",
         fleet_store::redact(&mesh.config.database.url),
         mesh.config.nats.subject_root
     );
-    out!("radar      {}.projection.v1.>  (stream {}RADAR)", mesh.config.nats.radar_root, mesh.config.nats.stream_prefix);
+    out!(
+        "radar      {}.projection.v1.>  (stream {}RADAR)",
+        mesh.config.nats.radar_root,
+        mesh.config.nats.stream_prefix
+    );
     let metrics: Vec<String> = mesh
         .metrics_urls()
         .into_iter()

@@ -29,7 +29,10 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
 pub async fn probe(target: &str) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let target = target.trim_start_matches("http://");
-    let (addr, path) = target.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((target, "/".into()));
+    let (addr, path) = target
+        .split_once('/')
+        .map(|(a, p)| (a, format!("/{p}")))
+        .unwrap_or((target, "/".into()));
     let answer = tokio::time::timeout(std::time::Duration::from_secs(2), async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())

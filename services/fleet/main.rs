@@ -117,8 +117,11 @@ fn main() -> std::process::ExitCode {
             if json {
                 // Under `-o json` the error is JSON too, with the API's
                 // code when the API gave one.
-                let code = e.downcast_ref::<fleet::cli::ApiError>().map(|a| a.code.clone());
-                let body = serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}});
+                let code = e
+                    .downcast_ref::<fleet::cli::ApiError>()
+                    .map(|a| a.code.clone());
+                let body =
+                    serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}});
                 eprintln!("{body}");
             } else {
                 eprintln!("error: {e:#}");

@@ -7,7 +7,10 @@ use std::process::Command;
 fn a_missing_database_says_fleet_migrate_in_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .arg("hub")
-        .env("FLEET__DATABASE__URL", "postgres://postgres@127.0.0.1:5432/fleet_no_such_db")
+        .env(
+            "FLEET__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:5432/fleet_no_such_db",
+        )
         .env("RUST_BACKTRACE", "1")
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
         .output()
@@ -30,8 +33,14 @@ async fn probe_says_whether_an_endpoint_is_ready() {
             let mut buf = [0u8; 512];
             let n = s.read(&mut buf).await.unwrap_or(0);
             let req = String::from_utf8_lossy(&buf[..n]).to_string();
-            let status = if req.starts_with("GET /readyz ") { "200 OK" } else { "503 Service Unavailable" };
-            let _ = s.write_all(format!("HTTP/1.0 {status}\r\n\r\n").as_bytes()).await;
+            let status = if req.starts_with("GET /readyz ") {
+                "200 OK"
+            } else {
+                "503 Service Unavailable"
+            };
+            let _ = s
+                .write_all(format!("HTTP/1.0 {status}\r\n\r\n").as_bytes())
+                .await;
         }
     });
     let run = |target: String| {
@@ -61,5 +70,11 @@ fn errors_are_json_under_output_json() {
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stderr)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert!(v["error"]["message"].as_str().unwrap().contains("cannot reach the API"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot reach the API"),
+        "{v}"
+    );
 }

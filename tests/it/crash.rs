@@ -231,7 +231,10 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         let rows = &by_device[id];
         let mut want_rows = expected_status[id].clone();
         want_rows.dedup();
-        assert_eq!(rows, &want_rows, "{id}: the lifecycle log is not the in-order history");
+        assert_eq!(
+            rows, &want_rows,
+            "{id}: the lifecycle log is not the in-order history"
+        );
         assert_eq!(rows.last(), Some(&got_status));
     }
 

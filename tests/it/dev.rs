@@ -193,7 +193,9 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .len();
     assert!(in_pool > 0, "no device in {pool}");
     let capacity = eventually("the placer's capacity of the dev pool", || async {
-        api.get(&format!("/api/v1/pools/{pool}/capacity"), &[]).await.ok()
+        api.get(&format!("/api/v1/pools/{pool}/capacity"), &[])
+            .await
+            .ok()
     })
     .await;
     assert!(capacity.is_object(), "{capacity}");
@@ -482,7 +484,10 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(["dev", "--sim", "20", "--no-consumers", "--tick-secs", "1"])
-        .env("FLEET__DATABASE__URL", format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0))
+        .env(
+            "FLEET__DATABASE__URL",
+            format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0),
+        )
         .env("FLEET__NATS__URL", nats_url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -494,7 +499,10 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
         let mut lines = std::io::BufReader::new(stdout).lines();
         let (mut db, mut root) = (String::new(), String::new());
         loop {
-            let line = lines.next().expect("fleet dev prints its addresses").unwrap();
+            let line = lines
+                .next()
+                .expect("fleet dev prints its addresses")
+                .unwrap();
             if let Some(rest) = line.strip_prefix("database") {
                 let mut parts = rest.split_whitespace();
                 let url = parts.next().unwrap().to_string();
@@ -520,7 +528,10 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
     // The hub, the API and six connectors (`--no-consumers`).
     assert_eq!(metrics.len(), 8, "{metrics:?}");
     for url in &metrics {
-        let addr = url.trim_start_matches("http://").trim_end_matches("/metrics").to_string();
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/metrics")
+            .to_string();
         eventually(url, || {
             let addr = addr.clone();
             async move {
@@ -540,13 +551,19 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
     let status = child.stop("INT", Duration::from_secs(90)).await;
     assert_eq!(status.code(), Some(0), "{status:?}");
     let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
-    let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-        .bind(&db)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
+    let left: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&db)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
     assert!(!left, "database {db} left behind");
-    let prefix = format!("DEV{}_", root.trim_start_matches("dev").trim_end_matches(".fleet").to_uppercase());
+    let prefix = format!(
+        "DEV{}_",
+        root.trim_start_matches("dev")
+            .trim_end_matches(".fleet")
+            .to_uppercase()
+    );
     let js = async_nats::jetstream::new(async_nats::connect(nats_url()).await.unwrap());
     let mut names = js.stream_names();
     while let Some(Ok(name)) = futures::StreamExt::next(&mut names).await {

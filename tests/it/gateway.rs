@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_domain::Trust;
 use fleet_dev::agent_sim::{SimAgent, SimSpec};
+use fleet_domain::Trust;
 use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
@@ -120,7 +120,9 @@ async fn relay(
 }
 
 fn code(e: &Option<v1::AgentError>) -> &str {
-    e.as_ref().map(|e| fleet_proto::error_code_of(e.code).as_str_name()).unwrap_or("OK")
+    e.as_ref()
+        .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
+        .unwrap_or("OK")
 }
 
 /// Heartbeats every 500 ms until told to close cleanly or to go silent.
@@ -395,7 +397,11 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     let (api, api_stop) = crate::api::start_api(&env.config).await;
     let admin = crate::api::token(&env, &[fleet_api::auth::Scope::Admin]).await;
 
-    let mut agent = SimAgent::new(env.nats.clone(), env.subjects.clone(), SimSpec::numbered("rvk", 1, 8));
+    let mut agent = SimAgent::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        SimSpec::numbered("rvk", 1, 8),
+    );
     agent.join(&token).await.unwrap();
     let opened = agent.open().await.unwrap();
     agent.heartbeat().await.unwrap();

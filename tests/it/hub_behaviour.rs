@@ -44,7 +44,10 @@ async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
 }
 
 fn error_code(r: &v1::HubReply) -> &str {
-    r.error.as_ref().map(|e| fleet_proto::error_code_of(e.code).as_str_name()).unwrap_or("OK")
+    r.error
+        .as_ref()
+        .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
+        .unwrap_or("OK")
 }
 
 fn record(r: &v1::HubReply) -> serde_json::Value {
@@ -938,14 +941,15 @@ async fn unresolved_sightings_in_one_batch_are_merged() {
     let env = TestEnv::new().await;
     let t0 = micros(Utc::now());
     let at = |s: i64| t0 + chrono::Duration::seconds(s);
-    let u = |key: &'static str, s: i64, payload: &'static [u8]| fleet_hub::store::devices::Unresolved {
-        source: "slurm",
-        site: "s1",
-        key_kind: "name",
-        key,
-        observed_at: at(s),
-        payload,
-    };
+    let u =
+        |key: &'static str, s: i64, payload: &'static [u8]| fleet_hub::store::devices::Unresolved {
+            source: "slurm",
+            site: "s1",
+            key_kind: "name",
+            key,
+            observed_at: at(s),
+            payload,
+        };
     let mut tx = env.pool.begin().await.unwrap();
     fleet_hub::store::devices::record_unresolved(
         &mut tx,

@@ -204,7 +204,11 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
             }),
         )
         .await;
-    assert_eq!(r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name()), Some("UNAVAILABLE"));
+    assert_eq!(
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name()),
+        Some("UNAVAILABLE")
+    );
     // Several redeliveries happen meanwhile (max_deliver is 2).
     tokio::time::sleep(Duration::from_secs(5)).await;
 

@@ -104,7 +104,11 @@ async fn device_command(env: &TestEnv, verb: &str, id: &str, make: impl Fn(Strin
     for _ in 0..20 {
         let v = version(env, id).await;
         let r = env.command(verb, v, make(id.to_string())).await;
-        match r.error.as_ref().map(|e| fleet_proto::error_code_of(e.code).as_str_name()) {
+        match r
+            .error
+            .as_ref()
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
+        {
             None => return true,
             Some("CONFLICT") => continue,
             Some(other) => panic!("{verb} {id}: {other}"),
@@ -654,7 +658,10 @@ async fn requests_are_packed_constrained_idempotent_and_typed() {
         .await
         .unwrap();
     let reply = v1::PlacerReply::decode(reply.payload.as_ref()).unwrap();
-    assert_eq!(reply.error.unwrap().code(), fleet_proto::ErrorCode::InvalidArgument);
+    assert_eq!(
+        reply.error.unwrap().code(),
+        fleet_proto::ErrorCode::InvalidArgument
+    );
     let reply = env
         .nats
         .request(env.subjects.placer_cmd("explode"), vec![].into())

@@ -431,7 +431,10 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
     };
     // "a reason is required; without one the annotation is refused"
     let r = send(ignore("t1", true, "  ")).await;
-    assert_eq!(r.error.unwrap().code(), fleet_proto::ErrorCode::InvalidArgument);
+    assert_eq!(
+        r.error.unwrap().code(),
+        fleet_proto::ErrorCode::InvalidArgument
+    );
     let annotations: serde_json::Value =
         sqlx::query_scalar("SELECT annotations FROM tenants WHERE id = 't1'")
             .fetch_one(&env.pool)

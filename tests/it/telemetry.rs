@@ -90,7 +90,11 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The hub, applying one observation: its span is exported.
     let hub = Command::new(env!("CARGO_BIN_EXE_fleet"))
@@ -100,7 +104,10 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
         .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
         .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
         .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
-        .env("FLEET__NATS__PARTITIONS", env.config.nats.partitions.to_string())
+        .env(
+            "FLEET__NATS__PARTITIONS",
+            env.config.nats.partitions.to_string(),
+        )
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
@@ -143,7 +150,8 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
 /// and the `StatusChanged` it caused carries the same trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connector_read_and_the_hub_apply_are_one_trace() {
-    let token = std::env::var("SLURM_JWT_FILE").unwrap_or_else(|_| "/tmp/peers/slurm/jwt.token".into());
+    let token =
+        std::env::var("SLURM_JWT_FILE").unwrap_or_else(|_| "/tmp/peers/slurm/jwt.token".into());
     let url = std::env::var("SLURM_REST_URL").unwrap_or_else(|_| "http://127.0.0.1:6820".into());
     assert!(
         std::path::Path::new(&token).exists(),
@@ -158,7 +166,10 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
             .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
             .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
             .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
-            .env("FLEET__NATS__PARTITIONS", env.config.nats.partitions.to_string())
+            .env(
+                "FLEET__NATS__PARTITIONS",
+                env.config.nats.partitions.to_string(),
+            )
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
             .env("OTEL_BSP_SCHEDULE_DELAY", "200")
             .env("OTEL_SERVICE_NAME", service)
@@ -183,18 +194,23 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
     common(&mut slurm, "fleet-connector-slurm");
     let mut slurm = Reaped::new(slurm.spawn().unwrap());
 
-    let shared = eventually("a trace with the connector's read and the hub's apply", || async {
-        let spans = spans.lock().unwrap().clone();
-        let reads: std::collections::HashSet<&String> = spans
-            .iter()
-            .filter(|(s, _, n)| s.contains("fleet-connector-slurm") && n == "connector.read")
-            .map(|(_, t, _)| t)
-            .collect();
-        spans
-            .iter()
-            .find(|(s, t, n)| s.contains("fleet-hub") && n == "hub.observation" && reads.contains(t))
-            .map(|(_, t, _)| t.clone())
-    })
+    let shared = eventually(
+        "a trace with the connector's read and the hub's apply",
+        || async {
+            let spans = spans.lock().unwrap().clone();
+            let reads: std::collections::HashSet<&String> = spans
+                .iter()
+                .filter(|(s, _, n)| s.contains("fleet-connector-slurm") && n == "connector.read")
+                .map(|(_, t, _)| t)
+                .collect();
+            spans
+                .iter()
+                .find(|(s, t, n)| {
+                    s.contains("fleet-hub") && n == "hub.observation" && reads.contains(t)
+                })
+                .map(|(_, t, _)| t.clone())
+        },
+    )
     .await;
     // The StatusChanged events of that apply carry the same trace.
     let stream = env.js.get_stream(env.streams.status()).await.unwrap();
@@ -241,7 +257,10 @@ async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
     let (addr, _, _, links) = collector_with_links().await;
     let child = Command::new(env!("CARGO_BIN_EXE_fleet"))
         .args(["dev", "--sim", "20", "--tick-secs", "0.5", "--agents", "0"])
-        .env("FLEET__DATABASE__URL", format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0))
+        .env(
+            "FLEET__DATABASE__URL",
+            format!("{}/fleet", admin_url().rsplit_once('/').unwrap().0),
+        )
         .env("FLEET__NATS__URL", nats_url())
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
@@ -250,18 +269,32 @@ async fn fleet_dev_exports_one_trace_from_a_connector_read_to_a_consumer() {
         .spawn()
         .unwrap();
     let mut child = Reaped::new(child);
-    let chain = eventually("connector.read -> hub.observation -> hub.relay -> status.consume", || async {
-        let spans = links.lock().unwrap().clone();
-        let by_id: std::collections::HashMap<&str, &(String, String, String, String)> =
-            spans.iter().map(|s| (s.1.as_str(), s)).collect();
-        spans.iter().filter(|s| s.3 == "status.consume").find_map(|consume| {
-            let relay = by_id.get(consume.2.as_str()).filter(|s| s.3 == "hub.relay")?;
-            let apply = by_id.get(relay.2.as_str()).filter(|s| s.3 == "hub.observation")?;
-            let read = by_id.get(apply.2.as_str()).filter(|s| s.3 == "connector.read")?;
-            let same = [&relay.0, &apply.0, &read.0].iter().all(|t| **t == consume.0);
-            same.then(|| consume.0.clone())
-        })
-    })
+    let chain = eventually(
+        "connector.read -> hub.observation -> hub.relay -> status.consume",
+        || async {
+            let spans = links.lock().unwrap().clone();
+            let by_id: std::collections::HashMap<&str, &(String, String, String, String)> =
+                spans.iter().map(|s| (s.1.as_str(), s)).collect();
+            spans
+                .iter()
+                .filter(|s| s.3 == "status.consume")
+                .find_map(|consume| {
+                    let relay = by_id
+                        .get(consume.2.as_str())
+                        .filter(|s| s.3 == "hub.relay")?;
+                    let apply = by_id
+                        .get(relay.2.as_str())
+                        .filter(|s| s.3 == "hub.observation")?;
+                    let read = by_id
+                        .get(apply.2.as_str())
+                        .filter(|s| s.3 == "connector.read")?;
+                    let same = [&relay.0, &apply.0, &read.0]
+                        .iter()
+                        .all(|t| **t == consume.0);
+                    same.then(|| consume.0.clone())
+                })
+        },
+    )
     .await;
     assert_eq!(chain.len(), 32, "{chain}");
     let status = child.stop("INT", Duration::from_secs(90)).await;

@@ -51,7 +51,8 @@ pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<
 
 /// An allocation with its atoms: a plain read (reads keep working while
 /// the placer is away); `WHERE true` so filters append.
-const ALLOCATION_SELECT: &str = "SELECT a.id, a.tenant_id, a.pool_id, a.gpus, a.same_device, a.nvlink_domain, a.status, \
+const ALLOCATION_SELECT: &str =
+    "SELECT a.id, a.tenant_id, a.pool_id, a.gpus, a.same_device, a.nvlink_domain, a.status, \
      a.impaired_reason, a.created_at, a.impaired_at, a.released_at, a.request_id, \
      COALESCE(x.devices, '{}') AS atom_devices, COALESCE(x.atoms, '{}') AS atom_indexes \
      FROM allocations a LEFT JOIN LATERAL ( \

@@ -508,8 +508,15 @@ pub async fn revoke_identity(
 /// its heartbeats of the old generation meanwhile.
 async fn end_sessions(app: &App, device_id: &str) {
     match app.hub.end_sessions(device_id).await {
-        Ok(ended) => tracing::debug!(device_id, replicas = ended.replicas, closed = ended.closed, "old sessions ended"),
-        Err(e) => tracing::warn!(device_id, error = %e, "could not end the old sessions now; the gateways' identity check will"),
+        Ok(ended) => tracing::debug!(
+            device_id,
+            replicas = ended.replicas,
+            closed = ended.closed,
+            "old sessions ended"
+        ),
+        Err(e) => {
+            tracing::warn!(device_id, error = %e, "could not end the old sessions now; the gateways' identity check will")
+        }
     }
 }
 

@@ -37,14 +37,13 @@ impl HubClient {
         let body = v1::EndSessions {
             device_id: device_id.to_string(),
         };
-        nats
-            .publish_with_reply(
-                subjects.gateway_cmd("end_sessions"),
-                inbox,
-                body.encode_to_vec().into(),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        nats.publish_with_reply(
+            subjects.gateway_cmd("end_sessions"),
+            inbox,
+            body.encode_to_vec().into(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let mut ended = Ended::default();
         let mut deadline = tokio::time::Instant::now() + *timeout;
         while let Ok(Some(m)) = tokio::time::timeout_at(deadline, replies.next()).await {

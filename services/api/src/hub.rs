@@ -32,7 +32,8 @@ impl HubClient {
             Err(HubCallError::Refused { code, message }) => {
                 let mut err = ApiError::new(code, message);
                 if code == Code::Conflict {
-                    err = err.with_details(serde_json::json!({"expected_version": expected_version}));
+                    err =
+                        err.with_details(serde_json::json!({"expected_version": expected_version}));
                 }
                 return Err(err);
             }

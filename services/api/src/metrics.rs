@@ -101,7 +101,10 @@ mod tests {
     fn request_methods_are_a_closed_set_of_labels() {
         use axum::http::Method;
         assert_eq!(super::method_label(&Method::GET), "GET");
-        assert_eq!(super::method_label(&Method::from_bytes(b"XYZZY").unwrap()), "other");
+        assert_eq!(
+            super::method_label(&Method::from_bytes(b"XYZZY").unwrap()),
+            "other"
+        );
         assert_eq!(super::method_label(&Method::TRACE), "other");
     }
 }

@@ -62,7 +62,13 @@ mod tests {
         ];
         for (e, status, code) in cases {
             let a = error("allocate", e);
-            assert_eq!((crate::error::HttpCode::status(a.code).as_u16(), a.code.as_str_name()), (status, code));
+            assert_eq!(
+                (
+                    crate::error::HttpCode::status(a.code).as_u16(),
+                    a.code.as_str_name()
+                ),
+                (status, code)
+            );
             assert!(!a.message.contains("no responders"), "{}", a.message);
         }
         let a = error("get", PlacerError::NotFound("allocation x".into()));

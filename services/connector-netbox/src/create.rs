@@ -73,7 +73,8 @@ pub fn outcomes(reply: &v1::HubReply, n: usize) -> Vec<Created> {
 
 async fn create_chunk(bus: &Bus, devices: Vec<v1::CreateDevice>) -> Vec<Created> {
     let n = devices.len();
-    let hub = fleet_hub_client::HubClient::new(bus.nats.clone(), bus.subjects.clone(), REQUEST_TIMEOUT);
+    let hub =
+        fleet_hub_client::HubClient::new(bus.nats.clone(), bus.subjects.clone(), REQUEST_TIMEOUT);
     let command = v1::hub_command::Command::CreateDevices(v1::CreateDevices { devices });
     match hub.request(ACTOR, 0, command).await {
         Ok(r) => outcomes(&r, n),

@@ -85,7 +85,10 @@ impl SimError {
         }
     }
     fn from_proto(e: &v1::AgentError) -> Self {
-        SimError::new(fleet_proto::error_code_of(e.code).as_str_name(), e.message.clone())
+        SimError::new(
+            fleet_proto::error_code_of(e.code).as_str_name(),
+            e.message.clone(),
+        )
     }
 }
 
@@ -157,10 +160,19 @@ impl SimAgent {
         let asked = self.nats.request(subject, Bytes::from(payload));
         let msg = tokio::time::timeout(self.timeout, asked)
             .await
-            .map_err(|_| SimError::new(ErrorCode::Unavailable.as_str_name(), "the gateway did not answer in time"))?
+            .map_err(|_| {
+                SimError::new(
+                    ErrorCode::Unavailable.as_str_name(),
+                    "the gateway did not answer in time",
+                )
+            })?
             .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), e.to_string()))?;
-        R::decode(msg.payload.as_ref())
-            .map_err(|e| SimError::new(ErrorCode::Unavailable.as_str_name(), format!("undecodable reply: {e}")))
+        R::decode(msg.payload.as_ref()).map_err(|e| {
+            SimError::new(
+                ErrorCode::Unavailable.as_str_name(),
+                format!("undecodable reply: {e}"),
+            )
+        })
     }
 
     /// Joins with a join token; keeps the device id and credential.
@@ -187,7 +199,10 @@ impl SimAgent {
     /// Opens a session and (re)starts answering commands for it.
     pub async fn open(&mut self) -> Result<v1::SessionOpened, SimError> {
         if self.device_id.is_empty() {
-            return Err(SimError::new(ErrorCode::InvalidArgument.as_str_name(), "join first"));
+            return Err(SimError::new(
+                ErrorCode::InvalidArgument.as_str_name(),
+                "join first",
+            ));
         }
         self.listen().await?;
         let req = v1::OpenSession {

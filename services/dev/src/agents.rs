@@ -15,10 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::agent_sim::{SimAgent, SimSpec};
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{hardware_key, HardwareIds};
 use fleet_domain::Trust;
-use crate::agent_sim::{SimAgent, SimSpec};
 use sqlx::PgPool;
 
 use crate::engine::GPUS_PER_DEVICE;

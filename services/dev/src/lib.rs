@@ -964,7 +964,6 @@ async fn stand_in_for_autovacuum(pool: &PgPool) -> Option<JoinHandle<()>> {
     }))
 }
 
-
 /// Installs the process-wide rustls crypto provider (ring) that reqwest
 /// built with `rustls-no-provider` needs before a client is built; the
 /// operator CLI calls it. Installing twice is harmless.

@@ -126,7 +126,10 @@ impl Gateway {
         let grant = store::join_grant(&self.pool, &req.join_token)
             .await?
             .ok_or_else(|| {
-                GatewayError::new(ErrorCode::Unauthenticated, "unknown, revoked or expired join token")
+                GatewayError::new(
+                    ErrorCode::Unauthenticated,
+                    "unknown, revoked or expired join token",
+                )
             })?;
         let hw = req.hardware.unwrap_or_default();
         let ids = HardwareIds {
@@ -147,7 +150,8 @@ impl Gateway {
             .unwrap_or_default();
         let inv = inventory(req.inventory.as_ref());
         let record = self
-            .hub(0,
+            .hub(
+                0,
                 v1::hub_command::Command::Join(v1::JoinDevice {
                     site: grant.site_id.clone(),
                     pool_id: grant.pool_id.clone().unwrap_or_default(),
@@ -212,7 +216,8 @@ impl Gateway {
     async fn adopt(&self, device_id: &str, mut version: i64) -> Result<bool, GatewayError> {
         for _ in 0..3 {
             let r = self
-                .hub(version,
+                .hub(
+                    version,
                     v1::hub_command::Command::Adopt(v1::Adopt {
                         device_id: device_id.to_string(),
                     }),
@@ -333,7 +338,10 @@ impl Gateway {
             .ok_or_else(|| GatewayError::new(ErrorCode::SessionClosed, "no session: open one"))?;
         if s.token_sha256 != store::sha256_hex(session_token) {
             if s.epoch == epoch {
-                return Err(GatewayError::new(ErrorCode::Unauthenticated, "wrong session token"));
+                return Err(GatewayError::new(
+                    ErrorCode::Unauthenticated,
+                    "wrong session token",
+                ));
             }
             return Err(GatewayError::new(
                 ErrorCode::SessionClosed,
@@ -375,7 +383,8 @@ impl Gateway {
         let s = self
             .live_session(&req.device_id, req.epoch, &req.session_token)
             .await?;
-        self.close(&req.device_id, s.epoch, ErrorCode::SessionClosed).await
+        self.close(&req.device_id, s.epoch, ErrorCode::SessionClosed)
+            .await
     }
 
     /// Relay: the policy first (nothing destructive reaches a
@@ -388,7 +397,9 @@ impl Gateway {
         let device = store::device(&self.pool, &req.device_id)
             .await?
             .filter(|d| !d.deleted)
-            .ok_or_else(|| GatewayError::new(ErrorCode::NotFound, format!("device {}", req.device_id)))?;
+            .ok_or_else(|| {
+                GatewayError::new(ErrorCode::NotFound, format!("device {}", req.device_id))
+            })?;
         if let Err(r) = policy::may_relay(device.trust, kind) {
             tracing::warn!(device_id = %req.device_id, command = kind.as_str(), actor = %req.actor, "refused: {}", r.0);
             return Err(GatewayError::new(ErrorCode::Forbidden, r.0));
@@ -397,7 +408,9 @@ impl Gateway {
             .session(&req.device_id)
             .await?
             .filter(|s| s.closed.is_none() && s.identity_generation == device.identity_generation)
-            .ok_or_else(|| GatewayError::new(ErrorCode::NotConnected, "the device has no live session"))?;
+            .ok_or_else(|| {
+                GatewayError::new(ErrorCode::NotConnected, "the device has no live session")
+            })?;
         let max = self.config.gateway.max_command_deadline_ms.max(1);
         let deadline_ms = match req.deadline_ms {
             d if d <= 0 => self.config.gateway.command_deadline_ms,
@@ -438,12 +451,20 @@ impl Gateway {
                     format!("{} timed out", kind.as_str()),
                 ))
             }
-            Ok(Err(e)) => return Err(GatewayError::new(ErrorCode::Unavailable, format!("relay: {e}"))),
+            Ok(Err(e)) => {
+                return Err(GatewayError::new(
+                    ErrorCode::Unavailable,
+                    format!("relay: {e}"),
+                ))
+            }
             Ok(Ok(m)) => m,
         };
         let result: v1::AgentCommandResult = v1::AgentCommandResult::decode(msg.payload.as_ref())
             .map_err(|e| {
-            GatewayError::new(ErrorCode::AgentError, format!("undecodable agent result: {e}"))
+            GatewayError::new(
+                ErrorCode::AgentError,
+                format!("undecodable agent result: {e}"),
+            )
         })?;
         if result.request_id != request_id {
             return Err(GatewayError::new(
@@ -497,7 +518,10 @@ impl Responder for Gateway {
         let started = Instant::now();
         let answer: Result<Vec<u8>, GatewayError> = match Route::named(route) {
             Some(Route::Join) => self.join(&payload).await.map(|r| r.encode_to_vec()),
-            Some(Route::Open) => self.open(&subject, &payload).await.map(|r| r.encode_to_vec()),
+            Some(Route::Open) => self
+                .open(&subject, &payload)
+                .await
+                .map(|r| r.encode_to_vec()),
             Some(Route::Heartbeat) => self
                 .heartbeat(&subject, &payload)
                 .await
@@ -508,19 +532,28 @@ impl Responder for Gateway {
                 .map(|()| v1::SessionClosed { error: None }.encode_to_vec()),
             Some(Route::Relay) => self.relay(&payload).await.map(|r| r.encode_to_vec()),
             Some(Route::EndSessions) => match v1::EndSessions::decode(payload.as_ref()) {
-                Ok(req) => self.end_revoked_session(&req.device_id).await.map(|closed| {
-                    v1::SessionsEnded {
-                        gateway_id: self.gateway_id.clone(),
-                        closed,
-                        error: None,
-                    }
-                    .encode_to_vec()
-                }),
-                Err(e) => Err(GatewayError::invalid(format!("undecodable EndSessions: {e}"))),
+                Ok(req) => self
+                    .end_revoked_session(&req.device_id)
+                    .await
+                    .map(|closed| {
+                        v1::SessionsEnded {
+                            gateway_id: self.gateway_id.clone(),
+                            closed,
+                            error: None,
+                        }
+                        .encode_to_vec()
+                    }),
+                Err(e) => Err(GatewayError::invalid(format!(
+                    "undecodable EndSessions: {e}"
+                ))),
             },
             None => Err(GatewayError::invalid(format!("unknown route {route}"))),
         };
-        let code = answer.as_ref().err().map(|e| e.code.as_str_name()).unwrap_or("OK");
+        let code = answer
+            .as_ref()
+            .err()
+            .map(|e| e.code.as_str_name())
+            .unwrap_or("OK");
         self.metrics.request(route, code, started.elapsed());
         answer
             .map(Bytes::from)
@@ -544,7 +577,11 @@ impl Responder for Gateway {
             }
             .encode_to_vec(),
             Some(Route::Close) => v1::SessionClosed { error }.encode_to_vec(),
-            Some(Route::Relay) => v1::RelayReply { error, result: None }.encode_to_vec(),
+            Some(Route::Relay) => v1::RelayReply {
+                error,
+                result: None,
+            }
+            .encode_to_vec(),
             Some(Route::EndSessions) => v1::SessionsEnded {
                 gateway_id: self.gateway_id.clone(),
                 closed: false,

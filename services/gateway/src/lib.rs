@@ -67,7 +67,10 @@ impl GatewayError {
 impl From<sqlx::Error> for GatewayError {
     fn from(e: sqlx::Error) -> Self {
         tracing::error!(error = %e, "gateway database error");
-        GatewayError::new(ErrorCode::Unavailable, "the gateway's database is unavailable")
+        GatewayError::new(
+            ErrorCode::Unavailable,
+            "the gateway's database is unavailable",
+        )
     }
 }
 
@@ -153,7 +156,10 @@ impl Gateway {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "hub command not answered");
-                return Err(GatewayError::new(ErrorCode::Unavailable, "the hub is unavailable"));
+                return Err(GatewayError::new(
+                    ErrorCode::Unavailable,
+                    "the hub is unavailable",
+                ));
             }
         };
         serde_json::from_slice(&applied.record_json)
@@ -201,7 +207,9 @@ impl Gateway {
         )
         .await?
         .await
-        .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("connectivity publish: {e}")))?;
+        .map_err(|e| {
+            GatewayError::new(ErrorCode::Unavailable, format!("connectivity publish: {e}"))
+        })?;
         Ok(())
     }
 
@@ -302,7 +310,13 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
     let mut tasks = tokio::task::JoinSet::new();
     let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(&mut gw.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    answers.register(
+        &mut gw
+            .metrics
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
     for route in handlers::Route::ALL {
         tasks.spawn(fleet_bus::serve(
             gw.nats.clone(),
@@ -322,7 +336,8 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
     }
     tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
     tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
-    let stopped = fleet_runtime::supervise("gateway", tasks, shutdown, gw.config.shutdown.grace()).await;
+    let stopped =
+        fleet_runtime::supervise("gateway", tasks, shutdown, gw.config.shutdown.grace()).await;
     gw.nats.flush().await.ok();
     tracing::info!("gateway stopped");
     stopped

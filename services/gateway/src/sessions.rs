@@ -124,8 +124,13 @@ impl Gateway {
         if !revoked {
             return Ok(false);
         }
-        tracing::info!(device_id, epoch = s.epoch, "identity revoked: closing the session");
-        self.close(device_id, s.epoch, ErrorCode::IdentityRevoked).await?;
+        tracing::info!(
+            device_id,
+            epoch = s.epoch,
+            "identity revoked: closing the session"
+        );
+        self.close(device_id, s.epoch, ErrorCode::IdentityRevoked)
+            .await?;
         self.metrics.sessions.set(self.open_sessions() as i64);
         Ok(true)
     }

@@ -3,11 +3,11 @@
 //! derivation as the NATS path, in one transaction, and the caller learns
 //! what happened (applied, stale or duplicate) and what is now stored.
 
+use crate::store::devices;
 use chrono::Utc;
 use fleet_domain::state::Outcome;
 use fleet_domain::DomainError;
 use fleet_proto::v1;
-use crate::store::devices;
 
 use super::{device_json, invalid, CommandError};
 use crate::decode;

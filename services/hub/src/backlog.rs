@@ -55,7 +55,9 @@ impl Hub {
             match self.backlog().await {
                 Ok(b) => {
                     self.metrics.observations_pending.set(b.pending as i64);
-                    self.metrics.observations_unconsumed.set(b.unconsumed as i64);
+                    self.metrics
+                        .observations_unconsumed
+                        .set(b.unconsumed as i64);
                     let persists = previous > 0 && b.unconsumed > 0;
                     previous = b.unconsumed;
                     if persists {

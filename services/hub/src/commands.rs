@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
+use crate::store::devices::{self, NewDevice};
 use chrono::Utc;
+use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_domain::commands::{self as cmd, ProofOutcome};
 use fleet_domain::state::DeviceState;
 use fleet_domain::*;
-use fleet_proto::{v1, Message};
-use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_proto::ErrorCode;
+use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
-use crate::store::devices::{self, NewDevice};
 use fleet_store::StoreError;
 use v1::hub_command::Command as C;
 
@@ -121,7 +121,13 @@ impl Hub {
             .saturating_sub(reserved)
             .clamp(1, 32);
         let answers = fleet_bus::ResponderMetrics::default();
-        answers.register(&mut self.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+        answers.register(
+            &mut self
+                .metrics
+                .registry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         let route = Route {
             name: "cmd",
             subject: self.subjects.hub_cmd_all(),
@@ -130,13 +136,27 @@ impl Hub {
         let limits = Limits {
             concurrency: parallel,
             // The transaction's own timeout, with room for the lock wait.
-            deadline: std::time::Duration::from_secs(self.config.hub.command_timeout_secs.max(1) * 2),
+            deadline: std::time::Duration::from_secs(
+                self.config.hub.command_timeout_secs.max(1) * 2,
+            ),
         };
-        fleet_bus::serve(self.nats.clone(), self.clone(), route, limits, answers, shutdown.stopped()).await;
+        fleet_bus::serve(
+            self.nats.clone(),
+            self.clone(),
+            route,
+            limits,
+            answers,
+            shutdown.stopped(),
+        )
+        .await;
     }
 
     /// Decodes and runs one command; never panics on input.
-    pub async fn command_bytes(&self, subject_verb: &str, payload: &[u8]) -> Result<v1::HubReply, Refusal> {
+    pub async fn command_bytes(
+        &self,
+        subject_verb: &str,
+        payload: &[u8],
+    ) -> Result<v1::HubReply, Refusal> {
         // The metric label is a known verb or `invalid`, never the subject
         // token a client chose (labels stay a closed set).
         let mut label = "invalid";

@@ -3,8 +3,10 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use fleet_domain::limits::{
+    check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY, MAX_MESSAGE, MAX_REASON,
+};
 use fleet_domain::state::{check_observed_at, ConditionInput, Mirror, SlurmMode, Snapshot};
-use fleet_domain::limits::{check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY, MAX_MESSAGE, MAX_REASON};
 use fleet_domain::*;
 use fleet_proto::{datetime, v1, Message, SchemaName};
 
@@ -309,13 +311,19 @@ fn mirror_bounded(m: Option<&v1::condition_snapshot::Mirror>) -> Result<(), Doma
     use v1::condition_snapshot::Mirror as M;
     let tokens = |field: &str, items: &[String]| -> Result<(), DomainError> {
         check_count(field, items.len(), MAX_ITEMS)?;
-        items.iter().try_for_each(|t| check_len(field, t, MAX_REASON))
+        items
+            .iter()
+            .try_for_each(|t| check_len(field, t, MAX_REASON))
     };
     match m {
         None => Ok(()),
         Some(M::Ironic(i)) => {
             check_len("ironic.provision_state", &i.provision_state, MAX_REASON)?;
-            check_len("ironic.maintenance_reason", &i.maintenance_reason, MAX_MESSAGE)?;
+            check_len(
+                "ironic.maintenance_reason",
+                &i.maintenance_reason,
+                MAX_MESSAGE,
+            )?;
             check_len("ironic.instance_uuid", &i.instance_uuid, MAX_ID)?;
             check_len("ironic.lessee", &i.lessee, MAX_REASON)?;
             check_len("ironic.power_state", &i.power_state, MAX_ID)

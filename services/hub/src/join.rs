@@ -6,10 +6,10 @@
 //! kind. The devices table's unique index on trusted keys settles two
 //! concurrent joins of one machine: the loser retries as a re-join.
 
+use crate::store::devices::{self, NewDevice};
 use chrono::Utc;
 use fleet_domain::*;
 use fleet_proto::v1;
-use crate::store::devices::{self, NewDevice};
 use fleet_store::StoreError;
 
 use crate::commands::{device_json, CommandError};

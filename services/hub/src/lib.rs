@@ -178,7 +178,9 @@ impl Hub {
                     .delete_consumer_from_stream(&durable, self.streams.observations())
                     .await
                 {
-                    Ok(_) => tracing::debug!(partition, "consumer rewound to the oldest unacked message"),
+                    Ok(_) => {
+                        tracing::debug!(partition, "consumer rewound to the oldest unacked message")
+                    }
                     Err(e) => tracing::debug!(partition, error = %e, "no consumer to rewind"),
                 }
             }

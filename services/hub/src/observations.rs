@@ -4,13 +4,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use crate::store::devices;
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
 use fleet_bus::subjects::{self, ObsSubject};
 use fleet_bus::Subjects;
 use fleet_domain::state::{Confirmation, Outcome};
 use fleet_domain::{DomainError, KeyKind, Source};
-use crate::store::devices;
 use fleet_store::StoreError;
 
 use crate::decode::{self, Key, Observation};
@@ -46,7 +46,9 @@ pub fn parse(msg: jetstream::Message, subjects: &Subjects, partitions: u32) -> I
         .map(|v| v.as_str().to_string());
     let span = tracing::info_span!("hub.observation", subject = %msg.subject);
     fleet_runtime::telemetry::set_parent_from(&span, headers);
-    let trace = Some(fleet_runtime::telemetry::downstream_traceparent(&span, headers));
+    let trace = Some(fleet_runtime::telemetry::downstream_traceparent(
+        &span, headers,
+    ));
     let parsed = match subjects.parse_obs(msg.subject.as_str(), partitions) {
         Err(e) => Err(DomainError::InvalidSubject(format!(
             "{e}: {}",

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_runtime::Shutdown;
 use crate::store::outbox;
+use fleet_runtime::Shutdown;
 
 use crate::Hub;
 
@@ -93,7 +93,8 @@ impl Hub {
             if let Some(tp) = &row.traceparent {
                 fleet_runtime::telemetry::set_parent_traceparent(&span, tp);
             }
-            let tp = fleet_runtime::telemetry::traceparent_of(&span).or_else(|| row.traceparent.clone());
+            let tp =
+                fleet_runtime::telemetry::traceparent_of(&span).or_else(|| row.traceparent.clone());
             let headers = fleet_bus::headers(&row.schema, tp.as_deref());
             let msg_id = format!("outbox-{}", row.id);
             match fleet_bus::publish(

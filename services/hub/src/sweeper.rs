@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::devices;
 use chrono::Utc;
 use fleet_runtime::Shutdown;
-use crate::store::devices;
 
 use crate::work::Work;
 use crate::Hub;

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::store::devices::{self, LifecycleRow, Written};
+use crate::store::outbox::{self, OutboxRow};
 use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
 use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
 use fleet_domain::Axis;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
-use crate::store::devices::{self, LifecycleRow, Written};
-use crate::store::outbox::{self, OutboxRow};
 use fleet_store::StoreError;
 use sqlx::{Postgres, Transaction};
 
@@ -194,10 +194,9 @@ fn events(
             .map(|c| (c.axis, c.from, c.to))
             .collect()
     };
-    let trace = t
-        .trace
-        .clone()
-        .unwrap_or_else(|| fleet_runtime::telemetry::downstream_traceparent(&tracing::Span::none(), None));
+    let trace = t.trace.clone().unwrap_or_else(|| {
+        fleet_runtime::telemetry::downstream_traceparent(&tracing::Span::none(), None)
+    });
     let decisive: Vec<String> = t
         .after
         .decisive_types()

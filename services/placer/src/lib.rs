@@ -95,7 +95,12 @@ impl Placer {
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
         // STATUS and DLQ are the hub's; the placer owns only its events.
-        fleet_bus::await_streams(&js, &[streams.status(), streams.dlq()], std::future::pending()).await;
+        fleet_bus::await_streams(
+            &js,
+            &[streams.status(), streams.dlq()],
+            std::future::pending(),
+        )
+        .await;
         service::ensure_events_stream(&js, &streams, &subjects).await?;
         let placer = Arc::new(Placer {
             config,
@@ -183,7 +188,10 @@ impl Placer {
         let started = std::time::Instant::now();
         let result = self.allocate_inner(req).await;
         self.metrics.allocation(
-            result.as_ref().map(|_| "OK").unwrap_or_else(|e| e.code().as_str_name()),
+            result
+                .as_ref()
+                .map(|_| "OK")
+                .unwrap_or_else(|e| e.code().as_str_name()),
             started.elapsed(),
         );
         result

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream::{self, stream};
-use chrono::Utc;
 use bytes::Bytes;
+use chrono::Utc;
 use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
@@ -49,7 +49,11 @@ fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, PlacerE
 
 impl Placer {
     /// Decodes and answers one request; never panics on input.
-    async fn request(&self, verb: &str, payload: &[u8]) -> Result<v1::placer_reply::Result, PlacerError> {
+    async fn request(
+        &self,
+        verb: &str,
+        payload: &[u8],
+    ) -> Result<v1::placer_reply::Result, PlacerError> {
         use v1::placer_reply::Result as R;
         match verb {
             "allocate" => {
@@ -59,7 +63,9 @@ impl Placer {
             }
             "release" => {
                 let r = decode::<v1::ReleaseRequest>(payload, "ReleaseRequest")?;
-                let a = self.release(&r.allocation_id, Some(r.tenant_id.as_str())).await?;
+                let a = self
+                    .release(&r.allocation_id, Some(r.tenant_id.as_str()))
+                    .await?;
                 Ok(R::Allocation(a.to_proto()))
             }
             "get" => {
@@ -288,7 +294,13 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
 
     let mut tasks = tokio::task::JoinSet::new();
     let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(&mut placer.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    answers.register(
+        &mut placer
+            .metrics
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
     tasks.spawn(fleet_bus::serve(
         placer.nats.clone(),
         placer.clone(),

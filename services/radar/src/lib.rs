@@ -21,9 +21,9 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, consumer};
 use chrono::Utc;
 use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
-use fleet_proto::ErrorCode;
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
+use fleet_proto::ErrorCode;
 use fleet_proto::{timestamp, v1, Message, SchemaName};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
@@ -130,7 +130,12 @@ impl Radar {
         let streams = StreamNames::new(&config.nats.stream_prefix);
         fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Radar).await?;
         // STATUS and DLQ are the hub's.
-        fleet_bus::await_streams(&js, &[streams.status(), streams.dlq()], std::future::pending()).await;
+        fleet_bus::await_streams(
+            &js,
+            &[streams.status(), streams.dlq()],
+            std::future::pending(),
+        )
+        .await;
         Ok(Arc::new(Radar {
             config,
             pool,
@@ -307,7 +312,9 @@ impl Radar {
         let annotations = store::set_radar_ignore(&self.pool, &req.tenant_id, req.ignore, reason)
             .await
             .map_err(|e| unavailable(&e))?
-            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("tenant {}", req.tenant_id)))?;
+            .ok_or_else(|| {
+                Refusal::new(ErrorCode::NotFound, format!("tenant {}", req.tenant_id))
+            })?;
         tracing::info!(tenant_id = %req.tenant_id, ignore = req.ignore, actor = %req.actor, "radar opt-out changed");
         let rows = store::of_tenant(&self.pool, &req.tenant_id)
             .await
@@ -315,7 +322,6 @@ impl Radar {
         let n = self.project(rows).await.map_err(|e| unavailable(&e))?;
         Ok((annotations, n))
     }
-
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = Duration::from_secs(self.config.radar.resync_secs.max(1));
@@ -424,7 +430,13 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         }));
     }
     let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(&mut radar.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    answers.register(
+        &mut radar
+            .metrics
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
     tasks.spawn(fleet_bus::serve(
         radar.nats.clone(),
         radar.clone(),
@@ -441,7 +453,8 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         shutdown.stopped(),
     ));
     tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
-    let stopped = fleet_runtime::supervise("radar", tasks, shutdown, radar.config.shutdown.grace()).await;
+    let stopped =
+        fleet_runtime::supervise("radar", tasks, shutdown, radar.config.shutdown.grace()).await;
     radar.nats.flush().await.ok();
     tracing::info!("radar stopped");
     stopped

@@ -117,7 +117,10 @@ impl NatsConfig {
         }
         let password = !self.password.is_empty() || !self.password_file.is_empty();
         if !self.password.is_empty() && !self.password_file.is_empty() {
-            return Err(bad("nats.password_file", "set nats.password or nats.password_file, not both"));
+            return Err(bad(
+                "nats.password_file",
+                "set nats.password or nats.password_file, not both",
+            ));
         }
         if password && self.user.is_empty() {
             return Err(bad("nats.user", "is required with a password"));
@@ -138,7 +141,10 @@ impl NatsConfig {
             ));
         }
         if self.tls.cert_file.is_empty() != self.tls.key_file.is_empty() {
-            return Err(bad("nats.tls.key_file", "nats.tls.cert_file and nats.tls.key_file go together"));
+            return Err(bad(
+                "nats.tls.key_file",
+                "nats.tls.cert_file and nats.tls.key_file go together",
+            ));
         }
         if self.inbox_prefix.contains(['*', '>', ' ']) || self.inbox_prefix.ends_with('.') {
             return Err(bad("nats.inbox_prefix", "must be a plain subject prefix"));
@@ -148,7 +154,11 @@ impl NatsConfig {
 
     /// The URL with any credential in it redacted, for logs and errors.
     pub fn display_url(&self) -> String {
-        self.url.split(',').map(|u| redact_url(u.trim())).collect::<Vec<_>>().join(",")
+        self.url
+            .split(',')
+            .map(|u| redact_url(u.trim()))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The inbox prefix in effect (see `inbox_prefix`).
@@ -196,11 +206,13 @@ impl NatsConfig {
                 o = o.add_root_certificates(tls.ca_file.clone().into());
             }
             if !tls.cert_file.is_empty() {
-                o = o.add_client_certificate(tls.cert_file.clone().into(), tls.key_file.clone().into());
+                o = o.add_client_certificate(
+                    tls.cert_file.clone().into(),
+                    tls.key_file.clone().into(),
+                );
             }
         }
-        Ok(o
-            .name(name)
+        Ok(o.name(name)
             .custom_inbox_prefix(self.effective_inbox_prefix())
             .connection_timeout(Duration::from_secs(3)))
     }
@@ -208,7 +220,11 @@ impl NatsConfig {
     fn connect_error(&self, source: async_nats::ConnectError) -> BusError {
         BusError::Connect {
             url: self.display_url(),
-            user: if self.user.is_empty() { "-".into() } else { self.user.clone() },
+            user: if self.user.is_empty() {
+                "-".into()
+            } else {
+                self.user.clone()
+            },
             source,
         }
     }
@@ -285,7 +301,9 @@ mod tests {
         })
         .validate()
         .is_ok());
-        assert!(with(|c| c.tls.cert_file = "c.pem".into()).validate().is_err());
+        assert!(with(|c| c.tls.cert_file = "c.pem".into())
+            .validate()
+            .is_err());
     }
 
     #[test]

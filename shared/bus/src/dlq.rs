@@ -53,7 +53,11 @@ pub fn copy(
     if let Some(orig) = original {
         let theirs: usize = orig
             .iter()
-            .map(|(k, vs)| vs.iter().map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4).sum::<usize>())
+            .map(|(k, vs)| {
+                vs.iter()
+                    .map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4)
+                    .sum::<usize>()
+            })
             .sum();
         if size + theirs <= budget / 2 {
             for (k, vs) in orig.iter() {
@@ -141,22 +145,51 @@ mod tests {
         let mut orig = HeaderMap::new();
         orig.insert("Fleet-Schema", "fleet.v1.ConditionSnapshot");
         orig.insert("Nats-Msg-Id", "m1");
-        let (h, p) = copy(Some(&orig), "fleet.obs.slurm.0.x", "OBSERVATIONS 7", &payload, "invalid", "too big", 1 << 20);
+        let (h, p) = copy(
+            Some(&orig),
+            "fleet.obs.slurm.0.x",
+            "OBSERVATIONS 7",
+            &payload,
+            "invalid",
+            "too big",
+            1 << 20,
+        );
         let headers: usize = h
             .iter()
-            .map(|(k, vs)| vs.iter().map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4).sum::<usize>())
+            .map(|(k, vs)| {
+                vs.iter()
+                    .map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4)
+                    .sum::<usize>()
+            })
             .sum();
         assert!(p.len() + headers + 200 < 1 << 20, "{} + {headers}", p.len());
-        assert_eq!(h.get(HEADER_DLQ_TRUNCATED).map(|v| v.as_str()), Some("1048000"));
-        assert_eq!(h.get(HEADER_DLQ_ORIGIN).map(|v| v.as_str()), Some("OBSERVATIONS 7"));
-        assert_eq!(h.get("Fleet-Schema").map(|v| v.as_str()), Some("fleet.v1.ConditionSnapshot"));
+        assert_eq!(
+            h.get(HEADER_DLQ_TRUNCATED).map(|v| v.as_str()),
+            Some("1048000")
+        );
+        assert_eq!(
+            h.get(HEADER_DLQ_ORIGIN).map(|v| v.as_str()),
+            Some("OBSERVATIONS 7")
+        );
+        assert_eq!(
+            h.get("Fleet-Schema").map(|v| v.as_str()),
+            Some("fleet.v1.ConditionSnapshot")
+        );
         assert!(h.get("Nats-Msg-Id").is_none());
     }
 
     #[test]
     fn a_small_message_is_copied_whole() {
         let payload = Bytes::from_static(b"abc");
-        let (h, p) = copy(None, "s", "O 1", &payload, "invalid", "line\\nbreak", 1 << 20);
+        let (h, p) = copy(
+            None,
+            "s",
+            "O 1",
+            &payload,
+            "invalid",
+            "line\\nbreak",
+            1 << 20,
+        );
         assert_eq!(p, payload);
         assert!(h.get(HEADER_DLQ_TRUNCATED).is_none());
     }

@@ -78,7 +78,10 @@ mod tests {
             redact_url("nats://hub:s3cret@nats:4222"),
             "nats://hub:<redacted>@nats:4222"
         );
-        assert_eq!(redact_url("nats://tok3n@nats:4222"), "nats://<redacted>@nats:4222");
+        assert_eq!(
+            redact_url("nats://tok3n@nats:4222"),
+            "nats://<redacted>@nats:4222"
+        );
         assert_eq!(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
         assert_eq!(
             redact_url("postgres://u:p@h/db?x=a@b"),

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fleet_proto::ErrorCode;
 use futures::StreamExt;
-use tracing::Instrument;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use tracing::Instrument;
 
 /// A request the service refuses: a code, the message the caller reads,
 /// and what only the service's log may hold.
@@ -188,7 +188,8 @@ pub async fn serve<R: Responder>(
             _ = &mut stop => break,
         };
         let Ok(permit) = permit else { break };
-        let (nats, responder, metrics, name) = (nats.clone(), responder.clone(), metrics.clone(), route.name);
+        let (nats, responder, metrics, name) =
+            (nats.clone(), responder.clone(), metrics.clone(), route.name);
         let deadline = limits.deadline;
         tokio::spawn(async move {
             let _permit = permit;
@@ -208,10 +209,18 @@ pub async fn serve<R: Responder>(
                     if let Some(internal) = &r.internal {
                         tracing::warn!(service = R::SERVICE, route = name, code = r.code.as_str_name(), error = %internal, "request failed");
                     }
-                    (responder.refused(name, r.code, &r.message), r.code.as_str_name())
+                    (
+                        responder.refused(name, r.code, &r.message),
+                        r.code.as_str_name(),
+                    )
                 }
                 Err(_) => {
-                    tracing::warn!(service = R::SERVICE, route = name, deadline_ms = deadline.as_millis() as u64, "request past its deadline");
+                    tracing::warn!(
+                        service = R::SERVICE,
+                        route = name,
+                        deadline_ms = deadline.as_millis() as u64,
+                        "request past its deadline"
+                    );
                     let message = format!(
                         "the {} did not answer within {} ms; the request may or may not have been applied",
                         R::SERVICE,

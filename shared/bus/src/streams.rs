@@ -180,7 +180,11 @@ pub async fn ensure_owned(
                 .info()
                 .await
                 .map_err(|e| BusError::js(format!("stream info {}", names.observations()), e))?;
-            check_partitions(&names.observations(), info.config.description.as_deref(), config.partitions)?;
+            check_partitions(
+                &names.observations(),
+                info.config.description.as_deref(),
+                config.partitions,
+            )?;
         }
     }
     for c in stream_configs_with(&names, &subjects, ObservationLimits::of(config)) {
@@ -195,7 +199,11 @@ pub async fn ensure_owned(
     Ok(())
 }
 
-fn check_partitions(stream: &str, description: Option<&str>, partitions: u32) -> Result<(), BusError> {
+fn check_partitions(
+    stream: &str,
+    description: Option<&str>,
+    partitions: u32,
+) -> Result<(), BusError> {
     match partitions_in(description) {
         Some(p) if p != partitions => Err(BusError::Partitions {
             stream: stream.to_string(),

@@ -251,7 +251,10 @@ mod tests {
             s.parse_obs("t1.fleet.obs.slurm.3.openstack.0.name-gpu01", 16),
             Err(SubjectError::Shape)
         );
-        assert_eq!(s.parse_obs("t1.fleet.obs.slurm.3", 16), Err(SubjectError::Shape));
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.3", 16),
+            Err(SubjectError::Shape)
+        );
         assert_eq!(
             s.parse_obs("t1.fleet.obs.slurm.16.d", 16),
             Err(SubjectError::Partition)

@@ -66,14 +66,15 @@ impl Runtime {
         listen: &str,
         shutdown: Shutdown,
     ) -> anyhow::Result<Runtime> {
-        let nats =
-            fleet_bus::connect_now(&config.nats, &format!("fleet-connector-{name}")).await?;
+        let nats = fleet_bus::connect_now(&config.nats, &format!("fleet-connector-{name}")).await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         // OBSERVATIONS is the hub's: wait for it (or shutdown) and check it
         // was made for this connector's partition count.
         let mut stop = shutdown.clone();
-        if !fleet_bus::check_observations(&js, &config.nats, async move { stop.wait().await }).await? {
+        if !fleet_bus::check_observations(&js, &config.nats, async move { stop.wait().await })
+            .await?
+        {
             anyhow::bail!("shut down while waiting for the OBSERVATIONS stream");
         }
         let metrics = ConnectorMetrics::new();

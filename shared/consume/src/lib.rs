@@ -44,7 +44,6 @@ pub struct StatusConsumer {
     pub fetch_wait: Duration,
 }
 
-
 impl StatusConsumer {
     /// Runs until shutdown. `handle` gets each batch of decoded events; on
     /// `Ok` they are acked, on `Err` they are redelivered after a pause.

@@ -500,7 +500,10 @@ impl Snapshot {
 /// An observation time the hub accepts: not more than the future limit
 /// ahead of its clock, and not before 2000 (a time PostgreSQL cannot store,
 /// or a sender's broken clock, is bad input, refused before any query).
-pub fn check_observed_at(observed_at: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), DomainError> {
+pub fn check_observed_at(
+    observed_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
     if observed_at > now + FUTURE_LIMIT {
         return Err(DomainError::FutureObservation {
             observed_at: observed_at.to_rfc3339(),

@@ -806,7 +806,13 @@ fn connectivity_of_an_earlier_identity_generation_is_refused() {
     assert_eq!(s.record.connectivity, Connectivity::Connected);
     // Not reported (0): as before.
     assert_eq!(
-        s.apply_connectivity_of(3, "gw-1", ConnectivityEvent::Heartbeat, again + Duration::seconds(1), 0),
+        s.apply_connectivity_of(
+            3,
+            "gw-1",
+            ConnectivityEvent::Heartbeat,
+            again + Duration::seconds(1),
+            0
+        ),
         Outcome::Applied
     );
 }

@@ -146,7 +146,8 @@ impl HubClient {
             Ok(Err(e)) => return Err(HubCallError::Transport(e.to_string())),
             Ok(Ok(m)) => m,
         };
-        v1::HubReply::decode(msg.payload.as_ref()).map_err(|e| HubCallError::BadReply(e.to_string()))
+        v1::HubReply::decode(msg.payload.as_ref())
+            .map_err(|e| HubCallError::BadReply(e.to_string()))
     }
 }
 
@@ -157,8 +158,12 @@ mod tests {
     #[test]
     fn errors_say_whether_anything_may_have_been_applied() {
         assert_eq!(HubCallError::NotRunning.code(), ErrorCode::Unavailable);
-        assert!(HubCallError::NotRunning.to_string().contains("nothing was applied"));
-        assert!(HubCallError::Timeout(5000).to_string().contains("may or may not"));
+        assert!(HubCallError::NotRunning
+            .to_string()
+            .contains("nothing was applied"));
+        assert!(HubCallError::Timeout(5000)
+            .to_string()
+            .contains("may or may not"));
         let r = HubCallError::Refused {
             code: ErrorCode::Conflict,
             message: "device changed".into(),

@@ -301,7 +301,11 @@ impl LatchWriter {
     /// row and succeeds.
     pub async fn write(&self, w: &LatchWrite) -> Result<StoredLatch, LatchError> {
         let code = w.latch.failure_code();
-        let hub = fleet_hub_client::HubClient::new(self.nats.clone(), self.subjects.clone(), self.timeout);
+        let hub = fleet_hub_client::HubClient::new(
+            self.nats.clone(),
+            self.subjects.clone(),
+            self.timeout,
+        );
         let command = w.command(&self.actor).command;
         let attempts = self.attempts.max(1);
         let mut last = String::new();
@@ -557,7 +561,9 @@ mod tests {
         };
         let e = verify(&w, &refused).unwrap_err();
         assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
-        assert!(matches!(&e, LatchError::Refused { hub_code, .. } if *hub_code == ErrorCode::NotFound));
+        assert!(
+            matches!(&e, LatchError::Refused { hub_code, .. } if *hub_code == ErrorCode::NotFound)
+        );
         let garbage = v1::HubReply {
             error: None,
             record_json: b"{}".to_vec(),

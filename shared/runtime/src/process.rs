@@ -51,7 +51,9 @@ fn read() -> Option<ProcessStats> {
         .lines()
         .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse().ok()))?;
     let mut s = parse_stat(&stat, boot)?;
-    s.open_fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0);
+    s.open_fds = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as u64)
+        .unwrap_or(0);
     Some(s)
 }
 
@@ -69,9 +71,21 @@ impl Collector for ProcessCollector {
             cpu.metric_type(),
         )?)?;
         for (name, help, value) in [
-            ("process_resident_memory_bytes", "Resident memory size in bytes", s.resident_bytes as i64),
-            ("process_virtual_memory_bytes", "Virtual memory size in bytes", s.virtual_bytes as i64),
-            ("process_open_fds", "Number of open file descriptors", s.open_fds as i64),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                s.resident_bytes as i64,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                s.virtual_bytes as i64,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                s.open_fds as i64,
+            ),
             ("process_threads", "Number of OS threads", s.threads as i64),
         ] {
             let g = ConstGauge::new(value);
@@ -95,9 +109,16 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry::default();
         r.register_collector(Box::new(ProcessCollector));
         let info: Family<Vec<(String, String)>, Gauge> = Family::default();
-        info.get_or_create(&vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())])
-            .set(1);
-        r.register("fleet_build_info", "The fleet build this process runs", info);
+        info.get_or_create(&vec![(
+            "version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        )])
+        .set(1);
+        r.register(
+            "fleet_build_info",
+            "The fleet build this process runs",
+            info,
+        );
         r
     })
 }
@@ -122,7 +143,13 @@ mod tests {
     fn this_process_is_described() {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, registry()).unwrap();
-        for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds", "fleet_build_info{version="] {
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+            "fleet_build_info{version=",
+        ] {
             assert!(out.contains(name), "{name} missing:\n{out}");
         }
     }

@@ -63,7 +63,9 @@ pub fn otlp_setting(get: impl Fn(&str) -> Option<String>) -> Result<Option<Strin
     if get("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
-    let Some(endpoint) = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT")) else {
+    let Some(endpoint) =
+        get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    else {
         return Ok(None);
     };
     let protocol = get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -178,7 +180,10 @@ pub fn inject(span: &tracing::Span, headers: &mut async_nats::HeaderMap) {
 /// when spans are exported; else a span id of its own in the trace of the
 /// message's headers; else a new trace. So a trace id follows a change
 /// across the bus even where nothing exports.
-pub fn downstream_traceparent(span: &tracing::Span, headers: Option<&async_nats::HeaderMap>) -> String {
+pub fn downstream_traceparent(
+    span: &tracing::Span,
+    headers: Option<&async_nats::HeaderMap>,
+) -> String {
     use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
     use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
     if let Some(tp) = traceparent_of(span) {
@@ -193,13 +198,18 @@ pub fn downstream_traceparent(span: &tracing::Span, headers: Option<&async_nats:
         Some(sc) => (sc.trace_id(), sc.trace_flags()),
         None => (ids.new_trace_id(), TraceFlags::SAMPLED),
     };
-    let sc = SpanContext::new(trace_id, ids.new_span_id(), flags, false, TraceState::default());
+    let sc = SpanContext::new(
+        trace_id,
+        ids.new_span_id(),
+        flags,
+        false,
+        TraceState::default(),
+    );
     let cx = opentelemetry::Context::new().with_remote_span_context(sc);
     let mut carrier: HashMap<String, String> = HashMap::new();
     TraceContextPropagator::new().inject_context(&cx, &mut carrier);
     carrier.remove("traceparent").unwrap_or_default()
 }
-
 
 /// The `traceparent` of `span` when spans are exported; `None` otherwise.
 pub fn traceparent_of(span: &tracing::Span) -> Option<String> {
@@ -220,22 +230,41 @@ mod tests {
     #[test]
     fn the_standard_otel_variables_decide_the_export() {
         let with = |pairs: &[(&str, &str)]| {
-            let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let m: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             otlp_setting(move |k| m.get(k).cloned())
         };
         assert_eq!(with(&[]), Ok(None));
-        assert_eq!(with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]), Ok(Some("http://c:4318".into())));
         assert_eq!(
-            with(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/v1/traces")]),
+            with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]),
+            Ok(Some("http://c:4318".into()))
+        );
+        assert_eq!(
+            with(&[(
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://c:4318/v1/traces"
+            )]),
             Ok(Some("http://c:4318/v1/traces".into()))
         );
         assert_eq!(
-            with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_SDK_DISABLED", "true")]),
+            with(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                ("OTEL_SDK_DISABLED", "true")
+            ]),
             Ok(None)
         );
-        assert!(with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).is_err());
+        assert!(with(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        ])
+        .is_err());
         assert_eq!(
-            with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]),
+            with(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+            ]),
             Ok(Some("http://c:4318".into()))
         );
     }
@@ -243,7 +272,10 @@ mod tests {
     #[test]
     fn a_downstream_traceparent_stays_in_the_publishers_trace() {
         let mut h = async_nats::HeaderMap::new();
-        h.insert("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        h.insert(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        );
         let tp = downstream_traceparent(&tracing::Span::none(), Some(&h));
         let parts: Vec<&str> = tp.split('-').collect();
         assert_eq!(parts[1], "4bf92f3577b34da6a3ce929d0e0e4736");
@@ -252,10 +284,18 @@ mod tests {
         // No parent: a trace of its own.
         let root = downstream_traceparent(&tracing::Span::none(), None);
         assert_eq!(root.split('-').count(), 4);
-        assert_ne!(root.split('-').nth(1), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        assert_ne!(
+            root.split('-').nth(1),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
         // A malformed header is no parent.
         let mut bad = async_nats::HeaderMap::new();
         bad.insert("traceparent", "garbage");
-        assert_eq!(downstream_traceparent(&tracing::Span::none(), Some(&bad)).split('-').count(), 4);
+        assert_eq!(
+            downstream_traceparent(&tracing::Span::none(), Some(&bad))
+                .split('-')
+                .count(),
+            4
+        );
     }
 }

@@ -21,7 +21,9 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
-    #[error("database {database} does not exist at {url}: create and migrate it with `fleet migrate`")]
+    #[error(
+        "database {database} does not exist at {url}: create and migrate it with `fleet migrate`"
+    )]
     NoDatabase { database: String, url: String },
     #[error(
         "database schema is at migration {current}, this build needs {needed}: run `fleet migrate`"

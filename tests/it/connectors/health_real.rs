@@ -14,7 +14,8 @@ use super::fake::*;
 use crate::hub_e2e::start_hub;
 use crate::support::*;
 
-const START: &str = "bash tests/peers/prometheus.sh start (from the repository root; tests/run does it)";
+const START: &str =
+    "bash tests/peers/prometheus.sh start (from the repository root; tests/run does it)";
 
 fn prometheus_url() -> String {
     std::env::var("PROMETHEUS_URL").unwrap_or_else(|_| "http://127.0.0.1:9090".into())

@@ -32,11 +32,13 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     let t = token(&env, fleet_api::Scope::ALL).await;
     // No hub runs in this test: the device row is set up directly.
     let id = "dev_edge01".to_string();
-    sqlx::query("INSERT INTO devices (id, name, site_id, role) VALUES ($1, 'gpu-e-01', 's1', 'host')")
-        .bind(&id)
-        .execute(&env.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO devices (id, name, site_id, role) VALUES ($1, 'gpu-e-01', 's1', 'host')",
+    )
+    .bind(&id)
+    .execute(&env.pool)
+    .await
+    .unwrap();
 
     // Random methods from an unauthenticated client: one `other` label.
     for i in 0..40 {
@@ -51,13 +53,21 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
         .filter_map(|r| r.split('"').next())
         .collect();
     assert!(
-        methods.iter().all(|m| ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"].contains(m)),
+        methods.iter().all(|m| [
+            "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"
+        ]
+        .contains(m)),
         "{methods:?}"
     );
     assert!(methods.contains("other"), "{methods:?}");
     // The standard process metrics and the build, on every service's
     // /metrics (the runtime's ops router).
-    for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "fleet_build_info{version="] {
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "fleet_build_info{version=",
+    ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 
@@ -76,7 +86,12 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     )
     .await;
     assert_eq!(r.status, 503, "{}", r.body);
-    assert!(r.body.contains("no hub is running; the command was not sent"), "{}", r.body);
+    assert!(
+        r.body
+            .contains("no hub is running; the command was not sent"),
+        "{}",
+        r.body
+    );
 
     // PostgreSQL away: /readyz answers 503 within the ready timeout.
     env.database_reachable(false).await;

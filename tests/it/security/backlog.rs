@@ -15,9 +15,18 @@ async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
 
     let mut s = env.js.get_stream(env.streams.observations()).await.unwrap();
     let info = s.info().await.unwrap();
-    assert!(info.config.max_age.as_secs() > 0, "OBSERVATIONS keeps messages forever");
-    assert!(info.config.max_bytes > 0, "OBSERVATIONS may grow without bound");
-    assert_eq!(info.config.discard, async_nats::jetstream::stream::DiscardPolicy::New);
+    assert!(
+        info.config.max_age.as_secs() > 0,
+        "OBSERVATIONS keeps messages forever"
+    );
+    assert!(
+        info.config.max_bytes > 0,
+        "OBSERVATIONS may grow without bound"
+    );
+    assert_eq!(
+        info.config.discard,
+        async_nats::jetstream::stream::DiscardPolicy::New
+    );
     assert_eq!(
         fleet_bus::streams::partitions_in(info.config.description.as_deref()),
         Some(env.config.nats.partitions)
@@ -33,7 +42,10 @@ async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
         .err()
         .expect("a connector with another nats.partitions starts");
     assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
-    let e = fleet_hub::Hub::connect(other).await.err().expect("a hub with another P starts");
+    let e = fleet_hub::Hub::connect(other)
+        .await
+        .err()
+        .expect("a hub with another P starts");
     assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
 
     // A message on a partition no hub consumes is counted, not lost in silence.

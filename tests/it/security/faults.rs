@@ -52,7 +52,8 @@ async fn a_database_outage_loses_no_transition() {
         ]
     };
     for i in 0..devices {
-        env.publish_snapshot(&plan(&format!("gpu-o-{i:02}"))[0]).await;
+        env.publish_snapshot(&plan(&format!("gpu-o-{i:02}"))[0])
+            .await;
     }
     for id in &ids {
         eventually("quarantine before the outage", || async {
@@ -64,30 +65,35 @@ async fn a_database_outage_loses_no_transition() {
     env.database_reachable(false).await;
     for k in 1..3 {
         for i in 0..devices {
-            env.publish_snapshot(&plan(&format!("gpu-o-{i:02}"))[k]).await;
+            env.publish_snapshot(&plan(&format!("gpu-o-{i:02}"))[k])
+                .await;
         }
     }
     // Batches fail for a while.
     tokio::time::sleep(Duration::from_secs(4)).await;
     env.database_reachable(true).await;
 
-    let pool = fleet_store::connect(&env.config.database.url, 2).await.unwrap();
+    let pool = fleet_store::connect(&env.config.database.url, 2)
+        .await
+        .unwrap();
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (i, id) in ids.iter().enumerate() {
         let name = format!("gpu-o-{i:02}");
         want.insert(id.clone(), in_order_history(id, &name, &plan(&name)));
     }
     let final_status = want.values().next().unwrap().last().unwrap().clone();
-    eventually("every device at its final status once PostgreSQL is back", || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM devices WHERE operational_status = $1",
-        )
-        .bind(&final_status)
-        .fetch_one(&pool)
-        .await
-        .ok()?;
-        (n == devices as i64).then_some(())
-    })
+    eventually(
+        "every device at its final status once PostgreSQL is back",
+        || async {
+            let n: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = $1")
+                    .bind(&final_status)
+                    .fetch_one(&pool)
+                    .await
+                    .ok()?;
+            (n == devices as i64).then_some(())
+        },
+    )
     .await;
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT device_id, value FROM device_lifecycle_events WHERE kind = 'operational' ORDER BY id",

@@ -12,9 +12,23 @@ use crate::hub_e2e::start_hub;
 use crate::support::*;
 
 const HUB_VERBS: &[&str] = &[
-    "create_device", "create_devices", "cordon", "uncordon", "drain", "taint", "triage",
-    "provision", "adopt", "revoke_identity", "delete_device", "write_condition",
-    "enrollment_proof", "impairment_hold", "join", "set_maintenance", "apply_snapshot",
+    "create_device",
+    "create_devices",
+    "cordon",
+    "uncordon",
+    "drain",
+    "taint",
+    "triage",
+    "provision",
+    "adopt",
+    "revoke_identity",
+    "delete_device",
+    "write_condition",
+    "enrollment_proof",
+    "impairment_hold",
+    "join",
+    "set_maintenance",
+    "apply_snapshot",
     "no_such_verb",
 ];
 
@@ -22,31 +36,58 @@ const HUB_VERBS: &[&str] = &[
 type Decoder = fn(&[u8]) -> Option<Option<String>>;
 
 fn hub(b: &[u8]) -> Option<Option<String>> {
-    v1::HubReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::HubReply::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn placer(b: &[u8]) -> Option<Option<String>> {
-    v1::PlacerReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::PlacerReply::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn radar(b: &[u8]) -> Option<Option<String>> {
-    v1::RadarReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::RadarReply::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn join(b: &[u8]) -> Option<Option<String>> {
-    v1::JoinReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::JoinReply::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn opened(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionOpened::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::SessionOpened::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn ack(b: &[u8]) -> Option<Option<String>> {
-    v1::HeartbeatAck::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::HeartbeatAck::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn closed(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionClosed::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::SessionClosed::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn relay(b: &[u8]) -> Option<Option<String>> {
-    v1::RelayReply::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::RelayReply::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 fn ended(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionsEnded::decode(b).ok().map(|r| r.error.map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string()))
+    v1::SessionsEnded::decode(b).ok().map(|r| {
+        r.error
+            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +128,11 @@ async fn every_responder_answers_garbage_with_a_typed_error_and_keeps_serving() 
         vec![0x0a, 0x05, b'a', 0x00],
     ];
     let random: Vec<Vec<u8>> = (0..6)
-        .map(|i| (0..[1, 16, 64, 512, 4096, 200_000][i]).map(|_| rng.gen()).collect())
+        .map(|i| {
+            (0..[1, 16, 64, 512, 4096, 200_000][i])
+                .map(|_| rng.gen())
+                .collect()
+        })
         .collect();
     let mut wrong = vec![];
     for (subject, decode) in &targets {
@@ -95,18 +140,21 @@ async fn every_responder_answers_garbage_with_a_typed_error_and_keeps_serving() 
             let reply = eventually("an answer", || {
                 let (nats, subject, payload) = (env.nats.clone(), subject.clone(), payload.clone());
                 async move {
-                    tokio::time::timeout(Duration::from_secs(5), nats.request(subject, payload.into()))
-                        .await
-                        .ok()?
-                        .ok()
+                    tokio::time::timeout(
+                        Duration::from_secs(5),
+                        nats.request(subject, payload.into()),
+                    )
+                    .await
+                    .ok()?
+                    .ok()
                 }
             })
             .await;
             match decode(&reply.payload) {
                 None => wrong.push(format!("{subject}: an untyped reply")),
-                Some(None) if i < malformed.len() => {
-                    wrong.push(format!("{subject}: malformed input {i} answered without an error"))
-                }
+                Some(None) if i < malformed.len() => wrong.push(format!(
+                    "{subject}: malformed input {i} answered without an error"
+                )),
                 Some(_) => {}
             }
         }

@@ -38,9 +38,12 @@ async fn dead_letters(env: &TestEnv) -> Vec<(String, String, usize, Option<Strin
             let h = m.headers.clone().unwrap_or_default();
             (
                 m.subject.as_str().rsplit('.').next().unwrap().to_string(),
-                h.get(fleet_bus::HEADER_DLQ_ERROR).map(|v| v.to_string()).unwrap_or_default(),
+                h.get(fleet_bus::HEADER_DLQ_ERROR)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
                 m.payload.len(),
-                h.get(fleet_bus::dlq::HEADER_DLQ_TRUNCATED).map(|v| v.to_string()),
+                h.get(fleet_bus::dlq::HEADER_DLQ_TRUNCATED)
+                    .map(|v| v.to_string()),
             )
         })
         .collect()
@@ -59,7 +62,9 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
     let long_key = snapshot("openstack", "s1", "name", &"k".repeat(3000), now, vec![]);
     env.publish_snapshot(&long_key).await;
     // A year -93000 timestamp.
-    let mut ancient = openstack("s1", "gpu-h-01", now, true, true, false, false, false, false);
+    let mut ancient = openstack(
+        "s1", "gpu-h-01", now, true, true, false, false, false, false,
+    );
     ancient.observed_at = Some(fleet_proto::timestamp(
         Utc.with_ymd_and_hms(1969, 1, 1, 0, 0, 0).unwrap(),
     ));
@@ -69,14 +74,18 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
     // A message near the 1 MiB max payload: undecodable filler.
     publish_raw(&env, &key, vec![0xff; 1_048_300]).await;
     // A reason far too long.
-    let mut long_reason = openstack("s1", "gpu-h-01", now, true, true, false, false, false, false);
+    let mut long_reason = openstack(
+        "s1", "gpu-h-01", now, true, true, false, false, false, false,
+    );
     long_reason.conditions[0].reason = "r".repeat(10_000);
     env.publish_snapshot(&long_reason).await;
     // And a good snapshot of the same device behind them all (a later
     // time: the same one would be a duplicate message id).
     let later = now + chrono::Duration::seconds(1);
-    env.publish_snapshot(&openstack("s1", "gpu-h-01", later, true, true, false, false, false, false))
-        .await;
+    env.publish_snapshot(&openstack(
+        "s1", "gpu-h-01", later, true, true, false, false, false, false,
+    ))
+    .await;
     eventually("the good snapshot applied", || async {
         (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
     })
@@ -89,11 +98,30 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
     let mut d = dead_letters(&env).await;
     d.sort();
     let reasons: Vec<&str> = d.iter().map(|x| x.0.as_str()).collect();
-    assert_eq!(reasons, vec!["invalid", "invalid", "invalid", "invalid"], "{d:?}");
+    assert_eq!(
+        reasons,
+        vec!["invalid", "invalid", "invalid", "invalid"],
+        "{d:?}"
+    );
     let errors: Vec<&str> = d.iter().map(|x| x.1.as_str()).collect();
-    assert!(errors.iter().any(|e| e.contains("device.key is longer than 512")), "{errors:?}");
-    assert!(errors.iter().any(|e| e.contains("before 2000-01-01") || e.contains("observed_at")), "{errors:?}");
-    assert!(errors.iter().any(|e| e.contains("condition.reason is longer than 512")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("device.key is longer than 512")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("before 2000-01-01") || e.contains("observed_at")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("condition.reason is longer than 512")),
+        "{errors:?}"
+    );
     // The near-1 MiB one: a cut copy, saying how big the original was.
     let big = d.iter().find(|x| x.3.is_some()).expect("a truncated copy");
     assert_eq!(big.3.as_deref(), Some("1048300"));
@@ -117,14 +145,34 @@ async fn unresolved_observations_are_cut_and_expire() {
     let (hub, trigger, task) = start_hub(&env).await;
     let now = micros(Utc::now());
     // A large observation for a key no device has: kept cut to 16 KiB.
-    let mut big = openstack("s1", "nobody-00", now, true, true, false, false, false, false);
+    let mut big = openstack(
+        "s1",
+        "nobody-00",
+        now,
+        true,
+        true,
+        false,
+        false,
+        false,
+        false,
+    );
     for c in big.conditions.iter_mut().take(4) {
         c.message = "m".repeat(8000);
     }
     env.publish_snapshot(&big).await;
     for i in 1..4 {
-        env.publish_snapshot(&openstack("s1", &format!("nobody-{i:02}"), now, true, true, false, false, false, false))
-            .await;
+        env.publish_snapshot(&openstack(
+            "s1",
+            &format!("nobody-{i:02}"),
+            now,
+            true,
+            true,
+            false,
+            false,
+            false,
+            false,
+        ))
+        .await;
     }
     eventually("four unresolved keys", || async {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM unresolved_observations")
@@ -140,7 +188,10 @@ async fn unresolved_observations_are_cut_and_expire() {
     .fetch_one(&env.pool)
     .await
     .unwrap();
-    assert_eq!(kept as usize, fleet_hub::store::devices::MAX_UNRESOLVED_PAYLOAD);
+    assert_eq!(
+        kept as usize,
+        fleet_hub::store::devices::MAX_UNRESOLVED_PAYLOAD
+    );
     assert!(original > 32_000, "{original}");
     // An old key expires; past the cap the oldest go.
     sqlx::query("UPDATE unresolved_observations SET received_at = now() - interval '30 days' WHERE key = 'nobody-01'")
@@ -149,10 +200,11 @@ async fn unresolved_observations_are_cut_and_expire() {
         .unwrap();
     let gone = hub.expire_unresolved().await.unwrap();
     assert_eq!(gone, 2, "one expired, one past the cap of 2");
-    let left: Vec<String> = sqlx::query_scalar("SELECT key FROM unresolved_observations ORDER BY key")
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
+    let left: Vec<String> =
+        sqlx::query_scalar("SELECT key FROM unresolved_observations ORDER BY key")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(left.len(), 2);
     assert!(!left.contains(&"nobody-01".to_string()));
     trigger.trigger();

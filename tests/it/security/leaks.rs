@@ -31,8 +31,14 @@ fn fleet_config_prints_no_credential() {
             ("FLEET__NATS__USER", "hub".into()),
             ("FLEET__NATS__PASSWORD", "s3cret-nats".into()),
             ("FLEET__NATS__TOKEN", String::new()),
-            ("FLEET__DATABASE__URL", "postgres://fleet:s3cret-db@127.0.0.1:5432/fleet".into()),
-            ("FLEET__CONNECTORS__SLURM__SITES__S1__TOKEN__VALUE", "s3cret-jwt".into()),
+            (
+                "FLEET__DATABASE__URL",
+                "postgres://fleet:s3cret-db@127.0.0.1:5432/fleet".into(),
+            ),
+            (
+                "FLEET__CONNECTORS__SLURM__SITES__S1__TOKEN__VALUE",
+                "s3cret-jwt".into(),
+            ),
         ],
     );
     assert!(ok, "{out}");
@@ -58,7 +64,9 @@ async fn connect_errors_name_the_user_and_never_the_password() {
     let mut vars = base(nats.url());
     vars.push(("FLEET__NATS__USER", "hub".into()));
     vars.push(("FLEET__NATS__PASSWORD", "s3cret-wrong".into()));
-    let (ok, out) = tokio::task::spawn_blocking(move || fleet(&["hub"], &vars)).await.unwrap();
+    let (ok, out) = tokio::task::spawn_blocking(move || fleet(&["hub"], &vars))
+        .await
+        .unwrap();
     assert!(!ok, "the hub started with a wrong password:\n{out}");
     assert!(!out.contains("s3cret-wrong"), "{out}");
     assert!(out.contains("as user hub"), "{out}");
@@ -67,7 +75,9 @@ async fn connect_errors_name_the_user_and_never_the_password() {
     // Credentials in the URL (ignored by NATS clients): refused at start
     // with the key's name, the password not echoed.
     let vars = base(format!("nats://hub:s3cret-url@127.0.0.1:{}", nats.port));
-    let (ok, out) = tokio::task::spawn_blocking(move || fleet(&["hub"], &vars)).await.unwrap();
+    let (ok, out) = tokio::task::spawn_blocking(move || fleet(&["hub"], &vars))
+        .await
+        .unwrap();
     assert!(!ok, "{out}");
     assert!(!out.contains("s3cret-url"), "{out}");
     assert!(out.contains("nats.url"), "{out}");

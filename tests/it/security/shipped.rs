@@ -177,7 +177,12 @@ impl ShippedNats {
 
     /// A configuration from a deployment's environment, with the NATS host
     /// made this server and the database the test's.
-    pub fn config_from(&self, what: &str, vars: &BTreeMap<String, String>, env: &TestEnv) -> FleetConfig {
+    pub fn config_from(
+        &self,
+        what: &str,
+        vars: &BTreeMap<String, String>,
+        env: &TestEnv,
+    ) -> FleetConfig {
         let mut map: HashMap<String, String> = HashMap::new();
         for (k, v) in vars {
             let v = v
@@ -203,7 +208,10 @@ impl ShippedNats {
         &self,
         user: &str,
         password: &str,
-    ) -> (async_nats::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    ) -> (
+        async_nats::Client,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut n = fleet_bus::NatsConfig {
             url: self.url(),

@@ -27,7 +27,11 @@ fn openstack_quarantine(device: &v1::DeviceKey) -> v1::ConditionSnapshot {
     }
 }
 
-async fn raw_publish(js: &async_nats::jetstream::Context, subject: String, payload: Vec<u8>) -> Result<(), String> {
+async fn raw_publish(
+    js: &async_nats::jetstream::Context,
+    subject: String,
+    payload: Vec<u8>,
+) -> Result<(), String> {
     let ack = fleet_bus::publish(
         js,
         subject,
@@ -66,20 +70,28 @@ async fn a_connector_cannot_pose_as_another_source() {
 
     // connector-slurm, as compose configures it.
     let slurm = nats.service_config("connector-slurm", &env);
-    let slurm = fleet_bus::connect_now(&slurm.nats, "fleet-connector-slurm").await.unwrap();
+    let slurm = fleet_bus::connect_now(&slurm.nats, "fleet-connector-slurm")
+        .await
+        .unwrap();
     let slurm_js = async_nats::jetstream::new(slurm);
     // 1. The shipped permissions refuse the longer subject outright.
     assert!(
-        raw_publish(&slurm_js, attack.clone(), posing.clone()).await.is_err(),
+        raw_publish(&slurm_js, attack.clone(), posing.clone())
+            .await
+            .is_err(),
         "the server stored {attack} from connector-slurm"
     );
     // 2. Its own subject with another source in the message: the hub
     //    dead-letters it as forbidden_source.
     let own = format!("fleet.obs.slurm.{p}.{device}");
-    raw_publish(&slurm_js, own.clone(), posing.clone()).await.expect("its own subject is allowed");
+    raw_publish(&slurm_js, own.clone(), posing.clone())
+        .await
+        .expect("its own subject is allowed");
     // 3. A publisher with wider rights than a connector has (an older
     //    nats.conf, a misconfigured user): the hub itself refuses the shape.
-    raw_publish(&env.js, attack.clone(), posing.clone()).await.expect("test-admin may publish");
+    raw_publish(&env.js, attack.clone(), posing.clone())
+        .await
+        .expect("test-admin may publish");
     // 4. A proper slurm snapshot behind them is applied.
     let mut snap = openstack_quarantine(&key);
     snap.source = "slurm".into();
@@ -89,18 +101,21 @@ async fn a_connector_cannot_pose_as_another_source() {
         reason: "Registered".into(),
         message: String::new(),
     }];
-    raw_publish(&slurm_js, own.clone(), snap.encode_to_vec()).await.unwrap();
+    raw_publish(&slurm_js, own.clone(), snap.encode_to_vec())
+        .await
+        .unwrap();
 
     let env_ref = &env;
     let sources: Vec<String> = eventually("the slurm snapshot applied", || {
         let id = id.clone();
         async move {
-            let rows: Vec<String> =
-                sqlx::query_scalar("SELECT source FROM device_source_freshness WHERE device_id = $1")
-                    .bind(&id)
-                    .fetch_all(&env_ref.pool)
-                    .await
-                    .unwrap();
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT source FROM device_source_freshness WHERE device_id = $1",
+            )
+            .bind(&id)
+            .fetch_all(&env_ref.pool)
+            .await
+            .unwrap();
             rows.contains(&"slurm".to_string()).then_some(rows)
         }
     })
@@ -114,15 +129,23 @@ async fn a_connector_cannot_pose_as_another_source() {
         let h = m.headers.clone().unwrap_or_default();
         seen.push((
             m.subject.to_string(),
-            h.get(fleet_bus::HEADER_DLQ_SUBJECT).map(|v| v.to_string()).unwrap_or_default(),
+            h.get(fleet_bus::HEADER_DLQ_SUBJECT)
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
         ));
     }
     seen.sort();
     assert_eq!(
         seen,
         vec![
-            ("fleet.dlq.observations.forbidden_source".to_string(), own.clone()),
-            ("fleet.dlq.observations.invalid_subject".to_string(), attack.clone()),
+            (
+                "fleet.dlq.observations.forbidden_source".to_string(),
+                own.clone()
+            ),
+            (
+                "fleet.dlq.observations.invalid_subject".to_string(),
+                attack.clone()
+            ),
         ]
     );
     // And counted.

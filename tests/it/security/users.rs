@@ -19,162 +19,204 @@ use Check::*;
 
 fn matrix() -> Vec<(&'static str, Vec<Check>)> {
     vec![
-        ("hub", vec![
-            Pub("fleet.status.operational.s1.d1", true),
-            Pub("fleet.dlq.observations.invalid_subject", true),
-            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", true),
-            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", true),
-            Pub("$JS.ACK.OBSERVATIONS.hub-p0.1.2.3.4.5", true),
-            Pub("fleet.obs.slurm.0.d1", false),
-            Pub("$JS.API.STREAM.DELETE.OBSERVATIONS", false),
-            Pub("$JS.API.STREAM.UPDATE.RADAR", false),
-            Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
-            Pub("_INBOX.api.abc", false),
-            Pub("fleet.placer.cmd.allocate", false),
-            Sub("fleet.hub.cmd.create_device", true),
-            Sub("_INBOX.hub.abc", true),
-            Sub("_INBOX.>", false),
-            Sub("_INBOX.api.>", false),
-            Sub("fleet.obs.>", false),
-        ]),
-        ("connector-slurm", vec![
-            Pub("fleet.obs.slurm.3.name-gpu01", true),
-            Pub("$JS.API.STREAM.INFO.OBSERVATIONS", true),
-            Pub("fleet.obs.slurm.3.openstack.0.name-gpu01", false),
-            Pub("fleet.obs.openstack.3.name-gpu01", false),
-            Pub("fleet.status.operational.s1.d1", false),
-            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-            Pub("$JS.API.STREAM.CREATE.OBSERVATIONS", false),
-            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
-            Pub("fleet.hub.cmd.create_device", false),
-            Pub("_INBOX.api.abc", false),
-            Sub("_INBOX.connector-slurm.abc", true),
-            Sub("_INBOX.>", false),
-            Sub("_INBOX.hub.>", false),
-            Sub("fleet.obs.>", false),
-            Sub("fleet.agent.join", false),
-        ]),
-        ("connector-netbox", vec![
-            Pub("fleet.obs.netbox.0.name-a", true),
-            Pub("fleet.hub.cmd.create_devices", true),
-            Pub("fleet.hub.cmd.create_device", true),
-            Pub("fleet.hub.cmd.cordon", false),
-            Pub("fleet.obs.slurm.0.name-a", false),
-            Sub("_INBOX.connector-netbox.x", true),
-            Sub("_INBOX.>", false),
-        ]),
-        ("connector-openstack", vec![
-            Pub("fleet.obs.openstack.1.name-a", true),
-            Pub("fleet.obs.netbox.1.name-a", false),
-            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-        ]),
-        ("connector-health", vec![
-            Pub("fleet.obs.health-status.1.name-a", true),
-            Pub("fleet.obs.borneo.1.name-a", false),
-        ]),
-        ("connector-borneo", vec![
-            Pub("fleet.obs.borneo.1.serial-a", true),
-            Pub("fleet.obs.netbox.1.serial-a", false),
-            Pub("fleet.hub.cmd.write_condition", false),
-        ]),
-        ("connector-fabric", vec![
-            Pub("fleet.obs.frontend-fabric.1.name-a", true),
-            Pub("fleet.obs.backend-fabric.1.name-a", true),
-            Pub("fleet.obs.nvlink-fabric.1.name-a", true),
-            Pub("fleet.obs.netbox.1.name-a", false),
-        ]),
-        ("gateway", vec![
-            Pub("fleet.obs.gateway.0.device_id-d1", true),
-            Pub("fleet.hub.cmd.join", true),
-            Pub("fleet.hub.cmd.adopt", true),
-            Pub("fleet.agent.d1.cmd", true),
-            Pub("fleet.hub.cmd.cordon", false),
-            Pub("fleet.obs.slurm.0.name-a", false),
-            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-            Sub("fleet.agent.join", true),
-            Sub("fleet.agent.*.heartbeat", true),
-            Sub("fleet.gateway.cmd.relay", true),
-            Sub("_INBOX.gateway.x", true),
-            Sub("_INBOX.>", false),
-            Sub("fleet.agent.>", false),
-        ]),
-        ("agent", vec![
-            Pub("fleet.agent.join", true),
-            Pub("fleet.agent.d1.open", true),
-            Pub("fleet.agent.d1.heartbeat", true),
-            Pub("fleet.agent.d1.close", true),
-            Pub("fleet.agent.d1.cmd", false),
-            Pub("fleet.obs.gateway.0.device_id-d1", false),
-            Pub("fleet.hub.cmd.join", false),
-            Sub("fleet.agent.d1.cmd", true),
-            Sub("_INBOX.agent.x", true),
-            Sub("fleet.agent.join", false),
-            Sub("_INBOX.>", false),
-            Sub("_INBOX.gateway.>", false),
-        ]),
-        ("placer", vec![
-            Pub("fleet.placer.event.allocated.p1.a1", true),
-            Pub("fleet.dlq.status.undecodable", true),
-            Pub("$JS.API.STREAM.UPDATE.PLACER", true),
-            Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", true),
-            Pub("$JS.ACK.STATUS.placer-operational.1.2.3.4.5", true),
-            Pub("$JS.API.STREAM.UPDATE.STATUS", false),
-            Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
-            Pub("$JS.API.CONSUMER.DURABLE.CREATE.STATUS.radar-health", false),
-            Pub("fleet.status.operational.s1.d1", false),
-            Pub("fleet.dlq.observations.x", false),
-            Sub("fleet.placer.cmd.allocate", true),
-            Sub("_INBOX.>", false),
-        ]),
-        ("radar", vec![
-            Pub("radar.projection.v1.s1.d1", true),
-            Pub("fleet.dlq.status.undecodable", true),
-            Pub("$JS.API.STREAM.UPDATE.RADAR", true),
-            Pub("$JS.API.CONSUMER.INFO.STATUS.radar-health", true),
-            Pub("$JS.API.STREAM.UPDATE.STATUS", false),
-            Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
-            Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", false),
-            Pub("fleet.placer.event.allocated.p1.a1", false),
-            Sub("fleet.radar.cmd.resync", true),
-            Sub("_INBOX.>", false),
-        ]),
-        ("reader", vec![
-            Sub("fleet.status.>", true),
-            Sub("radar.projection.v1.>", true),
-            Sub("_INBOX.reader.x", true),
-            Pub("$JS.API.CONSUMER.CREATE.STATUS", true),
-            Pub("fleet.status.operational.s1.d1", false),
-            Pub("fleet.hub.cmd.cordon", false),
-            Pub("$JS.API.STREAM.UPDATE.STATUS", false),
-            Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
-            Sub("fleet.hub.cmd.>", false),
-            Sub("fleet.obs.>", false),
-            Sub("_INBOX.>", false),
-        ]),
-        ("workflow", vec![
-            Pub("fleet.hub.cmd.write_condition", true),
-            Pub("fleet.job.image.j1", true),
-            Pub("$JS.API.CONSUMER.INFO.JOBS.workflow", true),
-            Pub("fleet.status.operational.s1.d1", false),
-            Pub("fleet.obs.slurm.0.name-a", false),
-            Pub("$JS.API.STREAM.UPDATE.JOBS", false),
-            Sub("fleet.workflow.cmd.create", true),
-            Sub("_INBOX.workflow.x", true),
-            Sub("_INBOX.>", false),
-        ]),
-        ("api", vec![
-            Pub("fleet.hub.cmd.cordon", true),
-            Pub("fleet.placer.cmd.allocate", true),
-            Pub("fleet.gateway.cmd.relay", true),
-            Pub("fleet.radar.cmd.resync", true),
-            Pub("fleet.obs.slurm.0.name-a", false),
-            Pub("fleet.status.operational.s1.d1", false),
-            Pub("$JS.API.STREAM.INFO.OBSERVATIONS", false),
-            Sub("_INBOX.api.x", true),
-            Sub("_INBOX.>", false),
-            Sub("fleet.hub.cmd.>", false),
-        ]),
+        (
+            "hub",
+            vec![
+                Pub("fleet.status.operational.s1.d1", true),
+                Pub("fleet.dlq.observations.invalid_subject", true),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", true),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", true),
+                Pub("$JS.ACK.OBSERVATIONS.hub-p0.1.2.3.4.5", true),
+                Pub("fleet.obs.slurm.0.d1", false),
+                Pub("$JS.API.STREAM.DELETE.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.UPDATE.RADAR", false),
+                Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
+                Pub("_INBOX.api.abc", false),
+                Pub("fleet.placer.cmd.allocate", false),
+                Sub("fleet.hub.cmd.create_device", true),
+                Sub("_INBOX.hub.abc", true),
+                Sub("_INBOX.>", false),
+                Sub("_INBOX.api.>", false),
+                Sub("fleet.obs.>", false),
+            ],
+        ),
+        (
+            "connector-slurm",
+            vec![
+                Pub("fleet.obs.slurm.3.name-gpu01", true),
+                Pub("$JS.API.STREAM.INFO.OBSERVATIONS", true),
+                Pub("fleet.obs.slurm.3.openstack.0.name-gpu01", false),
+                Pub("fleet.obs.openstack.3.name-gpu01", false),
+                Pub("fleet.status.operational.s1.d1", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.CREATE.OBSERVATIONS", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("fleet.hub.cmd.create_device", false),
+                Pub("_INBOX.api.abc", false),
+                Sub("_INBOX.connector-slurm.abc", true),
+                Sub("_INBOX.>", false),
+                Sub("_INBOX.hub.>", false),
+                Sub("fleet.obs.>", false),
+                Sub("fleet.agent.join", false),
+            ],
+        ),
+        (
+            "connector-netbox",
+            vec![
+                Pub("fleet.obs.netbox.0.name-a", true),
+                Pub("fleet.hub.cmd.create_devices", true),
+                Pub("fleet.hub.cmd.create_device", true),
+                Pub("fleet.hub.cmd.cordon", false),
+                Pub("fleet.obs.slurm.0.name-a", false),
+                Sub("_INBOX.connector-netbox.x", true),
+                Sub("_INBOX.>", false),
+            ],
+        ),
+        (
+            "connector-openstack",
+            vec![
+                Pub("fleet.obs.openstack.1.name-a", true),
+                Pub("fleet.obs.netbox.1.name-a", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+            ],
+        ),
+        (
+            "connector-health",
+            vec![
+                Pub("fleet.obs.health-status.1.name-a", true),
+                Pub("fleet.obs.borneo.1.name-a", false),
+            ],
+        ),
+        (
+            "connector-borneo",
+            vec![
+                Pub("fleet.obs.borneo.1.serial-a", true),
+                Pub("fleet.obs.netbox.1.serial-a", false),
+                Pub("fleet.hub.cmd.write_condition", false),
+            ],
+        ),
+        (
+            "connector-fabric",
+            vec![
+                Pub("fleet.obs.frontend-fabric.1.name-a", true),
+                Pub("fleet.obs.backend-fabric.1.name-a", true),
+                Pub("fleet.obs.nvlink-fabric.1.name-a", true),
+                Pub("fleet.obs.netbox.1.name-a", false),
+            ],
+        ),
+        (
+            "gateway",
+            vec![
+                Pub("fleet.obs.gateway.0.device_id-d1", true),
+                Pub("fleet.hub.cmd.join", true),
+                Pub("fleet.hub.cmd.adopt", true),
+                Pub("fleet.agent.d1.cmd", true),
+                Pub("fleet.hub.cmd.cordon", false),
+                Pub("fleet.obs.slurm.0.name-a", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+                Sub("fleet.agent.join", true),
+                Sub("fleet.agent.*.heartbeat", true),
+                Sub("fleet.gateway.cmd.relay", true),
+                Sub("_INBOX.gateway.x", true),
+                Sub("_INBOX.>", false),
+                Sub("fleet.agent.>", false),
+            ],
+        ),
+        (
+            "agent",
+            vec![
+                Pub("fleet.agent.join", true),
+                Pub("fleet.agent.d1.open", true),
+                Pub("fleet.agent.d1.heartbeat", true),
+                Pub("fleet.agent.d1.close", true),
+                Pub("fleet.agent.d1.cmd", false),
+                Pub("fleet.obs.gateway.0.device_id-d1", false),
+                Pub("fleet.hub.cmd.join", false),
+                Sub("fleet.agent.d1.cmd", true),
+                Sub("_INBOX.agent.x", true),
+                Sub("fleet.agent.join", false),
+                Sub("_INBOX.>", false),
+                Sub("_INBOX.gateway.>", false),
+            ],
+        ),
+        (
+            "placer",
+            vec![
+                Pub("fleet.placer.event.allocated.p1.a1", true),
+                Pub("fleet.dlq.status.undecodable", true),
+                Pub("$JS.API.STREAM.UPDATE.PLACER", true),
+                Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", true),
+                Pub("$JS.ACK.STATUS.placer-operational.1.2.3.4.5", true),
+                Pub("$JS.API.STREAM.UPDATE.STATUS", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("$JS.API.CONSUMER.DURABLE.CREATE.STATUS.radar-health", false),
+                Pub("fleet.status.operational.s1.d1", false),
+                Pub("fleet.dlq.observations.x", false),
+                Sub("fleet.placer.cmd.allocate", true),
+                Sub("_INBOX.>", false),
+            ],
+        ),
+        (
+            "radar",
+            vec![
+                Pub("radar.projection.v1.s1.d1", true),
+                Pub("fleet.dlq.status.undecodable", true),
+                Pub("$JS.API.STREAM.UPDATE.RADAR", true),
+                Pub("$JS.API.CONSUMER.INFO.STATUS.radar-health", true),
+                Pub("$JS.API.STREAM.UPDATE.STATUS", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", false),
+                Pub("fleet.placer.event.allocated.p1.a1", false),
+                Sub("fleet.radar.cmd.resync", true),
+                Sub("_INBOX.>", false),
+            ],
+        ),
+        (
+            "reader",
+            vec![
+                Sub("fleet.status.>", true),
+                Sub("radar.projection.v1.>", true),
+                Sub("_INBOX.reader.x", true),
+                Pub("$JS.API.CONSUMER.CREATE.STATUS", true),
+                Pub("fleet.status.operational.s1.d1", false),
+                Pub("fleet.hub.cmd.cordon", false),
+                Pub("$JS.API.STREAM.UPDATE.STATUS", false),
+                Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
+                Sub("fleet.hub.cmd.>", false),
+                Sub("fleet.obs.>", false),
+                Sub("_INBOX.>", false),
+            ],
+        ),
+        (
+            "workflow",
+            vec![
+                Pub("fleet.hub.cmd.write_condition", true),
+                Pub("fleet.job.image.j1", true),
+                Pub("$JS.API.CONSUMER.INFO.JOBS.workflow", true),
+                Pub("fleet.status.operational.s1.d1", false),
+                Pub("fleet.obs.slurm.0.name-a", false),
+                Pub("$JS.API.STREAM.UPDATE.JOBS", false),
+                Sub("fleet.workflow.cmd.create", true),
+                Sub("_INBOX.workflow.x", true),
+                Sub("_INBOX.>", false),
+            ],
+        ),
+        (
+            "api",
+            vec![
+                Pub("fleet.hub.cmd.cordon", true),
+                Pub("fleet.placer.cmd.allocate", true),
+                Pub("fleet.gateway.cmd.relay", true),
+                Pub("fleet.radar.cmd.resync", true),
+                Pub("fleet.obs.slurm.0.name-a", false),
+                Pub("fleet.status.operational.s1.d1", false),
+                Pub("$JS.API.STREAM.INFO.OBSERVATIONS", false),
+                Sub("_INBOX.api.x", true),
+                Sub("_INBOX.>", false),
+                Sub("fleet.hub.cmd.>", false),
+            ],
+        ),
     ]
 }
 
@@ -182,7 +224,10 @@ fn password(user: &str) -> String {
     if user == "agent" {
         return AGENT_PASSWORD.into();
     }
-    let key = format!("FLEET_NATS_{}_PASSWORD", user.to_uppercase().replace('-', "_"));
+    let key = format!(
+        "FLEET_NATS_{}_PASSWORD",
+        user.to_uppercase().replace('-', "_")
+    );
     compose()
         .nats_passwords
         .get(&key)
@@ -236,7 +281,9 @@ async fn responders_answer_and_nobody_reads_another_users_replies() {
     let nats = ShippedNats::start().await;
     let (gateway, _) = nats.client("gateway", &password("gateway")).await;
     let (agent, _) = nats.client("agent", &password("agent")).await;
-    let (slurm, mut slurm_errors) = nats.client("connector-slurm", &password("connector-slurm")).await;
+    let (slurm, mut slurm_errors) = nats
+        .client("connector-slurm", &password("connector-slurm"))
+        .await;
     let mut joins = gateway.subscribe("fleet.agent.join").await.unwrap();
     gateway.flush().await.unwrap();
     // connector-slurm tries to listen in on every inbox: refused.
@@ -261,7 +308,9 @@ async fn responders_answer_and_nobody_reads_another_users_replies() {
     responder.await.unwrap();
     let errors = errors_within(&mut slurm_errors, Duration::from_millis(500)).await;
     assert!(
-        errors.iter().any(|e| e.to_lowercase().contains("subscription") && e.contains("_INBOX.>")),
+        errors
+            .iter()
+            .any(|e| e.to_lowercase().contains("subscription") && e.contains("_INBOX.>")),
         "{errors:?}"
     );
 }
@@ -282,12 +331,18 @@ async fn every_service_starts(
     let mut partitions = vec![];
     for hub in hubs {
         assert_eq!(hub.nats.user, "hub");
-        let hub = fleet_hub::Hub::connect(hub).await.expect("a hub starts as user hub");
+        let hub = fleet_hub::Hub::connect(hub)
+            .await
+            .expect("a hub starts as user hub");
         partitions.extend(hub.partitions());
         tasks.spawn(fleet_hub::run_with(hub, shutdown.clone()));
     }
     partitions.sort();
-    assert_eq!(partitions, (0..16).collect::<Vec<u32>>(), "the hubs consume every partition once");
+    assert_eq!(
+        partitions,
+        (0..16).collect::<Vec<u32>>(),
+        "the hubs consume every partition once"
+    );
     let config = |s: &str| {
         services
             .get(s)
@@ -298,8 +353,13 @@ async fn every_service_starts(
     // The API's client: a hub answers it.
     let api = config("api");
     assert_eq!(api.nats.user, "api");
-    let api_nats = fleet_bus::connect_now(&api.nats, "fleet-api").await.expect("the api logs in");
-    let name = format!("gpu-deploy-{}", ulid::Ulid::new().to_string().to_lowercase());
+    let api_nats = fleet_bus::connect_now(&api.nats, "fleet-api")
+        .await
+        .expect("the api logs in");
+    let name = format!(
+        "gpu-deploy-{}",
+        ulid::Ulid::new().to_string().to_lowercase()
+    );
     let create = v1::HubCommand {
         actor: "test".into(),
         expected_version: 0,
@@ -324,7 +384,10 @@ async fn every_service_starts(
     let record: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
     let id = record["id"].as_str().unwrap().to_string();
 
-    tasks.spawn(fleet_placer::service::run(config("placer"), shutdown.clone()));
+    tasks.spawn(fleet_placer::service::run(
+        config("placer"),
+        shutdown.clone(),
+    ));
     tasks.spawn(fleet_radar::run(config("radar"), shutdown.clone()));
     tasks.spawn(fleet_gateway::run(config("gateway"), shutdown.clone()));
 
@@ -353,7 +416,11 @@ async fn every_service_starts(
     };
     for (service, source, condition) in [
         ("connector-netbox", Source::Netbox, None),
-        ("connector-openstack", Source::Openstack, Some("IronicMaintenance")),
+        (
+            "connector-openstack",
+            Source::Openstack,
+            Some("IronicMaintenance"),
+        ),
         ("connector-slurm", Source::Slurm, Some("SlurmRegistered")),
         ("connector-health", Source::HealthStatus, None),
         ("connector-borneo", Source::Borneo, None),
@@ -362,9 +429,15 @@ async fn every_service_starts(
         let config = config(service);
         assert_eq!(config.nats.user, service);
         let name = service.trim_start_matches("connector-");
-        let rt = fleet_connector::Runtime::start_named(&config, source, name, "127.0.0.1:0", shutdown.clone())
-            .await
-            .unwrap_or_else(|e| panic!("{service} starts: {e:#}"));
+        let rt = fleet_connector::Runtime::start_named(
+            &config,
+            source,
+            name,
+            "127.0.0.1:0",
+            shutdown.clone(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{service} starts: {e:#}"));
         let snap = v1::ConditionSnapshot {
             source: source.as_str().into(),
             device: Some(key.clone()),
@@ -399,11 +472,13 @@ async fn every_service_starts(
     crate::support::eventually("a hub applied each connector's observation", || {
         let (pool, id) = (env.pool.clone(), id.clone());
         async move {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM device_source_freshness WHERE device_id = $1")
-                .bind(&id)
-                .fetch_one(&pool)
-                .await
-                .ok()?;
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM device_source_freshness WHERE device_id = $1",
+            )
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .ok()?;
             (n == 6).then_some(())
         }
     })
@@ -455,7 +530,12 @@ async fn every_service_starts_with_the_configuration_helm_gives_it() {
             "{workload}: credentials in FLEET__NATS__URL are ignored by the client"
         );
         let config = nats.config_from(&workload, &vars, &env);
-        match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        match args
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
             ["hub"] => hubs.push(config),
             ["connector", name] => {
                 services.insert(format!("connector-{name}"), config);
