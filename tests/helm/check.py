@@ -46,6 +46,19 @@ check(env.get("FLEET__CONNECTORS__SLURM__SITES__S1__URL", {}).get("value") == "h
       "connector-slurm takes its own configuration")
 check(env.get("FLEET__CONNECTORS__SLURM__SITES__S1__TOKEN__VALUE", {}).get("valueFrom", {}).get("secretKeyRef")
       == {"name": "slurm-jwt", "key": "token"}, "connector-slurm takes its token from a Secret")
+# Each service may use a database user of its own (its PostgreSQL role);
+# without one it uses database.urlSecret.
+own = render("services.api.databaseUrlSecret.name=fleet-db-api", "services.api.databaseUrlSecret.key=url",
+             "hub.databaseUrlSecret.name=fleet-db-hub", "hub.databaseUrlSecret.key=url")
+own_by = {(d["kind"], d["metadata"]["name"]): d for d in own}
+def db_secret(doc):
+    env = {e["name"]: e for e in containers(doc)[0]["env"]}
+    return env["FLEET__DATABASE__URL"]["valueFrom"]["secretKeyRef"]["name"]
+check(db_secret(own_by[("Deployment", "fleet-api")]) == "fleet-db-api", "the API takes its own database URL")
+hubs = [d for (k, n), d in own_by.items() if k == "StatefulSet" and n.startswith("fleet-hub")]
+check(hubs and all(db_secret(d) == "fleet-db-hub" for d in hubs), "the hub takes its own database URL")
+check(db_secret(own_by[("Deployment", "fleet-placer")]) == "fleet-database", "the placer keeps database.urlSecret")
+
 # Disabled by default: not deployed, so never crash-looping unconfigured.
 default = render()
 for c in CONNECTORS:

@@ -87,7 +87,9 @@ impl App {
         // whole site and sort; with sorts and parallel workers discouraged it
         // walks the index, so a filtered page costs milliseconds at 100,000
         // devices. Filters vary per request, so no generic cached plans.
-        let options = PgConnectOptions::from_str_url(&config.database.url)?.options([
+        let options = PgConnectOptions::from_str_url(&config.database.url)?;
+        let role = config.database.set_role.then_some(fleet_store::Role::Api);
+        let options = fleet_store::as_role(options, role).options([
             ("plan_cache_mode", "force_custom_plan"),
             ("enable_sort", "off"),
             ("max_parallel_workers_per_gather", "0"),
@@ -127,7 +129,7 @@ impl App {
         if !self.hub.connected() {
             return Err("nats disconnected".into());
         }
-        fleet_runtime::http::postgres_ready(&self.pool).await
+        fleet_store::ready(&self.pool).await
     }
 }
 

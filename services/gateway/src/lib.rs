@@ -96,8 +96,15 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Gateway>> {
-        let pool =
-            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        let pool = fleet_store::connect_as(
+            &config.database.url,
+            config.database.max_connections,
+            config
+                .database
+                .set_role
+                .then_some(fleet_store::Role::Gateway),
+        )
+        .await?;
         fleet_store::check_schema(&pool).await?;
         let nats = fleet_bus::connect_now(&config.nats, "fleet-gateway").await?;
         let js = jetstream::new(nats.clone());
@@ -303,7 +310,7 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
         "gateway.listen",
         gw.metrics.registry.clone(),
         gw.nats.clone(),
-        gw.pool.clone(),
+        fleet_store::ready_check(gw.pool.clone()),
         shutdown.clone(),
     )
     .await?;

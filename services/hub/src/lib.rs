@@ -70,8 +70,12 @@ pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
 impl Hub {
     /// Connects, checks the schema and creates the streams.
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Hub>> {
-        let pool =
-            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        let pool = fleet_store::connect_as(
+            &config.database.url,
+            config.database.max_connections,
+            config.database.set_role.then_some(fleet_store::Role::Hub),
+        )
+        .await?;
         fleet_store::check_schema(&pool).await?;
         let nats = fleet_bus::connect_now(&config.nats, "fleet-hub").await?;
         let js = jetstream::new(nats.clone());
@@ -141,7 +145,7 @@ impl Hub {
     /// Waits until PostgreSQL answers again (or shutdown: false).
     async fn database_back(&self, shutdown: &mut Shutdown) -> bool {
         loop {
-            if http::postgres_ready(&self.pool).await.is_ok() {
+            if fleet_store::ready(&self.pool).await.is_ok() {
                 return true;
             }
             tokio::select! {
@@ -296,7 +300,7 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
         "hub.listen",
         hub.metrics.registry.clone(),
         hub.nats.clone(),
-        hub.pool.clone(),
+        fleet_store::ready_check(hub.pool.clone()),
         shutdown.clone(),
     )
     .await?;

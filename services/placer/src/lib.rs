@@ -87,8 +87,15 @@ impl Placer {
     /// Connects, checks the schema, creates the streams and builds the
     /// capacity view from PostgreSQL.
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Placer>> {
-        let pool =
-            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        let pool = fleet_store::connect_as(
+            &config.database.url,
+            config.database.max_connections,
+            config
+                .database
+                .set_role
+                .then_some(fleet_store::Role::Placer),
+        )
+        .await?;
         fleet_store::check_schema(&pool).await?;
         let nats = fleet_bus::connect_now(&config.nats, "fleet-placer").await?;
         let js = jetstream::new(nats.clone());

@@ -286,7 +286,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
         "placer.listen",
         placer.metrics.registry.clone(),
         placer.nats.clone(),
-        placer.pool.clone(),
+        fleet_store::ready_check(placer.pool.clone()),
         shutdown.clone(),
     )
     .await?;

@@ -151,10 +151,19 @@ pub async fn lock_device(
     pool_id: &str,
     mode: LockMode,
 ) -> Result<Option<Locked>, PlacerError> {
-    let lock = match mode {
-        LockMode::Skip => "FOR UPDATE OF d SKIP LOCKED",
-        LockMode::Wait => "FOR UPDATE OF d",
-    };
+    // The row lock is taken through `lock_devices` (migration 0007): the
+    // placer's role may read devices but not write them, and FOR UPDATE
+    // needs write privilege. The read below runs after the lock is held, so
+    // it sees the hub's last committed write and the hub's next one waits.
+    let locked: Option<String> =
+        sqlx::query_scalar("SELECT id FROM lock_devices(ARRAY[$1]::text[], $2) AS id")
+            .bind(device_id)
+            .bind(mode == LockMode::Skip)
+            .fetch_optional(&mut **tx)
+            .await?;
+    if locked.is_none() {
+        return Ok(None);
+    }
     let sql = format!(
         "SELECT d.id, d.version, d.role, d.trust, d.owner_tenant_id, p.owner_tenant_id AS pool_owner_tenant_id, \
          d.maintenance, d.cordoned, d.provision_state, d.observed_generation, d.connectivity, \
@@ -162,7 +171,7 @@ pub async fn lock_device(
          d.labels->>'nvlink_domain' AS nvlink_domain \
          FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
          LEFT JOIN pool_hardware_profiles hp ON hp.pool_id = d.pool_id \
-         WHERE d.id = $1 AND d.pool_id = $2 AND d.deleted_at IS NULL AND {SCHEDULABLE_SQL} {lock}"
+         WHERE d.id = $1 AND d.pool_id = $2 AND d.deleted_at IS NULL AND {SCHEDULABLE_SQL}"
     );
     let Some(r) = sqlx::query(&sql)
         .bind(device_id)

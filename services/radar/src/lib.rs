@@ -121,8 +121,12 @@ pub fn projection(row: &store::Row, at: chrono::DateTime<Utc>) -> v1::RadarProje
 
 impl Radar {
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Radar>> {
-        let pool =
-            fleet_store::connect(&config.database.url, config.database.max_connections).await?;
+        let pool = fleet_store::connect_as(
+            &config.database.url,
+            config.database.max_connections,
+            config.database.set_role.then_some(fleet_store::Role::Radar),
+        )
+        .await?;
         fleet_store::check_schema(&pool).await?;
         let nats = fleet_bus::connect_now(&config.nats, "fleet-radar").await?;
         let js = jetstream::new(nats.clone());
@@ -402,7 +406,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         "radar.listen",
         radar.metrics.registry.clone(),
         radar.nats.clone(),
-        radar.pool.clone(),
+        fleet_store::ready_check(radar.pool.clone()),
         shutdown.clone(),
     )
     .await?;

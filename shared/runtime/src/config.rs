@@ -94,6 +94,15 @@ impl Default for ApiConfig {
 pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
+    /// Each service works as its own PostgreSQL role (`fleet_hub`,
+    /// `fleet_api`, ...; `migrations/0007_roles.sql`), which the URL's user
+    /// must be a member of. `false` works as the URL's user itself.
+    #[serde(default = "yes")]
+    pub set_role: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -152,6 +161,7 @@ impl Default for FleetConfig {
             database: DatabaseConfig {
                 url: "postgres://postgres@127.0.0.1:5432/fleet".into(),
                 max_connections: 16,
+                set_role: true,
             },
             nats: NatsConfig::default(),
             hub: HubConfig {

@@ -79,46 +79,34 @@ pub async fn serve(
     Ok(addr)
 }
 
-/// How long `/readyz` waits for PostgreSQL: a probe answers 503 at once
-/// while the database is away instead of hanging on a reconnect.
-pub const READY_DB_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
-
-/// PostgreSQL answers `SELECT 1` within [`READY_DB_TIMEOUT`].
-pub async fn postgres_ready(pool: &sqlx::PgPool) -> Result<(), String> {
-    match tokio::time::timeout(READY_DB_TIMEOUT, sqlx::query("SELECT 1").execute(pool)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(_)) => Err("postgres unavailable".into()),
-        Err(_) => Err("postgres did not answer in time".into()),
-    }
-}
-
-/// Ready when NATS is connected and PostgreSQL answers.
-pub async fn nats_and_postgres_ready(
-    nats: &async_nats::Client,
-    pool: &sqlx::PgPool,
-) -> Result<(), String> {
+/// Ready when NATS is connected.
+pub fn nats_ready(nats: &async_nats::Client) -> Result<(), String> {
     if nats.connection_state() != async_nats::connection::State::Connected {
         return Err("nats disconnected".into());
     }
-    postgres_ready(pool).await
+    Ok(())
 }
 
 /// The ops server every service runs: `/healthz`, `/readyz` (NATS
-/// connected and PostgreSQL answering) and `/metrics` on `listen`; `key`
-/// names the configuration key in the error when it cannot bind.
+/// connected and the service's own `database` check passing, for example
+/// `fleet_store::ready_check`) and `/metrics` on `listen`; `key` names the
+/// configuration key in the error when it cannot bind.
 pub async fn serve_ops(
     listen: &str,
     key: &str,
     registry: Arc<Mutex<Registry>>,
     nats: async_nats::Client,
-    pool: sqlx::PgPool,
+    database: ReadyCheck,
     shutdown: Shutdown,
 ) -> anyhow::Result<std::net::SocketAddr> {
     let ops = Ops {
         registry,
         ready: Arc::new(move || {
-            let (nats, pool) = (nats.clone(), pool.clone());
-            Box::pin(async move { nats_and_postgres_ready(&nats, &pool).await })
+            let (nats, database) = (nats.clone(), database.clone());
+            Box::pin(async move {
+                nats_ready(&nats)?;
+                database().await
+            })
         }),
     };
     serve(listen, router(ops), shutdown)

@@ -11,6 +11,34 @@ use std::time::Duration;
 
 pub use sqlx;
 
+/// How long `/readyz` waits for PostgreSQL: a probe answers 503 at once
+/// while the database is away instead of hanging on a reconnect.
+pub const READY_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// PostgreSQL answers `SELECT 1` within [`READY_TIMEOUT`].
+pub async fn ready(pool: &PgPool) -> Result<(), String> {
+    match tokio::time::timeout(READY_TIMEOUT, sqlx::query("SELECT 1").execute(pool)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => Err("postgres unavailable".into()),
+        Err(_) => Err("postgres did not answer in time".into()),
+    }
+}
+
+/// A readiness check for the ops server (`fleet_runtime::http::serve_ops`).
+pub type ReadyCheck = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// [`ready`] as the ops server's database check.
+pub fn ready_check(pool: PgPool) -> ReadyCheck {
+    std::sync::Arc::new(move || {
+        let pool = pool.clone();
+        Box::pin(async move { ready(&pool).await })
+    })
+}
+
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 #[derive(Debug, thiserror::Error)]
@@ -42,13 +70,68 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// The PostgreSQL role a service works as (`migrations/0007_roles.sql`):
+/// what it may write is granted to the role, so a service cannot write
+/// another's tables even by mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Hub,
+    Api,
+    Placer,
+    Gateway,
+    Radar,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] = [
+        Role::Hub,
+        Role::Api,
+        Role::Placer,
+        Role::Gateway,
+        Role::Radar,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Hub => "fleet_hub",
+            Role::Api => "fleet_api",
+            Role::Placer => "fleet_placer",
+            Role::Gateway => "fleet_gateway",
+            Role::Radar => "fleet_radar",
+        }
+    }
+}
+
+/// `options` whose sessions start as `role` (PostgreSQL's `role` setting,
+/// the same as `SET ROLE` on every new connection). The user in the URL
+/// must be a member of the role; PostgreSQL refuses the connection
+/// otherwise ("permission denied to set role").
+pub fn as_role(options: PgConnectOptions, role: Option<Role>) -> PgConnectOptions {
+    match role {
+        Some(role) => options.options([("role", role.name())]),
+        None => options,
+    }
+}
+
 /// A pool that fails fast when PostgreSQL is away (readiness turns false,
-/// requests answer 503) and reconnects on its own when it is back.
+/// requests answer 503) and reconnects on its own when it is back. It
+/// connects as the URL's user: tools and migrations; services use
+/// [`connect_as`].
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, StoreError> {
+    connect_as(url, max_connections, None).await
+}
+
+/// [`connect`], every session working as `role` (see [`as_role`]).
+pub async fn connect_as(
+    url: &str,
+    max_connections: u32,
+    role: Option<Role>,
+) -> Result<PgPool, StoreError> {
     let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect {
         url: redact(url),
         source,
     })?;
+    let options = as_role(options, role);
     let database = options.get_database().unwrap_or_default().to_string();
     PgPoolOptions::new()
         .max_connections(max_connections)

@@ -96,7 +96,7 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     // PostgreSQL away: /readyz answers 503 within the ready timeout.
     env.database_reachable(false).await;
     let r = tokio::time::timeout(
-        fleet_runtime::http::READY_DB_TIMEOUT * 4,
+        fleet_store::READY_TIMEOUT * 4,
         crate::api::http_raw(addr, "GET", "/readyz", None, None, b""),
     )
     .await

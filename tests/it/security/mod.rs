@@ -7,6 +7,7 @@ mod faults;
 mod garbage;
 mod hostile;
 mod leaks;
+mod roles;
 mod shipped;
 mod sources;
 mod users;

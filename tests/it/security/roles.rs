@@ -1,0 +1,151 @@
+//! Issue 15, item 3: ownership enforced by PostgreSQL, not assumed. Each
+//! service works as its own role (`migrations/0007_roles.sql`); only the
+//! hub's role writes devices and their conditions, lifecycle events are
+//! append-only even for the hub, credentials are read by their owner only,
+//! and the placer locks device rows only through `lock_devices`.
+
+use fleet_store::Role;
+use sqlx::PgPool;
+
+use crate::hub_e2e::start_hub;
+use crate::support::*;
+
+/// The SQLSTATE `sql` fails with as `role`, `None` when it succeeds. Every
+/// statement runs in a transaction that is rolled back: nothing changes.
+async fn try_as(pool: &PgPool, sql: &str) -> Option<String> {
+    let mut tx = pool.begin().await.expect("begin");
+    let outcome = sqlx::query(sql).execute(&mut *tx).await;
+    let _ = tx.rollback().await;
+    match outcome {
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.to_string()),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_hubs_role_writes_devices_and_conditions() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-roles-01").await;
+    let update_device = format!("UPDATE devices SET cordoned = NOT cordoned WHERE id = '{id}'");
+    let insert_device =
+        "INSERT INTO devices (id, site_id, name) VALUES ('intruder', 's1', 'intruder')";
+    let write_condition = format!(
+        "INSERT INTO device_conditions (device_id, type, status, source, condition_of, durable, \
+         observed_at, received_at, last_transition_at) \
+         VALUES ('{id}', 'Intruded', 'True', 'test', 'none', false, now(), now(), now())"
+    );
+    let freshness = format!("DELETE FROM device_source_freshness WHERE device_id = '{id}'");
+    for role in Role::ALL {
+        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+            .await
+            .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
+        let who: String = sqlx::query_scalar("SELECT current_user::text")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(who, role.name(), "the session works as the role");
+        // Every role reads devices.
+        let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM devices")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(seen, 1, "{} reads devices", role.name());
+        let expected = (role != Role::Hub).then(|| INSUFFICIENT_PRIVILEGE.to_string());
+        for sql in [
+            update_device.as_str(),
+            insert_device,
+            write_condition.as_str(),
+        ] {
+            assert_eq!(
+                try_as(&pool, sql).await,
+                expected,
+                "{} runs {sql}",
+                role.name()
+            );
+        }
+        // Nobody deletes freshness or rewrites the append-only lifecycle.
+        for sql in [
+            freshness.as_str(),
+            "UPDATE device_lifecycle_events SET value = 'rewritten'",
+            "DELETE FROM device_lifecycle_events",
+        ] {
+            assert_eq!(
+                try_as(&pool, sql).await.as_deref(),
+                Some(INSUFFICIENT_PRIVILEGE),
+                "{} runs {sql}",
+                role.name()
+            );
+        }
+        // Credentials: the API's tokens for the API, join tokens and agent
+        // credentials for the gateway.
+        for (table, owner) in [
+            ("api_tokens", Role::Api),
+            ("join_tokens", Role::Gateway),
+            ("agent_credentials", Role::Gateway),
+        ] {
+            let sql = format!("SELECT count(*) FROM {table}");
+            let expected = (role != owner).then(|| INSUFFICIENT_PRIVILEGE.to_string());
+            assert_eq!(
+                try_as(&pool, &sql).await,
+                expected,
+                "{} reads {table}",
+                role.name()
+            );
+        }
+        // Row locks on devices: the placer through lock_devices only (the
+        // hub owns the function and may lock its rows anyway).
+        let lock = format!("SELECT * FROM lock_devices(ARRAY['{id}'], false)");
+        let expected =
+            (!matches!(role, Role::Placer | Role::Hub)).then(|| INSUFFICIENT_PRIVILEGE.to_string());
+        assert_eq!(
+            try_as(&pool, &lock).await,
+            expected,
+            "{} locks",
+            role.name()
+        );
+        if role == Role::Placer {
+            let direct = format!("SELECT id FROM devices WHERE id = '{id}' FOR UPDATE");
+            assert_eq!(
+                try_as(&pool, &direct).await.as_deref(),
+                Some(INSUFFICIENT_PRIVILEGE),
+                "the placer locks devices only through lock_devices"
+            );
+        }
+        pool.close().await;
+    }
+    // Nothing above changed the device.
+    assert_eq!(env.device_field(&id, "cordoned").await, "false");
+    trigger.trigger();
+    let _ = task.await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_outside_the_role_cannot_connect_as_it() {
+    let env = TestEnv::new().await;
+    let user = format!("fleet_outsider_{}", &env.db_name["fleet_test_".len()..]);
+    let admin = &env.pool;
+    sqlx::query(&format!("CREATE ROLE \"{user}\" LOGIN"))
+        .execute(admin)
+        .await
+        .unwrap();
+    let url = &env.config.database.url;
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let url = format!("{scheme}://{user}@{host}");
+    let refused = fleet_store::connect_as(&url, 1, Some(Role::Hub)).await;
+    sqlx::query(&format!("DROP ROLE \"{user}\""))
+        .execute(admin)
+        .await
+        .unwrap();
+    let err = refused.expect_err("a user that is not a member of fleet_hub is refused");
+    assert!(
+        format!("{err}").contains("permission denied to set role"),
+        "the refusal names the cause: {err}"
+    );
+    env.cleanup().await;
+}
