@@ -321,12 +321,12 @@ async fn api_every_route_needs_its_scope() {
 /// with `UPDATE_OPENAPI=1 cargo test --test it api_openapi`.
 #[test]
 fn api_openapi_document_is_committed_and_current() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json");
+    let path = repo("docs/openapi.json");
     let generated = fleet_api::openapi::json();
     if std::env::var("UPDATE_OPENAPI").is_ok() {
-        std::fs::write(path, generated).unwrap();
+        std::fs::write(&path, generated).unwrap();
     }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
         "docs/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test --test it api_openapi"

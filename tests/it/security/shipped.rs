@@ -8,14 +8,10 @@ use std::time::Duration;
 
 use fleet_runtime::FleetConfig;
 
-use crate::support::TestEnv;
+use crate::support::{repo, TestEnv};
 
 pub const ADMIN: (&str, &str) = ("test-admin", "test-admin-pw");
 pub const AGENT_PASSWORD: &str = "dev-agent";
-
-fn repo(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
