@@ -205,7 +205,7 @@ impl Hub {
     pub async fn apply(
         &self,
         items: &[Item],
-    ) -> Result<(BatchStats, Vec<crate::store::outbox::PendingRow>), StoreError> {
+    ) -> Result<(BatchStats, Vec<fleet_outbox::Pending>), StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
         let obs: Vec<(&Item, &Observation)> = items

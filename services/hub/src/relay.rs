@@ -1,12 +1,13 @@
-//! The outbox relay: publishes `StatusChanged` rows to `STATUS` with
-//! `Nats-Msg-Id = outbox-<id>`, awaits every PubAck, then deletes the rows.
-//! A crash between commit and publish re-publishes; the stream's duplicate
-//! window drops the copy.
+//! The hub's outbox relay (`fleet_outbox::HUB`): a lane publishes the
+//! `StatusChanged` rows it wrote right after its commit and claims them, so
+//! the relay deletes what lanes published and publishes only what nobody
+//! did. A crash between commit and publish re-publishes; the stream's
+//! duplicate window drops the copy.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::outbox;
+use fleet_outbox::{Pending, HUB};
 use fleet_runtime::Shutdown;
 
 use crate::Hub;
@@ -14,7 +15,7 @@ use crate::Hub;
 impl Hub {
     /// Claims rows a lane wrote and will publish itself right after its
     /// commit; the relay leaves them alone.
-    pub(crate) fn claim(&self, rows: &[outbox::PendingRow]) {
+    pub(crate) fn claim(&self, rows: &[Pending]) {
         let mut c = self.outbox_claims.lock().unwrap_or_else(|p| p.into_inner());
         c.extend(rows.iter().map(|r| r.id));
     }
@@ -33,7 +34,7 @@ impl Hub {
     pub(crate) async fn commit_and_publish(
         &self,
         tx: sqlx::Transaction<'_, sqlx::Postgres>,
-        rows: Vec<outbox::PendingRow>,
+        rows: Vec<Pending>,
     ) -> Result<(), sqlx::Error> {
         self.claim(&rows);
         if let Err(e) = tx.commit().await {
@@ -46,11 +47,11 @@ impl Hub {
 
     /// Publishes rows a lane committed, awaiting every PubAck; the relay
     /// deletes the acked ones and publishes any that were not.
-    pub(crate) async fn publish_committed(&self, rows: Vec<outbox::PendingRow>) {
+    pub(crate) async fn publish_committed(&self, rows: Vec<Pending>) {
         if rows.is_empty() {
             return;
         }
-        let acked = self.publish_rows(&rows).await;
+        let acked = HUB.publish(&self.js, &rows).await;
         self.metrics.outbox_published.inc_by(acked.len() as u64);
         // The acked rows stay claimed until the relay has deleted them, so
         // it never publishes them a second time in between; the rest go
@@ -64,76 +65,11 @@ impl Hub {
         self.relay_wake.notify_one();
     }
 
-    /// Publishes in order with at most `WINDOW` PubAcks outstanding (the
-    /// JetStream context blocks new publishes past its in-flight limit, so
-    /// publishing everything before awaiting would deadlock); returns the
-    /// acked ids, a prefix of `rows`.
-    async fn publish_rows(&self, rows: &[outbox::PendingRow]) -> Vec<i64> {
-        const WINDOW: usize = 256;
-        let mut inflight = std::collections::VecDeque::with_capacity(WINDOW);
-        let mut acked = Vec::with_capacity(rows.len());
-        let mut failed = false;
-        for row in rows {
-            if inflight.len() >= WINDOW {
-                let (id, ack): (i64, async_nats::jetstream::context::PublishAckFuture) =
-                    inflight.pop_front().expect("window is full");
-                match ack.await {
-                    Ok(_) => acked.push(id),
-                    Err(e) => {
-                        tracing::warn!(error = %e, outbox_id = id, "no PubAck");
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            // The relay's span is a child of the apply that wrote the row,
-            // and the event carries it, so a consumer's handling is a child
-            // of the relay (the row's own trace when nothing exports).
-            let span = tracing::info_span!("hub.relay", subject = %row.subject);
-            if let Some(tp) = &row.traceparent {
-                fleet_runtime::telemetry::set_parent_traceparent(&span, tp);
-            }
-            let tp =
-                fleet_runtime::telemetry::traceparent_of(&span).or_else(|| row.traceparent.clone());
-            let headers = fleet_bus::headers(&row.schema, tp.as_deref());
-            let msg_id = format!("outbox-{}", row.id);
-            match fleet_bus::publish(
-                &self.js,
-                row.subject.clone(),
-                &msg_id,
-                headers,
-                row.payload.clone().into(),
-            )
-            .await
-            {
-                Ok(ack) => inflight.push_back((row.id, ack)),
-                Err(e) => {
-                    tracing::warn!(error = %e, outbox_id = row.id, "publish failed");
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        // Await what is in flight even after a failure: a row stays in the
-        // outbox unless its own ack arrived, and a re-publish is deduplicated.
-        for (id, ack) in inflight {
-            match ack.await {
-                Ok(_) if !failed => acked.push(id),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, outbox_id = id, "no PubAck");
-                    failed = true;
-                }
-            }
-        }
-        acked
-    }
-
     /// Deletes the rows writers have published (their PubAcks arrived).
     async fn delete_acked(&self) -> anyhow::Result<()> {
         let done: Vec<i64> =
             std::mem::take(&mut *self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()));
-        if let Err(e) = outbox::delete(&self.pool, &done).await {
+        if let Err(e) = HUB.delete(&self.pool, &done).await {
             self.outbox_acked
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -156,28 +92,20 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let mut tx = self.pool.begin().await?;
-        let rows: Vec<outbox::PendingRow> =
-            outbox::pending(&mut tx, self.config.hub.outbox_batch, RELAY_AGE_SECS)
-                .await?
-                .into_iter()
-                .filter(|r| !claimed.contains(&r.id))
-                .collect();
-        if rows.is_empty() {
-            return Ok(0);
+        let (acked, read) = HUB
+            .relay_once(
+                &self.pool,
+                &self.js,
+                self.config.hub.outbox_batch,
+                RELAY_AGE_SECS,
+                |id| claimed.contains(&id),
+            )
+            .await?;
+        self.metrics.outbox_published.inc_by(acked as u64);
+        if acked < read {
+            anyhow::bail!("{} of {read} outbox rows not acknowledged", read - acked);
         }
-        let acked = self.publish_rows(&rows).await;
-        outbox::delete(&mut *tx, &acked).await?;
-        tx.commit().await?;
-        self.metrics.outbox_published.inc_by(acked.len() as u64);
-        if acked.len() < rows.len() {
-            anyhow::bail!(
-                "{} of {} outbox rows not acknowledged",
-                rows.len() - acked.len(),
-                rows.len()
-            );
-        }
-        Ok(acked.len())
+        Ok(acked)
     }
 
     /// Deletes published rows whenever a writer wakes it, and looks for

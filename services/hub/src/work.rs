@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 
 use crate::store::devices::{self, LifecycleRow, Written};
-use crate::store::outbox::{self, OutboxRow};
 use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
 use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
 use fleet_domain::Axis;
+use fleet_outbox::{Pending, Row as OutboxRow, HUB};
 use fleet_proto::{timestamp, v1, Message, SchemaName};
 use fleet_store::StoreError;
 use sqlx::{Postgres, Transaction};
@@ -32,7 +32,7 @@ pub struct Touched {
 pub struct Work {
     pub devices: BTreeMap<String, Touched>,
     /// The outbox rows `finish` wrote: publish them after the commit.
-    pub outbox: Vec<outbox::PendingRow>,
+    pub outbox: Vec<Pending>,
     /// Transitions of earlier steps, recorded by [`Work::step`].
     lifecycle: Vec<LifecycleRow>,
     events: Vec<OutboxRow>,
@@ -162,7 +162,7 @@ impl Work {
         let written = devices::write_diffs(tx, &pairs, now).await?;
         devices::insert_lifecycle(tx, &lifecycle, now).await?;
         let events = outbox_rows.len() as u64;
-        self.outbox = outbox::insert(tx, outbox_rows).await?;
+        self.outbox = HUB.insert(tx, outbox_rows).await?;
         let summary = Summary {
             written,
             events,

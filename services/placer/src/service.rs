@@ -14,6 +14,7 @@ use chrono::Utc;
 use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
+use fleet_outbox::PLACER;
 use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message, SchemaName};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
@@ -116,6 +117,7 @@ impl Placer {
     ) -> Result<usize, PlacerError> {
         let mut tx = self.pool.begin().await?;
         let mut impaired = 0;
+        let mut outbox_rows = vec![];
         for e in events {
             self.metrics.status_event(&e.axis);
             let bad = matches!(
@@ -140,17 +142,17 @@ impl Placer {
                 let subject = self
                     .subjects
                     .placer_event("impaired", &a.pool_id, &a.allocation_id);
-                store::outbox_insert(
-                    &mut tx,
-                    &subject,
-                    v1::AllocationEvent::NAME,
-                    &event.encode_to_vec(),
-                )
-                .await?;
+                outbox_rows.push(fleet_outbox::Row {
+                    subject,
+                    schema: v1::AllocationEvent::NAME.to_string(),
+                    payload: event.encode_to_vec(),
+                    traceparent: fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()),
+                });
                 tracing::warn!(allocation_id = %a.allocation_id, device_id = %e.device_id, %reason, "allocation impaired");
                 impaired += 1;
             }
         }
+        PLACER.insert(&mut tx, outbox_rows).await?;
         tx.commit().await?;
         if impaired > 0 {
             self.metrics.impaired.inc_by(impaired as u64);
@@ -161,44 +163,14 @@ impl Placer {
 
     /// Publishes pending allocation events; returns how many were acked.
     pub async fn relay_once(&self) -> anyhow::Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let rows = store::outbox_pending(&mut tx, 500).await?;
-        if rows.is_empty() {
-            return Ok(0);
+        let (acked, read) = PLACER
+            .relay_once(&self.pool, &self.js, 500, 0.0, |_| false)
+            .await?;
+        self.metrics.events_published.inc_by(acked as u64);
+        if acked < read {
+            anyhow::bail!("{} of {read} outbox rows not acknowledged", read - acked);
         }
-        let mut inflight = Vec::with_capacity(rows.len());
-        for (id, subject, schema, payload) in &rows {
-            let headers = fleet_bus::headers(schema, None);
-            match fleet_bus::publish(
-                &self.js,
-                subject.clone(),
-                &format!("placer-{id}"),
-                headers,
-                payload.clone().into(),
-            )
-            .await
-            {
-                Ok(ack) => inflight.push((*id, ack)),
-                Err(e) => {
-                    tracing::warn!(error = %e, outbox_id = id, "publish failed");
-                    break;
-                }
-            }
-        }
-        let mut acked = Vec::with_capacity(inflight.len());
-        for (id, ack) in inflight {
-            match ack.await {
-                Ok(_) => acked.push(id),
-                Err(e) => {
-                    tracing::warn!(error = %e, outbox_id = id, "no PubAck");
-                    break;
-                }
-            }
-        }
-        store::outbox_delete(&mut tx, &acked).await?;
-        tx.commit().await?;
-        self.metrics.events_published.inc_by(acked.len() as u64);
-        Ok(acked.len())
+        Ok(acked)
     }
 
     async fn relay_loop(self: Arc<Self>, mut shutdown: Shutdown) {

@@ -386,37 +386,3 @@ pub async fn impair(
         })
         .collect())
 }
-
-pub async fn outbox_insert(
-    tx: &mut Tx<'_>,
-    subject: &str,
-    schema: &str,
-    payload: &[u8],
-) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO placer_outbox (subject, schema, payload) VALUES ($1, $2, $3)")
-        .bind(subject)
-        .bind(schema)
-        .bind(payload)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-pub type OutboxRow = (i64, String, String, Vec<u8>);
-
-pub async fn outbox_pending(tx: &mut Tx<'_>, limit: i64) -> Result<Vec<OutboxRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, subject, schema, payload FROM placer_outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(limit)
-    .fetch_all(&mut **tx)
-    .await
-}
-
-pub async fn outbox_delete(tx: &mut Tx<'_>, ids: &[i64]) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM placer_outbox WHERE id = ANY($1)")
-        .bind(ids)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
