@@ -3,9 +3,7 @@
 //! Verified tokens are cached for `api.token_cache_secs`, so a revocation
 //! takes at most that long to bite.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -94,31 +92,26 @@ pub struct Caller {
     pub scopes: Vec<Scope>,
 }
 
-#[derive(Default)]
 pub struct TokenCache {
-    entries: Mutex<HashMap<String, (Instant, Caller)>>,
+    /// Token hash to caller, each entry for `api.token_cache_secs` at most
+    /// (a revoked token is refused within that), 10,000 entries at most.
+    entries: moka::sync::Cache<String, Caller>,
 }
 
 impl TokenCache {
-    fn get(&self, hash: &str, ttl: Duration) -> Option<Caller> {
-        let map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(hash)
-            .filter(|(at, _)| at.elapsed() < ttl)
-            .map(|(_, c)| c.clone())
-    }
-    fn put(&self, hash: String, caller: Caller) {
-        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() > 10_000 {
-            map.clear();
+    pub fn new(ttl: Duration) -> TokenCache {
+        TokenCache {
+            entries: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ttl)
+                .build(),
         }
-        map.insert(hash, (Instant::now(), caller));
     }
 }
 
 async fn verify(app: &App, token: &str) -> Result<Caller, ApiError> {
     let hash = hash_token(token);
-    let ttl = Duration::from_secs(app.config.token_cache_secs);
-    if let Some(c) = app.tokens.get(&hash, ttl) {
+    if let Some(c) = app.tokens.entries.get(&hash) {
         return Ok(c);
     }
     let row: Option<(String, Vec<String>)> = sqlx::query_as(
@@ -134,7 +127,7 @@ async fn verify(app: &App, token: &str) -> Result<Caller, ApiError> {
         token_id,
         scopes: scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
     };
-    app.tokens.put(hash, caller.clone());
+    app.tokens.entries.insert(hash, caller.clone());
     Ok(caller)
 }
 

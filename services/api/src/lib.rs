@@ -119,7 +119,7 @@ impl App {
                     Duration::from_millis(config.api.hub_timeout_ms),
                 ),
             },
-            tokens: auth::TokenCache::default(),
+            tokens: auth::TokenCache::new(Duration::from_secs(config.api.token_cache_secs)),
             ttls: TtlConfig::new(config.hub.default_ttl_secs, &config.hub.ttl_secs),
             metrics: metrics::ApiMetrics::new(),
         }))

@@ -213,9 +213,12 @@ impl Gateway {
         let total = live.len().max(1) as f64;
         for (i, (id, s)) in live.into_iter().enumerate() {
             let due = started + spread.mul_f64(i as f64 / total);
+            // Shutdown first: a resync that is due and a shutdown that
+            // came are both ready, and shutdown wins.
             tokio::select! {
-                _ = tokio::time::sleep_until(due) => {}
+                biased;
                 _ = shutdown.wait() => break,
+                _ = tokio::time::sleep_until(due) => {}
             }
             let Some(pool_id) = &s.pool_id else { continue };
             if !profiles.contains_key(pool_id) {

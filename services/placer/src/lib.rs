@@ -159,7 +159,7 @@ impl Placer {
     }
 
     fn check(&self, req: AllocateRequest) -> Result<Checked, PlacerError> {
-        let bad = |m: &str| Err(PlacerError::InvalidArgument(m.to_string()));
+        let bad = |m: &str| Err(PlacerError::invalid_argument(m.to_string()));
         if req.tenant_id.trim().is_empty() {
             return bad("tenant_id is required");
         }
@@ -168,7 +168,7 @@ impl Placer {
         }
         let max = self.config.placer.max_gpus_per_request;
         if req.gpus == 0 || req.gpus > max {
-            return Err(PlacerError::InvalidArgument(format!(
+            return Err(PlacerError::invalid_argument(format!(
                 "gpus must be between 1 and {max}"
             )));
         }
@@ -212,12 +212,12 @@ impl Placer {
             }
         }
         match store::pool_and_tenant(&self.pool, &req.pool_id, &req.tenant_id).await? {
-            None => return Err(PlacerError::NotFound(format!("pool {}", req.pool_id))),
+            None => return Err(PlacerError::not_found(format!("pool {}", req.pool_id))),
             Some((_, false)) => {
-                return Err(PlacerError::NotFound(format!("tenant {}", req.tenant_id)))
+                return Err(PlacerError::not_found(format!("tenant {}", req.tenant_id)))
             }
             Some((Some(owner), _)) if owner != req.tenant_id => {
-                return Err(PlacerError::Forbidden(format!(
+                return Err(PlacerError::forbidden(format!(
                     "pool {} belongs to another tenant",
                     req.pool_id
                 )))
@@ -291,7 +291,7 @@ impl Placer {
                 Err(Miss::Failed(e)) => return Err(e),
             }
         }
-        Err(PlacerError::InsufficientCapacity(format!(
+        Err(PlacerError::insufficient_capacity(format!(
             "pool {} has no {}{} free GPUs that are schedulable",
             req.pool_id,
             req.gpus,
@@ -385,7 +385,7 @@ impl Placer {
                 let rid = req.request_id.as_deref().unwrap_or_default();
                 return match store::find_by_request(&self.pool, &req.tenant_id, rid).await {
                     Ok(Some(a)) => Err(Miss::Replay(Box::new(a))),
-                    Ok(None) => Err(PlacerError::Unavailable("request_id race".into()).into()),
+                    Ok(None) => Err(PlacerError::unavailable("request_id race").into()),
                     Err(e) => Err(e.into()),
                 };
             }
@@ -440,14 +440,12 @@ impl Placer {
         tenant_id: Option<&str>,
     ) -> Result<Allocation, PlacerError> {
         if allocation_id.trim().is_empty() {
-            return Err(PlacerError::InvalidArgument(
-                "allocation_id is required".into(),
-            ));
+            return Err(PlacerError::invalid_argument("allocation_id is required"));
         }
         let tenant = tenant_id.filter(|t| !t.trim().is_empty());
         let freed = store::release(&self.pool, allocation_id, tenant)
             .await?
-            .ok_or_else(|| PlacerError::NotFound(format!("allocation {allocation_id}")))?;
+            .ok_or_else(|| PlacerError::not_found(format!("allocation {allocation_id}")))?;
         {
             let mut v = self.view();
             for (device, n) in freed {
@@ -461,7 +459,7 @@ impl Placer {
     pub async fn get(&self, allocation_id: &str) -> Result<Allocation, PlacerError> {
         store::get_allocation(&self.pool, allocation_id)
             .await?
-            .ok_or_else(|| PlacerError::NotFound(format!("allocation {allocation_id}")))
+            .ok_or_else(|| PlacerError::not_found(format!("allocation {allocation_id}")))
     }
 
     /// GPUs per bucket from the capacity view.
@@ -470,7 +468,7 @@ impl Placer {
             return Ok(c);
         }
         match store::pool_owner(&self.pool, pool_id).await? {
-            None => Err(PlacerError::NotFound(format!("pool {pool_id}"))),
+            None => Err(PlacerError::not_found(format!("pool {pool_id}"))),
             Some(_) => Ok(Capacity {
                 pool_id: pool_id.to_string(),
                 ..Default::default()
@@ -488,7 +486,7 @@ impl Placer {
 /// running placer (the API may answer from it when the placer is away).
 pub async fn capacity_from_db(pool: &PgPool, pool_id: &str) -> Result<Capacity, PlacerError> {
     if store::pool_owner(pool, pool_id).await?.is_none() {
-        return Err(PlacerError::NotFound(format!("pool {pool_id}")));
+        return Err(PlacerError::not_found(format!("pool {pool_id}")));
     }
     let rows = store::load_rows(pool, Some(pool_id)).await?;
     Ok(view::capacity_of(pool_id, rows.iter()))

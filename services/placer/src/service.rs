@@ -45,7 +45,8 @@ pub async fn ensure_events_stream(
 }
 
 fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, PlacerError> {
-    M::decode(payload).map_err(|e| PlacerError::InvalidArgument(format!("undecodable {what}: {e}")))
+    M::decode(payload)
+        .map_err(|e| PlacerError::invalid_argument(format!("undecodable {what}: {e}")))
 }
 
 impl Placer {
@@ -77,7 +78,7 @@ impl Placer {
                 let r = decode::<v1::CapacityRequest>(payload, "CapacityRequest")?;
                 Ok(R::Capacity(self.capacity(&r.pool_id).await?.to_proto()))
             }
-            other => Err(PlacerError::InvalidArgument(format!(
+            other => Err(PlacerError::invalid_argument(format!(
                 "unknown placer verb {other:?}"
             ))),
         }

@@ -41,7 +41,7 @@ fn device_row(r: &PgRow) -> Result<DeviceRow, PlacerError> {
         nvlink_domain: r.try_get("nvlink_domain")?,
         gpus: gpus.max(0) as u32,
         bucket: CapacityBucket::parse(&bucket)
-            .map_err(|e| PlacerError::Unavailable(format!("bucket: {e}")))?,
+            .map_err(|e| PlacerError::unavailable(format!("bucket: {e}")))?,
         booked: booked.max(0) as u32,
     })
 }
@@ -121,7 +121,7 @@ pub struct Locked {
 }
 
 fn facts_bucket(r: &PgRow) -> Result<CapacityBucket, PlacerError> {
-    let corrupt = |e: DomainError| PlacerError::Unavailable(format!("device row: {e}"));
+    let corrupt = |e: DomainError| PlacerError::unavailable(format!("device row: {e}"));
     let owner: Option<String> = r.try_get("owner_tenant_id")?;
     let pool_owner: Option<String> = r.try_get("pool_owner_tenant_id")?;
     let reasons: Vec<String> = r.try_get("no_schedule_reasons")?;

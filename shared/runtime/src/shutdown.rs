@@ -1,31 +1,33 @@
-//! One shutdown signal every long-lived task takes.
+//! One shutdown signal every long-lived task takes: a
+//! `tokio_util::sync::CancellationToken`, with the trigger kept apart from
+//! the tasks that only wait on it.
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Clone)]
 pub struct Shutdown {
-    rx: watch::Receiver<bool>,
+    token: CancellationToken,
 }
 
 #[derive(Clone)]
 pub struct ShutdownTrigger {
-    tx: std::sync::Arc<watch::Sender<bool>>,
+    token: CancellationToken,
 }
 
 impl ShutdownTrigger {
     pub fn trigger(&self) {
-        let _ = self.tx.send(true);
+        self.token.cancel();
     }
 }
 
 impl Shutdown {
     pub fn new() -> (ShutdownTrigger, Shutdown) {
-        let (tx, rx) = watch::channel(false);
+        let token = CancellationToken::new();
         (
             ShutdownTrigger {
-                tx: std::sync::Arc::new(tx),
+                token: token.clone(),
             },
-            Shutdown { rx },
+            Shutdown { token },
         )
     }
 
@@ -51,17 +53,38 @@ impl Shutdown {
     }
 
     pub fn is_triggered(&self) -> bool {
-        *self.rx.borrow()
+        self.token.is_cancelled()
     }
 
     pub async fn wait(&mut self) {
-        let _ = self.rx.wait_for(|v| *v).await;
+        self.token.cancelled().await
     }
 
     /// A future that resolves on shutdown, for code that takes any future
     /// as its stop signal (`fleet_bus::serve`).
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut s = self.clone();
-        async move { s.wait().await }
+        self.token.clone().cancelled_owned()
+    }
+
+    /// The token itself, for code that takes a `CancellationToken`.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_clone_sees_the_trigger() {
+        let (trigger, shutdown) = Shutdown::new();
+        let mut waiter = shutdown.clone();
+        assert!(!shutdown.is_triggered());
+        let waited = tokio::spawn(async move { waiter.wait().await });
+        trigger.trigger();
+        waited.await.unwrap();
+        assert!(shutdown.is_triggered());
+        shutdown.stopped().await;
     }
 }
