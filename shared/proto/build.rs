@@ -14,6 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     let fds = protox::compile(&files, [&root])?;
-    prost_build::Config::new().compile_fds(fds)?;
+    // `prost::Name` on every message: its full name is the `Fleet-Schema`
+    // header (`fleet.v1.StatusChanged`).
+    prost_build::Config::new()
+        .enable_type_names()
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
@@ -155,7 +155,7 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
                 &source,
                 &key,
                 n,
-                v1::ConditionSnapshot::NAME,
+                &fleet_proto::schema::<v1::ConditionSnapshot>(),
                 None,
                 payload.into(),
             )
@@ -758,7 +758,7 @@ async fn status_events_continue_the_publishers_trace() {
         "openstack",
         snap.device.as_ref().unwrap(),
         1,
-        v1::ConditionSnapshot::NAME,
+        &fleet_proto::schema::<v1::ConditionSnapshot>(),
         Some(parent),
         snap.encode_to_vec().into(),
     )

@@ -333,7 +333,7 @@ async fn publish_connectivity(
         "gateway",
         &key,
         at.timestamp_nanos_opt().unwrap_or_default(),
-        <v1::ConnectivityObservation as fleet_proto::SchemaName>::NAME,
+        &fleet_proto::schema::<v1::ConnectivityObservation>(),
         None,
         fleet_proto::Message::encode_to_vec(&obs).into(),
     )
@@ -438,7 +438,7 @@ async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
     };
     sqlx::query("INSERT INTO outbox (subject, schema, payload) VALUES ($1, $2, $3)")
         .bind(env.subjects.status("cordoned", "s1", "dev_orphan"))
-        .bind(<v1::StatusChanged as fleet_proto::SchemaName>::NAME)
+        .bind(fleet_proto::schema::<v1::StatusChanged>())
         .bind(orphan.encode_to_vec())
         .execute(&env.pool)
         .await

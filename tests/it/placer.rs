@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use fleet_placer::{AllocateRequest, Placer};
 use fleet_placer_client::{PlacerClient, PlacerError};
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
@@ -140,7 +140,7 @@ async fn go_silent_long_ago(env: &TestEnv, id: &str, epoch: i64) {
         "gateway",
         &key,
         at.timestamp_nanos_opt().unwrap_or_default(),
-        v1::ConnectivityObservation::NAME,
+        &fleet_proto::schema::<v1::ConnectivityObservation>(),
         None,
         obs.encode_to_vec().into(),
     )

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fleet_bus::{StreamNames, Subjects};
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::FleetConfig;
 use sqlx::PgPool;
 
@@ -245,7 +245,7 @@ impl TestEnv {
             &snap.source,
             &key,
             at,
-            v1::ConditionSnapshot::NAME,
+            &fleet_proto::schema::<v1::ConditionSnapshot>(),
             None,
             snap.encode_to_vec().into(),
         )

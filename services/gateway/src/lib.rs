@@ -29,7 +29,7 @@ use async_nats::jetstream;
 use chrono::Utc;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
-use fleet_proto::{timestamp, v1, ErrorCode, Message, SchemaName};
+use fleet_proto::{timestamp, v1, ErrorCode, Message};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use sqlx::PgPool;
@@ -208,7 +208,7 @@ impl Gateway {
             "gateway",
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
-            v1::ConnectivityObservation::NAME,
+            &fleet_proto::schema::<v1::ConnectivityObservation>(),
             fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
             obs.encode_to_vec().into(),
         )
@@ -251,7 +251,7 @@ impl Gateway {
             "gateway",
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
-            v1::ConditionSnapshot::NAME,
+            &fleet_proto::schema::<v1::ConditionSnapshot>(),
             fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
             snap.encode_to_vec().into(),
         )

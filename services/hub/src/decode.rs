@@ -8,7 +8,7 @@ use fleet_domain::limits::{
 };
 use fleet_domain::state::{check_observed_at, ConditionInput, Mirror, SlurmMode, Snapshot};
 use fleet_domain::*;
-use fleet_proto::{datetime, v1, Message, SchemaName};
+use fleet_proto::{datetime, v1, Message, Name};
 
 /// A validated observation, still keyed by the source's external key.
 #[derive(Debug, Clone)]
@@ -264,7 +264,16 @@ pub fn observation(
     payload: &Bytes,
     now: DateTime<Utc>,
 ) -> Result<Observation, DomainError> {
-    let obs = match schema.unwrap_or(v1::ConditionSnapshot::NAME) {
+    // The header is a full name (`fleet.v1.ConditionSnapshot`); no header
+    // is a snapshot. Matched on the message's own name (`prost::Name`).
+    let name = match schema {
+        None => v1::ConditionSnapshot::NAME,
+        Some(s) => s
+            .strip_prefix(v1::ConditionSnapshot::PACKAGE)
+            .and_then(|s| s.strip_prefix('.'))
+            .unwrap_or(""),
+    };
+    let obs = match name {
         v1::ConditionSnapshot::NAME => {
             let m = v1::ConditionSnapshot::decode(payload.as_ref())
                 .map_err(|e| invalid(format!("undecodable ConditionSnapshot: {e}")))?;
@@ -291,9 +300,10 @@ pub fn observation(
             }
             connectivity(&m, now)?
         }
-        other => {
+        _ => {
             return Err(invalid(format!(
-                "unexpected schema {other:?} on an observation subject"
+                "unexpected schema {:?} on an observation subject",
+                schema.unwrap_or_default()
             )))
         }
     };

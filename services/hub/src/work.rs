@@ -10,7 +10,7 @@ use fleet_bus::Subjects;
 use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
 use fleet_domain::Axis;
 use fleet_outbox::{Pending, Row as OutboxRow, HUB};
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use fleet_store::StoreError;
 use sqlx::{Postgres, Transaction};
 
@@ -221,7 +221,7 @@ fn events(
         };
         outbox_rows.push(OutboxRow {
             subject: subjects.status(axis.as_str(), &r.site_id, &r.id),
-            schema: v1::StatusChanged::NAME.to_string(),
+            schema: fleet_proto::schema::<v1::StatusChanged>(),
             payload: msg.encode_to_vec(),
             traceparent: Some(trace.clone()),
         });

@@ -15,7 +15,7 @@ use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
 use fleet_outbox::PLACER;
-use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message, SchemaName};
+use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 
@@ -145,7 +145,7 @@ impl Placer {
                     .placer_event("impaired", &a.pool_id, &a.allocation_id);
                 outbox_rows.push(fleet_outbox::Row {
                     subject,
-                    schema: v1::AllocationEvent::NAME.to_string(),
+                    schema: fleet_proto::schema::<v1::AllocationEvent>(),
                     payload: event.encode_to_vec(),
                     traceparent: fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()),
                 });

@@ -24,7 +24,7 @@ use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::ErrorCode;
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::http;
 use fleet_runtime::{FleetConfig, Shutdown};
 use futures::StreamExt;
@@ -266,7 +266,7 @@ impl Radar {
             p.version,
             Key::of(p).digest()
         );
-        let headers = fleet_bus::headers(v1::RadarProjection::NAME, None);
+        let headers = fleet_bus::headers(&fleet_proto::schema::<v1::RadarProjection>(), None);
         Ok(fleet_bus::publish(
             &self.js,
             subject,

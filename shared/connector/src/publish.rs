@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use fleet_bus::Subjects;
-use fleet_proto::{v1, Message, SchemaName};
+use fleet_proto::{v1, Message};
 
 use crate::metrics::ConnectorMetrics;
 use crate::snapshot::observed_nanos;
@@ -55,7 +55,7 @@ impl Bus {
                 source,
                 key,
                 at,
-                v1::ConditionSnapshot::NAME,
+                &fleet_proto::schema::<v1::ConditionSnapshot>(),
                 traceparent.as_deref(),
                 payload.clone(),
             )

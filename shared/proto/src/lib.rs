@@ -8,31 +8,16 @@ pub mod fleet {
 
 pub use fleet::v1;
 pub use fleet::v1::ErrorCode;
-pub use prost::Message;
+pub use prost::{Message, Name};
 pub use prost_types::Timestamp;
 
 use chrono::{DateTime, TimeZone, Utc};
 
-/// The full protobuf name of a message, for the `Fleet-Schema` header.
-pub trait SchemaName {
-    const NAME: &'static str;
+/// The `Fleet-Schema` header of a message: its full protobuf name
+/// (`fleet.v1.StatusChanged`), from `prost::Name`.
+pub fn schema<M: Name>() -> String {
+    M::full_name()
 }
-
-macro_rules! schema_names {
-    ($($t:ident),* $(,)?) => {$(
-        impl SchemaName for v1::$t { const NAME: &'static str = concat!("fleet.v1.", stringify!($t)); }
-    )*};
-}
-schema_names!(
-    ConditionSnapshot,
-    ConditionWrite,
-    ConnectivityObservation,
-    StatusChanged,
-    HubCommand,
-    HubReply,
-    AllocationEvent,
-    RadarProjection
-);
 
 /// An error code from its wire name (`"NOT_FOUND"`); an unknown or empty
 /// name is `UNAVAILABLE` (a peer speaking a newer set of codes failed in a

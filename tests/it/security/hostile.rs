@@ -5,7 +5,7 @@
 //! and unresolved observations are bounded.
 
 use chrono::{TimeZone, Utc};
-use fleet_proto::{v1, Message, SchemaName};
+use fleet_proto::{v1, Message};
 
 use crate::hub_e2e::start_hub;
 use crate::support::*;
@@ -18,7 +18,7 @@ async fn publish_raw(env: &TestEnv, key: &v1::DeviceKey, payload: Vec<u8>) {
         "openstack",
         key,
         ulid::Ulid::new().timestamp_ms() as i64 * 1_000_000 + rand::random::<u16>() as i64,
-        v1::ConditionSnapshot::NAME,
+        &fleet_proto::schema::<v1::ConditionSnapshot>(),
         None,
         payload.into(),
     )

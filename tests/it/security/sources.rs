@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 
 use super::shipped::*;
 use crate::support::*;
@@ -36,7 +36,7 @@ async fn raw_publish(
         js,
         subject,
         &ulid::Ulid::new().to_string(),
-        fleet_bus::headers(v1::ConditionSnapshot::NAME, None),
+        fleet_bus::headers(&fleet_proto::schema::<v1::ConditionSnapshot>(), None),
         payload.into(),
     )
     .await

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use fleet_bus::{StreamNames, Subjects};
-use fleet_proto::{timestamp, v1, Message, SchemaName};
+use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::FleetConfig;
 use futures::StreamExt;
 use sqlx::PgPool;
@@ -226,7 +226,7 @@ impl Bench {
                 "openstack",
                 &key,
                 at,
-                v1::ConditionSnapshot::NAME,
+                &fleet_proto::schema::<v1::ConditionSnapshot>(),
                 None,
                 s.encode_to_vec().into(),
             )
@@ -527,7 +527,7 @@ impl Bench {
                     "openstack",
                     &key,
                     i as i64,
-                    v1::ConditionSnapshot::NAME,
+                    &fleet_proto::schema::<v1::ConditionSnapshot>(),
                     None,
                     s.encode_to_vec().into(),
                 )
