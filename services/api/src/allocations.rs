@@ -15,11 +15,13 @@ use utoipa::IntoParams;
 use crate::error::{ApiError, ApiResult, J, P, Q};
 use crate::model::*;
 use crate::{page, placer, App};
+use fleet_placer_client::model::{allocation_status_schema, ALLOCATION_STATUSES};
+use fleet_placer_client::{AllocateRequest, Allocation, Atom, Capacity};
 
 /// Books GPUs through the placer.
 #[utoipa::path(post, path = "/api/v1/allocations/",
-    request_body = AllocateBody,
-    responses((status = 201, description = "booked (or the first answer to the same request_id)", body = AllocationOut),
+    request_body = AllocateRequest,
+    responses((status = 201, description = "booked (or the first answer to the same request_id)", body = Allocation),
         (status = 400, body = crate::error::ErrorBody),
         (status = 404, description = "no such pool or tenant (NOT_FOUND)", body = crate::error::ErrorBody),
         (status = 409, description = "no room (INSUFFICIENT_CAPACITY)", body = crate::error::ErrorBody),
@@ -27,21 +29,21 @@ use crate::{page, placer, App};
     tag = "allocations")]
 pub async fn create(
     State(app): State<App>,
-    J(b): J<AllocateBody>,
-) -> ApiResult<(StatusCode, Json<AllocationOut>)> {
+    J(b): J<AllocateRequest>,
+) -> ApiResult<(StatusCode, Json<Allocation>)> {
     let a = app
         .placer
-        .allocate(&b.into())
+        .allocate(&b)
         .await
         .map_err(|e| placer::error("allocate", e))?;
-    Ok((StatusCode::CREATED, Json(a.into())))
+    Ok((StatusCode::CREATED, Json(a)))
 }
 
 #[utoipa::path(get, path = "/api/v1/allocations/{id}/", params(("id" = String, Path)),
-    responses((status = 200, body = AllocationOut), (status = 404, body = crate::error::ErrorBody),
+    responses((status = 200, body = Allocation), (status = 404, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "allocations")]
-pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<AllocationOut>> {
+pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Allocation>> {
     let mut qb = QueryBuilder::<Postgres>::new(ALLOCATION_SELECT);
     qb.push(" AND a.id = ").push_bind(id.clone());
     let row: Option<AllocationRow> = qb.build_query_as().fetch_optional(&app.pool).await?;
@@ -72,7 +74,7 @@ pub struct ReleaseParams {
 /// answers the released allocation.
 #[utoipa::path(post, path = "/api/v1/allocations/{id}/release",
     params(("id" = String, Path), ReleaseParams),
-    responses((status = 200, body = AllocationOut), (status = 400, body = crate::error::ErrorBody),
+    responses((status = 200, body = Allocation), (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody),
         (status = 503, description = "the placer did not answer (UNAVAILABLE)", body = crate::error::ErrorBody)),
     tag = "allocations")]
@@ -80,7 +82,7 @@ pub async fn release(
     State(app): State<App>,
     P(id): P<String>,
     Q(q): Q<ReleaseParams>,
-) -> ApiResult<Json<AllocationOut>> {
+) -> ApiResult<Json<Allocation>> {
     let a = app
         .placer
         .release(&id, q.tenant_id.as_deref())
@@ -119,14 +121,14 @@ struct AllocationRow {
     atom_indexes: Vec<i32>,
 }
 
-impl From<AllocationRow> for AllocationOut {
+impl From<AllocationRow> for Allocation {
     fn from(r: AllocationRow) -> Self {
-        AllocationOut {
+        Allocation {
             atoms: r
                 .atom_devices
                 .into_iter()
                 .zip(r.atom_indexes)
-                .map(|(device_id, atom)| AtomOut {
+                .map(|(device_id, atom)| Atom {
                     device_id,
                     atom: atom.max(0) as u32,
                 })
@@ -188,10 +190,10 @@ pub async fn list(
 
 /// GPUs of a pool per capacity bucket, from the placer's capacity view.
 #[utoipa::path(get, path = "/api/v1/pools/{id}/capacity", params(("id" = String, Path)),
-    responses((status = 200, body = CapacityOut), (status = 404, body = crate::error::ErrorBody),
+    responses((status = 200, body = Capacity), (status = 404, body = crate::error::ErrorBody),
         (status = 503, description = "the placer did not answer (UNAVAILABLE)", body = crate::error::ErrorBody)),
     tag = "allocations")]
-pub async fn capacity(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<CapacityOut>> {
+pub async fn capacity(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Capacity>> {
     let c = app
         .placer
         .capacity(&id)

@@ -378,134 +378,8 @@ page!(UnresolvedPage, UnresolvedObservation);
 
 // ------------------------------------------------------------ allocations
 
-pub const ALLOCATION_STATUSES: &[&str] = &["active", "impaired", "released"];
-
-pub fn allocation_status_schema() -> Object {
-    enum_schema(ALLOCATION_STATUSES.iter().copied())
-}
-
-/// `POST /api/v1/allocations/`: what the placer's `AllocateRequest` takes.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AllocateBody {
-    pub tenant_id: String,
-    pub pool_id: String,
-    /// GPUs to book, 1 to `placer.max_gpus_per_request`.
-    pub gpus: u32,
-    /// All GPUs on one device.
-    #[serde(default)]
-    pub same_device: bool,
-    /// A domain name, or `"*"` for one NVLink domain, whichever fits.
-    #[serde(default)]
-    pub nvlink_domain: Option<String>,
-    /// Idempotency key: a retry with the same key (and tenant) answers the
-    /// first allocation.
-    #[serde(default)]
-    pub request_id: Option<String>,
-}
-
-impl From<AllocateBody> for fleet_placer_client::AllocateRequest {
-    fn from(b: AllocateBody) -> Self {
-        fleet_placer_client::AllocateRequest {
-            tenant_id: b.tenant_id,
-            pool_id: b.pool_id,
-            gpus: b.gpus,
-            same_device: b.same_device,
-            nvlink_domain: b.nvlink_domain,
-            request_id: b.request_id,
-        }
-    }
-}
-
-/// One booked GPU: a GPU index on a device.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AtomOut {
-    pub device_id: String,
-    pub atom: u32,
-}
-
-/// An allocation as the placer stored it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AllocationOut {
-    pub id: String,
-    pub tenant_id: String,
-    pub pool_id: String,
-    pub gpus: u32,
-    pub same_device: bool,
-    pub nvlink_domain: Option<String>,
-    #[schema(schema_with = allocation_status_schema)]
-    pub status: String,
-    pub atoms: Vec<AtomOut>,
-    /// Why it was impaired (`operational:failed`, `connectivity:lost`).
-    pub impaired_reason: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub impaired_at: Option<DateTime<Utc>>,
-    pub released_at: Option<DateTime<Utc>>,
-    pub request_id: Option<String>,
-}
-
-impl From<fleet_placer_client::Allocation> for AllocationOut {
-    fn from(a: fleet_placer_client::Allocation) -> Self {
-        AllocationOut {
-            id: a.id,
-            tenant_id: a.tenant_id,
-            pool_id: a.pool_id,
-            gpus: a.gpus,
-            same_device: a.same_device,
-            nvlink_domain: a.nvlink_domain,
-            status: a.status,
-            atoms: a
-                .atoms
-                .into_iter()
-                .map(|x| AtomOut {
-                    device_id: x.device_id,
-                    atom: x.atom,
-                })
-                .collect(),
-            impaired_reason: a.impaired_reason,
-            created_at: a.created_at,
-            impaired_at: a.impaired_at,
-            released_at: a.released_at,
-            request_id: a.request_id,
-        }
-    }
-}
-
-/// GPUs of a pool per capacity bucket (`device.md`), as the placer's
-/// capacity view has them; the buckets add up to `total`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CapacityOut {
-    pub pool_id: String,
-    pub total: i64,
-    /// Schedulable and not booked.
-    pub schedulable_available: i64,
-    /// Schedulable and booked by an active or impaired allocation.
-    pub schedulable_allocated: i64,
-    pub excluded: i64,
-    pub maintenance: i64,
-    pub provisioning: i64,
-    pub unreachable: i64,
-    pub unhealthy: i64,
-    /// Devices of the pool.
-    pub devices: i64,
-}
-
-impl From<fleet_placer_client::Capacity> for CapacityOut {
-    fn from(c: fleet_placer_client::Capacity) -> Self {
-        CapacityOut {
-            pool_id: c.pool_id,
-            total: c.total,
-            schedulable_available: c.schedulable_available,
-            schedulable_allocated: c.schedulable_allocated,
-            excluded: c.excluded,
-            maintenance: c.maintenance,
-            provisioning: c.provisioning,
-            unreachable: c.unreachable,
-            unhealthy: c.unhealthy,
-            devices: c.devices,
-        }
-    }
-}
+// The allocation shapes are the placer client's own
+// (`fleet_placer_client::{AllocateRequest, Allocation, Atom, Capacity}`).
 
 // ------------------------------------------------------------ latch drift
 
@@ -572,5 +446,5 @@ impl From<fleet_store::drift::DriftRow> for LatchDrift {
     }
 }
 
-page!(AllocationPage, AllocationOut);
+page!(AllocationPage, fleet_placer_client::Allocation);
 page!(LatchDriftPage, LatchDrift);

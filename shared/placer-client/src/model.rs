@@ -4,30 +4,47 @@
 use chrono::{DateTime, Utc};
 use fleet_proto::{datetime, timestamp, v1};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-/// `POST /api/v1/allocations` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The values of `Allocation.status`.
+pub const ALLOCATION_STATUSES: &[&str] = &["active", "impaired", "released"];
+
+pub fn allocation_status_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(ALLOCATION_STATUSES.iter().copied()))
+        .build()
+}
+
+/// `POST /api/v1/allocations/`: what the placer books.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AllocateRequest {
     pub tenant_id: String,
     pub pool_id: String,
+    /// GPUs to book, 1 to `placer.max_gpus_per_request`.
     pub gpus: u32,
+    /// All GPUs on one device.
     #[serde(default)]
     pub same_device: bool,
-    /// A domain name, or `"*"` for "one domain, whichever fits".
+    /// A domain name, or `"*"` for one NVLink domain, whichever fits.
     #[serde(default)]
     pub nvlink_domain: Option<String>,
-    /// Idempotency key: a retry with the same key gets the first allocation.
+    /// Idempotency key: a retry with the same key (and tenant) answers the
+    /// first allocation.
     #[serde(default)]
     pub request_id: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One booked GPU: a GPU index on a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Atom {
     pub device_id: String,
     pub atom: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An allocation as the placer stored it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Allocation {
     pub id: String,
     pub tenant_id: String,
@@ -35,9 +52,10 @@ pub struct Allocation {
     pub gpus: u32,
     pub same_device: bool,
     pub nvlink_domain: Option<String>,
-    /// `active`, `impaired` or `released`.
+    #[schema(schema_with = allocation_status_schema)]
     pub status: String,
     pub atoms: Vec<Atom>,
+    /// Why it was impaired (`operational:failed`, `connectivity:lost`).
     pub impaired_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub impaired_at: Option<DateTime<Utc>>,
@@ -45,18 +63,22 @@ pub struct Allocation {
     pub request_id: Option<String>,
 }
 
-/// GPUs of a pool per capacity bucket; the buckets add up to `total`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// GPUs of a pool per capacity bucket (`device.md`), as the placer's
+/// capacity view has them; the buckets add up to `total`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Capacity {
     pub pool_id: String,
     pub total: i64,
+    /// Schedulable and not booked.
     pub schedulable_available: i64,
+    /// Schedulable and booked by an active or impaired allocation.
     pub schedulable_allocated: i64,
     pub excluded: i64,
     pub maintenance: i64,
     pub provisioning: i64,
     pub unreachable: i64,
     pub unhealthy: i64,
+    /// Devices of the pool.
     pub devices: i64,
 }
 
