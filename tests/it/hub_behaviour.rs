@@ -50,10 +50,6 @@ fn error_code(r: &v1::HubReply) -> &str {
         .unwrap_or("OK")
 }
 
-fn record(r: &v1::HubReply) -> serde_json::Value {
-    serde_json::from_slice(&r.record_json).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
     let env = TestEnv::new().await;
@@ -399,10 +395,10 @@ async fn commands_check_version_and_answer_typed_errors() {
         )
         .await;
     assert_eq!(error_code(&r), "OK");
-    let rec = record(&r);
-    assert_eq!(rec["cordoned"], true);
+    let rec = device_of(&r);
+    assert!(rec.cordoned);
     assert_eq!(
-        rec["capacity_bucket"], "excluded",
+        rec.capacity_bucket, "excluded",
         "role unassigned: excluded before maintenance"
     );
     assert_eq!(r.version, 2);
@@ -522,14 +518,14 @@ async fn commands_check_version_and_answer_typed_errors() {
         )
         .await;
     assert_eq!(error_code(&r), "OK");
-    let rec = record(&r);
+    let rec = device_of(&r);
     assert_eq!(
         (
-            rec["provision_state"].as_str(),
-            rec["failed_from"].as_str(),
-            rec["maintenance"].as_bool()
+            rec.provision_state.as_str(),
+            rec.failed_from.as_str(),
+            rec.maintenance
         ),
-        (Some("failed"), Some("adopting"), Some(true))
+        ("failed", "adopting", true)
     );
     // Nothing half-applied on error: version moved only on the successes.
     assert_eq!(env.device_field(&id, "version").await, "3");
@@ -583,7 +579,7 @@ async fn commands_check_version_and_answer_typed_errors() {
         )
         .await;
     assert_eq!(error_code(&r), "OK");
-    assert_eq!(record(&r)["status"], "True");
+    assert_eq!(condition_of(&r).status, "True");
     // A stale latch write gets the stored row back, not what it sent.
     let stale = C::WriteCondition(v1::ConditionWrite {
         source: "nvlink-fabric".into(),
@@ -603,7 +599,7 @@ async fn commands_check_version_and_answer_typed_errors() {
     let r = env.command("write_condition", 0, stale).await;
     assert_eq!(error_code(&r), "OK");
     assert_eq!(
-        record(&r)["status"],
+        condition_of(&r).status,
         "True",
         "stale-rejected: the reply is the stored row"
     );
@@ -846,12 +842,19 @@ async fn create_devices_creates_many_and_refuses_item_by_item() {
         )
         .await;
     assert!(r.error.is_none(), "{r:?}");
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&r.record_json).unwrap();
+    let Some(v1::hub_reply::Record::Created(created)) = &r.record else {
+        panic!("create_devices answers create results: {r:?}");
+    };
+    let items = &created.results;
     assert_eq!(items.len(), 307);
-    let code = |i: usize| items[i]["code"].as_str().unwrap().to_string();
-    assert!(
-        (0..300).all(|i| code(i) == "OK" && items[i]["id"].as_str().unwrap().starts_with("dev_"))
-    );
+    let code = |i: usize| {
+        items[i]
+            .error
+            .as_ref()
+            .map_or("OK", |e| fleet_proto::error_code_of(e.code).as_str_name())
+            .to_string()
+    };
+    assert!((0..300).all(|i| code(i) == "OK" && items[i].id.starts_with("dev_")));
     assert_eq!(
         (300..307).map(code).collect::<Vec<_>>(),
         [
@@ -881,7 +884,7 @@ async fn create_devices_creates_many_and_refuses_item_by_item() {
             .unwrap();
     assert_eq!(role, "dedicated", "the pool kind decides the role");
     // Born like a single create: version 1, a birth row per tracked axis.
-    let id = items[0]["id"].as_str().unwrap().to_string();
+    let id = items[0].id.clone();
     assert_eq!(env.device_field(&id, "version").await, "1");
     let births: i64 =
         sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1")

@@ -110,8 +110,7 @@ async fn create(env: &TestEnv, site: &str, name: &str, inventory: &str, owner: &
         )
         .await;
     assert!(r.error.is_none(), "create {name}: {:?}", r.error);
-    let v: serde_json::Value = serde_json::from_slice(&r.record_json).unwrap();
-    v["id"].as_str().unwrap().to_string()
+    device_of(&r).id
 }
 
 fn with_mirror(

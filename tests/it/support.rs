@@ -17,6 +17,22 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// The device a hub command left (a device command's reply).
+pub fn device_of(reply: &v1::HubReply) -> v1::DeviceChange {
+    match &reply.record {
+        Some(v1::hub_reply::Record::Device(d)) => d.clone(),
+        other => panic!("expected a device in the hub's reply, got {other:?}"),
+    }
+}
+
+/// The condition row a hub condition write left.
+pub fn condition_of(reply: &v1::HubReply) -> v1::ConditionRow {
+    match &reply.record {
+        Some(v1::hub_reply::Record::Condition(c)) => c.clone(),
+        other => panic!("expected a condition row in the hub's reply, got {other:?}"),
+    }
+}
+
 /// A path in the repository: the tests' crate is `services/fleet`.
 pub fn repo(path: &str) -> String {
     format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
@@ -227,8 +243,7 @@ impl TestEnv {
             )
             .await;
         assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
-        let v: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
-        v["id"].as_str().unwrap().to_string()
+        device_of(&reply).id
     }
 
     pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {

@@ -13,7 +13,6 @@ use utoipa::{IntoParams, ToSchema};
 use v1::hub_command::Command as C;
 
 use crate::auth::Caller;
-use crate::devices::device_change;
 use crate::error::{ApiError, ApiResult, J, Q};
 use crate::model::*;
 use crate::{page, App};
@@ -224,11 +223,8 @@ pub async fn write(
         hub_ordered: b.hub_ordered,
     });
     let reply = app.hub.command(&caller.token_id, version, c).await?;
-    let row: ConditionOut = serde_json::from_value(reply.record).map_err(|e| {
-        tracing::error!(error = %e, "hub condition row does not parse");
-        ApiError::unavailable("the hub answered something unreadable")
-    })?;
-    Ok(Json(row))
+    let row = reply.condition().map_err(crate::hub::unreadable)?;
+    Ok(Json(crate::hub::condition(row)?))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -368,21 +364,6 @@ pub async fn apply(
         mirror,
     });
     let reply = app.hub.command(&caller.token_id, version, c).await?;
-    let mut record = reply.record;
-    let device = device_change(record["device"].take())?;
-    let parsed: Result<(String, Vec<ConditionOut>), _> = (|| {
-        Ok::<_, serde_json::Error>((
-            serde_json::from_value(record["outcome"].take())?,
-            serde_json::from_value(record["conditions"].take())?,
-        ))
-    })();
-    let (outcome, conditions) = parsed.map_err(|e| {
-        tracing::error!(error = %e, "hub snapshot reply does not parse");
-        ApiError::unavailable("the hub answered something unreadable")
-    })?;
-    Ok(Json(SnapshotResult {
-        outcome,
-        device,
-        conditions,
-    }))
+    let applied = reply.snapshot().map_err(crate::hub::unreadable)?;
+    Ok(Json(crate::hub::snapshot(applied)?))
 }

@@ -10,7 +10,6 @@ use fleet_domain::slurm::SlurmState;
 use fleet_domain::*;
 use fleet_proto::v1;
 use serde::Deserialize;
-use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Postgres, QueryBuilder, Row};
 use utoipa::{IntoParams, ToSchema};
@@ -346,13 +345,6 @@ fn version(v: i64) -> ApiResult<i64> {
 }
 
 /// Parses the hub's device record.
-pub fn device_change(record: Value) -> ApiResult<DeviceChange> {
-    serde_json::from_value(record).map_err(|e| {
-        tracing::error!(error = %e, "hub device record does not parse");
-        ApiError::unavailable("the hub answered something unreadable")
-    })
-}
-
 async fn device_command(
     app: &App,
     caller: &Caller,
@@ -363,7 +355,9 @@ async fn device_command(
         .hub
         .command(&caller.token_id, expected_version, command)
         .await?;
-    Ok(Json(device_change(reply.record)?))
+    Ok(Json(crate::hub::device(
+        reply.device().map_err(crate::hub::unreadable)?,
+    )))
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/cordon", params(("id" = String, Path)),
@@ -570,15 +564,8 @@ pub async fn triage(
         parent_ticket_url: b.parent_ticket_url.unwrap_or_default(),
     });
     let reply = app.hub.command(&caller.token_id, 0, c).await?;
-    let list: Vec<Value> = match reply.record {
-        Value::Array(a) => a,
-        other => vec![other],
-    };
-    Ok(Json(
-        list.into_iter()
-            .map(device_change)
-            .collect::<ApiResult<_>>()?,
-    ))
+    let devices = reply.devices().map_err(crate::hub::unreadable)?;
+    Ok(Json(devices.into_iter().map(crate::hub::device).collect()))
 }
 
 /// Seed 002, "Enrollment identity proof": written by the workflow service.

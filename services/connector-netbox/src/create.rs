@@ -33,17 +33,17 @@ pub enum Created {
 }
 
 /// Interprets one item of a `create_devices` reply.
-pub fn item_outcome(item: &serde_json::Value) -> Created {
-    let s = |k: &str| item[k].as_str().unwrap_or_default().to_string();
-    let code = item["code"].as_str().unwrap_or_default();
-    if code == "OK" {
-        return Created::Created { device_id: s("id") };
-    }
-    match fleet_proto::error_code(code) {
-        ErrorCode::Conflict => Created::Exists,
-        code => Created::Rejected {
-            code,
-            message: s("message"),
+pub fn item_outcome(item: &v1::CreateResult) -> Created {
+    match &item.error {
+        None => Created::Created {
+            device_id: item.id.clone(),
+        },
+        Some(e) => match fleet_proto::error_code_of(e.code) {
+            ErrorCode::Conflict => Created::Exists,
+            code => Created::Rejected {
+                code,
+                message: e.message.clone(),
+            },
         },
     }
 }
@@ -58,16 +58,18 @@ pub fn outcomes(reply: &v1::HubReply, n: usize) -> Vec<Created> {
         };
         return vec![c; n];
     }
-    match serde_json::from_slice::<Vec<serde_json::Value>>(&reply.record_json) {
-        Ok(items) if items.len() == n => items.iter().map(item_outcome).collect(),
-        Ok(items) => vec![
+    match &reply.record {
+        Some(v1::hub_reply::Record::Created(c)) if c.results.len() == n => {
+            c.results.iter().map(item_outcome).collect()
+        }
+        Some(v1::hub_reply::Record::Created(c)) => vec![
             Created::Unanswered(format!(
                 "hub answered {} items for {n} devices",
-                items.len()
+                c.results.len()
             ));
             n
         ],
-        Err(e) => vec![Created::Unanswered(format!("undecodable hub reply: {e}")); n],
+        _ => vec![Created::Unanswered("the hub answered no create results".into()); n],
     }
 }
 
@@ -130,10 +132,25 @@ mod tests {
 
     #[test]
     fn replies_are_read_item_by_item() {
+        let item = |name: &str, id: &str, error: Option<(ErrorCode, &str)>| v1::CreateResult {
+            site: "s1".into(),
+            name: name.into(),
+            id: id.into(),
+            error: error.map(|(code, message)| v1::HubError {
+                code: code as i32,
+                message: message.into(),
+            }),
+        };
         let ok = v1::HubReply {
             error: None,
-            record_json: br#"[{"code": "OK", "id": "dev_01", "name": "a"}, {"code": "CONFLICT", "name": "b"}, {"code": "NOT_FOUND", "message": "site x", "name": "c"}]"#.to_vec(),
             version: 0,
+            record: Some(v1::hub_reply::Record::Created(v1::CreateResults {
+                results: vec![
+                    item("a", "dev_01", None),
+                    item("b", "", Some((ErrorCode::Conflict, "exists"))),
+                    item("c", "", Some((ErrorCode::NotFound, "site x"))),
+                ],
+            })),
         };
         assert_eq!(
             outcomes(&ok, 3),
@@ -157,8 +174,8 @@ mod tests {
                 code: ErrorCode::InvalidArgument as i32,
                 message: "m".into(),
             }),
-            record_json: vec![],
             version: 0,
+            record: None,
         };
         assert_eq!(
             outcomes(&refused, 2),

@@ -165,14 +165,14 @@ impl Gateway {
                 }),
             )
             .await?;
-        let device_id = record["id"].as_str().unwrap_or_default().to_string();
-        let generation = record["identity_generation"].as_i64().unwrap_or(0);
-        let version = record["version"].as_i64().unwrap_or(0);
-        let rejoined = record["rejoined"].as_bool().unwrap_or(false);
-        let mut provision_state = record["provision_state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let joined = record
+            .joined()
+            .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("hub reply: {e}")))?;
+        let rejoined = joined.rejoined;
+        let device = joined.device.unwrap_or_default();
+        let (device_id, generation, version) =
+            (device.id, device.identity_generation, device.version);
+        let mut provision_state = device.provision_state;
         if device_id.is_empty() || generation < 1 {
             return Err(GatewayError::new(
                 ErrorCode::Unavailable,

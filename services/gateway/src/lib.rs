@@ -148,7 +148,7 @@ impl Gateway {
         &self,
         expected_version: i64,
         command: v1::hub_command::Command,
-    ) -> Result<serde_json::Value, GatewayError> {
+    ) -> Result<fleet_hub_client::Applied, GatewayError> {
         let actor = format!("gateway:{}", self.gateway_id);
         let applied = match self.hub.call(&actor, expected_version, command).await {
             Ok(a) => a,
@@ -169,8 +169,7 @@ impl Gateway {
                 ));
             }
         };
-        serde_json::from_slice(&applied.record_json)
-            .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("hub record: {e}")))
+        Ok(applied)
     }
 
     fn device_key(site: &str, device_id: &str) -> v1::DeviceKey {

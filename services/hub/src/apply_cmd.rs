@@ -9,10 +9,12 @@ use fleet_domain::state::Outcome;
 use fleet_domain::DomainError;
 use fleet_proto::v1;
 
-use super::{device_json, invalid, CommandError};
+use super::{invalid, CommandError};
 use crate::decode;
+use crate::reply;
 use crate::work::Work;
 use crate::Hub;
+use fleet_proto::v1::hub_reply::Record;
 
 impl Hub {
     pub(crate) async fn apply_snapshot_command(
@@ -50,31 +52,25 @@ impl Hub {
             .devices
             .get(&id)
             .ok_or_else(|| invalid(format!("device {id} vanished")))?;
-        let conditions: Vec<serde_json::Value> = t
+        let conditions = t
             .after
             .conditions
             .values()
             .filter(|row| row.source == snap.source)
-            .map(|row| {
-                let mut v = serde_json::to_value(row).unwrap_or_default();
-                v["device_id"] = id.clone().into();
-                v["stale"] = t.after.is_stale(row, now, &self.ttls).into();
-                v
-            })
+            .map(|row| reply::condition(&id, row, t.after.is_stale(row, now, &self.ttls)))
             .collect();
-        let record = serde_json::json!({
-            "outcome": match outcome {
-                Outcome::Applied => "applied",
-                Outcome::Stale => "stale",
-                Outcome::Duplicate => "duplicate",
-            },
-            "device": device_json(&t.after),
-            "conditions": conditions,
-        });
-        Ok(v1::HubReply {
-            error: None,
-            record_json: serde_json::to_vec(&record).unwrap_or_default(),
-            version: t.after.record.version,
-        })
+        let outcome = match outcome {
+            Outcome::Applied => "applied",
+            Outcome::Stale => "stale",
+            Outcome::Duplicate => "duplicate",
+        };
+        Ok(reply::ok(
+            Record::Snapshot(v1::SnapshotApplied {
+                outcome: outcome.into(),
+                device: Some(reply::device(&t.after)),
+                conditions,
+            }),
+            t.after.record.version,
+        ))
     }
 }

@@ -16,8 +16,10 @@ use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
 use fleet_store::StoreError;
 use v1::hub_command::Command as C;
+use v1::hub_reply::Record;
 
 use crate::decode;
+use crate::reply;
 use crate::work::Work;
 use crate::Hub;
 
@@ -81,33 +83,6 @@ fn nonempty(s: &str) -> Option<String> {
 
 fn opt(s: &str) -> Option<String> {
     (!s.trim().is_empty()).then(|| s.trim().to_string())
-}
-
-fn reply_ok(record: serde_json::Value, version: i64) -> v1::HubReply {
-    v1::HubReply {
-        error: None,
-        record_json: serde_json::to_vec(&record).unwrap_or_default(),
-        version,
-    }
-}
-
-/// The device as a command reply carries it.
-pub fn device_json(s: &DeviceState) -> serde_json::Value {
-    let mut v = serde_json::to_value(&s.record).unwrap_or_default();
-    v["customer_ready"] = predicates::customer_ready(
-        s.record.inventory_only,
-        s.record.inventory_status,
-        s.record.operational_status,
-        s.record.health_status,
-    )
-    .into();
-    v["operational_status_conditions"] = s
-        .decisive_types()
-        .iter()
-        .map(|t| t.as_str())
-        .collect::<Vec<_>>()
-        .into();
-    v
 }
 
 impl Hub {
@@ -228,12 +203,12 @@ impl Hub {
                     .await?;
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
-                let list: Vec<serde_json::Value> = work
+                let devices = work
                     .devices
                     .values()
-                    .map(|t| device_json(&t.after))
+                    .map(|t| reply::device(&t.after))
                     .collect();
-                Ok(reply_ok(serde_json::Value::Array(list), 0))
+                Ok(reply::ok(Record::Devices(v1::DeviceChanges { devices }), 0))
             }
             C::WriteCondition(w) => {
                 let (key, write) = decode::write(&w, now)?;
@@ -266,10 +241,11 @@ impl Hub {
                 let t = &work.devices[&id];
                 // The stored row: different from what was sent means stale-rejected.
                 let row = &t.after.conditions[&write.input.condition_type];
-                let mut v = serde_json::to_value(row).unwrap_or_default();
-                v["device_id"] = id.clone().into();
-                v["stale"] = t.after.is_stale(row, now, &self.ttls).into();
-                Ok(reply_ok(v, t.after.record.version))
+                let stale = t.after.is_stale(row, now, &self.ttls);
+                Ok(reply::ok(
+                    Record::Condition(reply::condition(&id, row, stale)),
+                    t.after.record.version,
+                ))
             }
             other => {
                 let id = device_id(&other).to_string();
@@ -295,7 +271,10 @@ impl Hub {
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
                 let t = &work.devices[&id];
-                Ok(reply_ok(device_json(&t.after), t.after.record.version))
+                Ok(reply::ok(
+                    Record::Device(reply::device(&t.after)),
+                    t.after.record.version,
+                ))
             }
         }
     }
@@ -339,7 +318,10 @@ impl Hub {
         self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
             .await?;
         let t = &work.devices[&id];
-        Ok(reply_ok(device_json(&t.after), t.after.record.version))
+        Ok(reply::ok(
+            Record::Device(reply::device(&t.after)),
+            t.after.record.version,
+        ))
     }
 }
 
@@ -450,16 +432,22 @@ impl Hub {
                 list.len()
             )));
         }
-        let mut results: Vec<serde_json::Value> = list
+        let mut results: Vec<v1::CreateResult> = list
             .iter()
-            .map(|d| serde_json::json!({"site": d.site.trim(), "name": d.name.trim(), "code": "OK", "message": "", "id": ""}))
+            .map(|d| v1::CreateResult {
+                site: d.site.trim().to_string(),
+                name: d.name.trim().to_string(),
+                ..Default::default()
+            })
             .collect();
-        let fail = |r: &mut serde_json::Value, e: CommandError| {
+        let fail = |r: &mut v1::CreateResult, e: CommandError| {
             if let CommandError::Store(s) = &e {
                 tracing::warn!(error = %s, "create_devices item failed in the store");
             }
-            r["code"] = e.code().as_str_name().into();
-            r["message"] = e.public().into();
+            r.error = Some(v1::HubError {
+                code: e.code() as i32,
+                message: e.public(),
+            });
         };
         let mut drafts = Vec::new();
         for (i, d) in list.into_iter().enumerate() {
@@ -505,7 +493,7 @@ impl Hub {
             .await?;
         for (i, n) in &news {
             if inserted.contains(&n.id) {
-                results[*i]["id"] = n.id.clone().into();
+                results[*i].id = n.id.clone();
             } else {
                 fail(
                     &mut results[*i],
@@ -517,7 +505,7 @@ impl Hub {
                 );
             }
         }
-        Ok(reply_ok(serde_json::Value::Array(results), 0))
+        Ok(reply::ok(Record::Created(v1::CreateResults { results }), 0))
     }
 }
 
@@ -620,7 +608,7 @@ impl Responder for Hub {
                 code: code as i32,
                 message: message.to_string(),
             }),
-            record_json: vec![],
+            record: None,
             version: 0,
         }
         .encode_to_vec()

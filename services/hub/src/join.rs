@@ -12,9 +12,11 @@ use fleet_domain::*;
 use fleet_proto::v1;
 use fleet_store::StoreError;
 
-use crate::commands::{device_json, CommandError};
+use crate::commands::CommandError;
+use crate::reply;
 use crate::work::Work;
 use crate::Hub;
+use fleet_proto::v1::hub_reply::Record;
 
 fn invalid(m: impl Into<String>) -> CommandError {
     CommandError::Domain(DomainError::InvalidArgument(m.into()))
@@ -77,12 +79,19 @@ fn violates(e: &CommandError, index: &str) -> bool {
     }
 }
 
-fn reply(record: serde_json::Value, version: i64) -> v1::HubReply {
-    v1::HubReply {
-        error: None,
-        record_json: serde_json::to_vec(&record).unwrap_or_default(),
-        version,
-    }
+fn joined(
+    t: &fleet_domain::state::DeviceState,
+    rejoined: bool,
+    hardware_key_trusted: bool,
+) -> v1::HubReply {
+    reply::ok(
+        Record::Joined(v1::Joined {
+            device: Some(reply::device(t)),
+            rejoined,
+            hardware_key_trusted,
+        }),
+        t.record.version,
+    )
 }
 
 impl Hub {
@@ -134,10 +143,7 @@ impl Hub {
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
                 let t = &work.devices[&id];
-                let mut v = device_json(&t.after);
-                v["rejoined"] = true.into();
-                v["hardware_key_trusted"] = true.into();
-                return Ok(reply(v, t.after.record.version));
+                return Ok(joined(&t.after, true, true));
             }
         }
 
@@ -220,9 +226,6 @@ impl Hub {
         self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
             .await?;
         let t = &work.devices[&id];
-        let mut v = device_json(&t.after);
-        v["rejoined"] = false.into();
-        v["hardware_key_trusted"] = j.trusted.into();
-        Ok(reply(v, t.after.record.version))
+        Ok(joined(&t.after, false, j.trusted))
     }
 }

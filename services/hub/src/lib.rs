@@ -12,6 +12,7 @@ pub mod join;
 pub mod metrics;
 pub mod observations;
 pub mod relay;
+mod reply;
 pub mod store;
 pub mod sweeper;
 pub mod work;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use fleet_bus::Subjects;
 use fleet_proto::{v1, ErrorCode, Message};
 use v1::hub_command::Command as C;
+pub use v1::hub_reply::Record;
 
 /// The verb a command is addressed to (`<root>.hub.cmd.<verb>`).
 pub fn verb(c: &C) -> &'static str {
@@ -63,20 +64,69 @@ impl HubCallError {
     }
 }
 
-/// A command the hub applied: the stored record (a device, or a condition
-/// row for condition writes) and the device version.
+/// A command the hub applied: what it left (typed per command, see
+/// `fleet.v1.HubReply`) and the device version.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    pub record_json: Vec<u8>,
+    pub record: Option<Record>,
     pub version: i64,
 }
 
 impl Applied {
-    pub fn record(&self) -> Result<serde_json::Value, HubCallError> {
-        if self.record_json.is_empty() {
-            return Ok(serde_json::Value::Null);
+    fn unexpected(&self, want: &str) -> HubCallError {
+        HubCallError::BadReply(format!(
+            "expected {want}, the hub answered {}",
+            match &self.record {
+                None => "no record",
+                Some(Record::Device(_)) => "a device",
+                Some(Record::Devices(_)) => "devices",
+                Some(Record::Condition(_)) => "a condition row",
+                Some(Record::Created(_)) => "create results",
+                Some(Record::Snapshot(_)) => "a snapshot outcome",
+                Some(Record::Joined(_)) => "a join",
+            }
+        ))
+    }
+
+    /// The device a device command left.
+    pub fn device(self) -> Result<v1::DeviceChange, HubCallError> {
+        match self.record {
+            Some(Record::Device(d)) => Ok(d),
+            _ => Err(self.unexpected("a device")),
         }
-        serde_json::from_slice(&self.record_json).map_err(|e| HubCallError::BadReply(e.to_string()))
+    }
+
+    /// The devices a list command (triage) left.
+    pub fn devices(self) -> Result<Vec<v1::DeviceChange>, HubCallError> {
+        match self.record {
+            Some(Record::Devices(d)) => Ok(d.devices),
+            _ => Err(self.unexpected("devices")),
+        }
+    }
+
+    /// The row a condition write left (different from what was sent when
+    /// the write was stale-rejected).
+    pub fn condition(self) -> Result<v1::ConditionRow, HubCallError> {
+        match self.record {
+            Some(Record::Condition(c)) => Ok(c),
+            _ => Err(self.unexpected("a condition row")),
+        }
+    }
+
+    /// What `apply_snapshot` did.
+    pub fn snapshot(self) -> Result<v1::SnapshotApplied, HubCallError> {
+        match self.record {
+            Some(Record::Snapshot(s)) => Ok(s),
+            _ => Err(self.unexpected("a snapshot outcome")),
+        }
+    }
+
+    /// The device a join created or re-joined.
+    pub fn joined(self) -> Result<v1::Joined, HubCallError> {
+        match self.record {
+            Some(Record::Joined(j)) => Ok(j),
+            _ => Err(self.unexpected("a join")),
+        }
     }
 }
 
@@ -112,7 +162,7 @@ impl HubClient {
             });
         }
         Ok(Applied {
-            record_json: reply.record_json,
+            record: reply.record,
             version: reply.version,
         })
     }

@@ -20,7 +20,6 @@ use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
 use fleet_domain::{ConditionStatus, ConditionType, Source};
 use fleet_proto::{v1, ErrorCode};
-use serde::Deserialize;
 
 /// The three workflow-written latches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -171,10 +170,9 @@ fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// The condition row the hub stored and returned.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredLatch {
     pub device_id: String,
-    #[serde(rename = "type")]
     pub condition_type: String,
     pub status: String,
     pub reason: String,
@@ -255,11 +253,24 @@ pub fn verify(w: &LatchWrite, reply: &v1::HubReply) -> Result<StoredLatch, Latch
             message: e.message.clone(),
         });
     }
-    let stored: StoredLatch =
-        serde_json::from_slice(&reply.record_json).map_err(|e| LatchError::BadReply {
-            code,
-            message: e.to_string(),
-        })?;
+    let bad = |message: &str| LatchError::BadReply {
+        code,
+        message: message.to_string(),
+    };
+    let row = match &reply.record {
+        Some(v1::hub_reply::Record::Condition(row)) => row,
+        _ => return Err(bad("the reply carries no condition row")),
+    };
+    let stored = StoredLatch {
+        device_id: row.device_id.clone(),
+        condition_type: row.r#type.clone(),
+        status: row.status.clone(),
+        reason: row.reason.clone(),
+        message: row.message.clone(),
+        source: row.source.clone(),
+        observed_at: fleet_proto::datetime(row.observed_at.as_ref())
+            .ok_or_else(|| bad("the condition row has no observed_at"))?,
+    };
     if stored.records(w) {
         Ok(stored)
     } else {
@@ -379,30 +390,31 @@ mod tests {
         .unwrap()
     }
 
-    fn reply(row: serde_json::Value) -> v1::HubReply {
+    fn reply(row: v1::ConditionRow) -> v1::HubReply {
         v1::HubReply {
             error: None,
-            record_json: serde_json::to_vec(&row).unwrap(),
             version: 3,
+            record: Some(v1::hub_reply::Record::Condition(row)),
         }
     }
 
-    fn row_of(w: &LatchWrite) -> serde_json::Value {
-        serde_json::json!({
-            "device_id": "dev-1",
-            "type": w.latch.condition_type().as_str(),
-            "status": w.status.as_str(),
-            "reason": w.reason,
-            "message": w.message,
-            "source": w.latch.source().as_str(),
-            "condition_of": "none",
-            "durable": true,
-            "observed_at": w.observed_at,
-            "received_at": w.observed_at,
-            "decisive": false,
-            "last_transition_at": w.observed_at,
-            "stale": false
-        })
+    fn row_of(w: &LatchWrite) -> v1::ConditionRow {
+        let t = Some(fleet_proto::timestamp(w.observed_at));
+        v1::ConditionRow {
+            device_id: "dev-1".into(),
+            r#type: w.latch.condition_type().as_str().into(),
+            status: w.status.as_str().into(),
+            reason: w.reason.clone(),
+            message: w.message.clone(),
+            source: w.latch.source().as_str().into(),
+            condition_of: "none".into(),
+            durable: true,
+            observed_at: t,
+            received_at: t,
+            decisive: false,
+            last_transition_at: t,
+            stale: false,
+        }
     }
 
     #[test]
@@ -528,24 +540,31 @@ mod tests {
         assert_eq!(stored.device_id, "dev-1");
         // A later observation is on record: stale-rejected.
         let mut later = row_of(&w);
-        later["observed_at"] = serde_json::json!(w.observed_at + chrono::Duration::seconds(30));
-        later["status"] = "True".into();
-        later["reason"] = "CustomerVrfFlipVerified".into();
+        later.observed_at = Some(fleet_proto::timestamp(
+            w.observed_at + chrono::Duration::seconds(30),
+        ));
+        later.status = "True".into();
+        later.reason = "CustomerVrfFlipVerified".into();
         let e = verify(&w, &reply(later)).unwrap_err();
         assert!(matches!(e, LatchError::StaleRejected { .. }), "{e}");
         assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
         assert!(e.to_string().contains("stale-rejected"), "{e}");
         // Same value, but another time or another writer: not this write.
-        for (field, value) in [
-            (
-                "observed_at",
-                serde_json::json!(w.observed_at - chrono::Duration::microseconds(1)),
-            ),
-            ("source", "borneo".into()),
-            ("message", "another message".into()),
-        ] {
+        let earlier = |r: &mut v1::ConditionRow| {
+            r.observed_at = Some(fleet_proto::timestamp(
+                w.observed_at - chrono::Duration::microseconds(1),
+            ))
+        };
+        let borneo = |r: &mut v1::ConditionRow| r.source = "borneo".into();
+        let other = |r: &mut v1::ConditionRow| r.message = "another message".into();
+        let changes: [(&str, &dyn Fn(&mut v1::ConditionRow)); 3] = [
+            ("observed_at", &earlier),
+            ("source", &borneo),
+            ("message", &other),
+        ];
+        for (field, change) in changes {
             let mut r = row_of(&w);
-            r[field] = value;
+            change(&mut r);
             assert!(
                 matches!(verify(&w, &reply(r)), Err(LatchError::StaleRejected { .. })),
                 "{field}"
@@ -556,8 +575,8 @@ mod tests {
                 code: ErrorCode::NotFound as i32,
                 message: "device device_id dev-1".into(),
             }),
-            record_json: vec![],
             version: 0,
+            record: None,
         };
         let e = verify(&w, &refused).unwrap_err();
         assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
@@ -566,8 +585,8 @@ mod tests {
         );
         let garbage = v1::HubReply {
             error: None,
-            record_json: b"{}".to_vec(),
             version: 0,
+            record: Some(v1::hub_reply::Record::Device(Default::default())),
         };
         assert!(matches!(
             verify(&w, &garbage),

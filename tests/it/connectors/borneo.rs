@@ -216,8 +216,7 @@ async fn create_with_serial(env: &TestEnv, name: &str, serial: &str) -> String {
         )
         .await;
     assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
-    let v: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
-    v["id"].as_str().unwrap().to_string()
+    device_of(&reply).id
 }
 
 /// `(operational_status, latch status, latch reason)` read in one statement.

@@ -9,6 +9,7 @@ use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
 
 use super::shipped::*;
+use crate::support::device_of;
 
 #[derive(Clone, Copy)]
 enum Check {
@@ -381,8 +382,7 @@ async fn every_service_starts(
     .await;
     let reply = v1::HubReply::decode(reply.payload.as_ref()).unwrap();
     assert!(reply.error.is_none(), "{:?}", reply.error);
-    let record: serde_json::Value = serde_json::from_slice(&reply.record_json).unwrap();
-    let id = record["id"].as_str().unwrap().to_string();
+    let id = device_of(&reply).id;
 
     tasks.spawn(fleet_placer::service::run(
         config("placer"),
