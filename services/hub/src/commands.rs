@@ -371,6 +371,7 @@ fn draft(d: v1::CreateDevice) -> Result<Draft, CommandError> {
             inventory_status,
             provision_state,
             labels: serde_json::to_value(&d.labels).unwrap_or_default(),
+            agent: None,
         },
         explicit_role,
         pool_id,

@@ -6,7 +6,7 @@
 //! kind. The devices table's unique index on trusted keys settles two
 //! concurrent joins of one machine: the loser retries as a re-join.
 
-use crate::store::devices::{self, NewDevice};
+use crate::store::devices::{self, AgentFacts, NewDevice};
 use chrono::Utc;
 use fleet_domain::*;
 use fleet_proto::v1;
@@ -135,11 +135,7 @@ impl Hub {
                 let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
-                sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
-                    .bind(&id)
-                    .bind(j.gpu_count)
-                    .execute(&mut *tx)
-                    .await?;
+                devices::set_gpu_count(&mut tx, &id, j.gpu_count).await?;
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
                 let t = &work.devices[&id];
@@ -188,6 +184,11 @@ impl Hub {
             inventory_status: InventoryStatus::Unknown,
             provision_state: ProvisionState::Adopting,
             labels: serde_json::json!({}),
+            agent: Some(AgentFacts {
+                hardware_key: j.hardware_key.clone(),
+                hardware_key_trusted: j.trusted,
+                gpu_count: j.gpu_count,
+            }),
         };
         match devices::insert_device(&mut tx, &new).await {
             Ok(Some(())) => {}
@@ -206,15 +207,6 @@ impl Hub {
             }
             Err(e) => return Err(e.into()),
         }
-        sqlx::query(
-            "UPDATE devices SET hardware_key = $2, hardware_key_trusted = $3, gpu_count = $4 WHERE id = $1",
-        )
-        .bind(&id)
-        .bind(&j.hardware_key)
-        .bind(j.trusted)
-        .bind(j.gpu_count)
-        .execute(&mut *tx)
-        .await?;
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
         if let Some(t) = work.devices.get_mut(&id) {
             t.born = true;

@@ -756,6 +756,16 @@ pub struct NewDevice {
     pub inventory_status: InventoryStatus,
     pub provision_state: ProvisionState,
     pub labels: Value,
+    /// What a node agent's join brings (`join`); `None` for other creates.
+    pub agent: Option<AgentFacts>,
+}
+
+/// The machine facts a node agent's join records with the device.
+#[derive(Debug, Clone)]
+pub struct AgentFacts {
+    pub hardware_key: String,
+    pub hardware_key_trusted: bool,
+    pub gpu_count: i32,
 }
 
 /// Inserts the device with `inventory_only` inherited from its site (seed
@@ -764,8 +774,10 @@ pub struct NewDevice {
 pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO devices (id, name, site_id, pool_id, owner_tenant_id, rack, serial, netbox_id, bmc_address, \
-         infrastructure_ref, device_class, role, trust, inventory_status, provision_state, labels, inventory_only) \
-         SELECT $1, $2, s.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, s.inventory_only \
+         infrastructure_ref, device_class, role, trust, inventory_status, provision_state, labels, inventory_only, \
+         hardware_key, hardware_key_trusted, gpu_count) \
+         SELECT $1, $2, s.id, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, s.inventory_only, \
+         $17, COALESCE($18, false), $19 \
          FROM sites s WHERE s.id = $3",
     )
     .bind(&d.id)
@@ -784,9 +796,22 @@ pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>,
     .bind(d.inventory_status.as_str())
     .bind(d.provision_state.as_str())
     .bind(&d.labels)
+    .bind(d.agent.as_ref().map(|a| &a.hardware_key))
+    .bind(d.agent.as_ref().map(|a| a.hardware_key_trusted))
+    .bind(d.agent.as_ref().map(|a| a.gpu_count))
     .execute(&mut **tx)
     .await?;
     Ok((done.rows_affected() == 1).then_some(()))
+}
+
+/// A trusted re-join: the GPUs the agent reports now.
+pub async fn set_gpu_count(tx: &mut Tx<'_>, id: &str, gpu_count: i32) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
+        .bind(id)
+        .bind(gpu_count)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// What each device of a batch refers to and does not exist (site, pool,
