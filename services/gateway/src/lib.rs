@@ -96,20 +96,13 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Gateway>> {
-        let pool = fleet_store::connect_as(
-            &config.database.url,
-            config.database.max_connections,
-            config
-                .database
-                .set_role
-                .then_some(fleet_store::Role::Gateway),
-        )
-        .await?;
-        fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats, "fleet-gateway").await?;
-        let js = jetstream::new(nats.clone());
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
+        let fleet_store::Deps {
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        } = fleet_store::Deps::connect(&config, fleet_store::Role::Gateway).await?;
         // OBSERVATIONS is the hub's: wait for it and check the partition count.
         fleet_bus::check_observations(&js, &config.nats, std::future::pending()).await?;
         let gateway_id = if config.gateway.gateway_id.trim().is_empty() {

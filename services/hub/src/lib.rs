@@ -71,17 +71,13 @@ pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
 impl Hub {
     /// Connects, checks the schema and creates the streams.
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Hub>> {
-        let pool = fleet_store::connect_as(
-            &config.database.url,
-            config.database.max_connections,
-            config.database.set_role.then_some(fleet_store::Role::Hub),
-        )
-        .await?;
-        fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats, "fleet-hub").await?;
-        let js = jetstream::new(nats.clone());
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
+        let fleet_store::Deps {
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        } = fleet_store::Deps::connect(&config, fleet_store::Role::Hub).await?;
         fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Hub).await?;
         let ttls = ttls(&config)?;
         let config_partitions = config.nats.partitions;

@@ -87,20 +87,13 @@ impl Placer {
     /// Connects, checks the schema, creates the streams and builds the
     /// capacity view from PostgreSQL.
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Placer>> {
-        let pool = fleet_store::connect_as(
-            &config.database.url,
-            config.database.max_connections,
-            config
-                .database
-                .set_role
-                .then_some(fleet_store::Role::Placer),
-        )
-        .await?;
-        fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats, "fleet-placer").await?;
-        let js = jetstream::new(nats.clone());
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
+        let fleet_store::Deps {
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        } = fleet_store::Deps::connect(&config, fleet_store::Role::Placer).await?;
         // STATUS and DLQ are the hub's; the placer owns only its events.
         fleet_bus::await_streams(
             &js,

@@ -121,17 +121,13 @@ pub fn projection(row: &store::Row, at: chrono::DateTime<Utc>) -> v1::RadarProje
 
 impl Radar {
     pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Radar>> {
-        let pool = fleet_store::connect_as(
-            &config.database.url,
-            config.database.max_connections,
-            config.database.set_role.then_some(fleet_store::Role::Radar),
-        )
-        .await?;
-        fleet_store::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats, "fleet-radar").await?;
-        let js = jetstream::new(nats.clone());
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
+        let fleet_store::Deps {
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        } = fleet_store::Deps::connect(&config, fleet_store::Role::Radar).await?;
         fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Radar).await?;
         // STATUS and DLQ are the hub's.
         fleet_bus::await_streams(

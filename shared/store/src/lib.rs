@@ -2,7 +2,10 @@
 //! connecting, and the read queries more than one service shares (latch
 //! drift). The hub's own SQL lives in the hub (`services/hub/src/store`).
 
+pub mod deps;
 pub mod drift;
+
+pub use deps::Deps;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
@@ -98,6 +101,17 @@ impl Role {
             Role::Placer => "fleet_placer",
             Role::Gateway => "fleet_gateway",
             Role::Radar => "fleet_radar",
+        }
+    }
+
+    /// The NATS client name of the service working as this role.
+    pub const fn client_name(self) -> &'static str {
+        match self {
+            Role::Hub => "fleet-hub",
+            Role::Api => "fleet-api",
+            Role::Placer => "fleet-placer",
+            Role::Gateway => "fleet-gateway",
+            Role::Radar => "fleet-radar",
         }
     }
 }
