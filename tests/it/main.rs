@@ -11,6 +11,7 @@ mod harness;
 mod hub_behaviour;
 mod hub_e2e;
 mod hub_restart;
+mod jobs;
 mod layout;
 mod placer;
 mod predicates;

@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod devices;
 pub mod drift;
 pub mod error;
+pub mod failure_codes;
 pub mod gateway;
 pub mod hub;
 pub mod impairment;

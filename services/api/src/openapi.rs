@@ -11,7 +11,9 @@ use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{allocations, conditions, devices, drift, error, impairment, model, routes, sites};
+use crate::{
+    allocations, conditions, devices, drift, error, failure_codes, impairment, model, routes, sites,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -48,6 +50,7 @@ use crate::{allocations, conditions, devices, drift, error, impairment, model, r
         drift::list,
         sites::summary,
         sites::unresolved,
+        failure_codes::list,
         openapi_json,
     ),
     components(schemas(error::ErrorBody, model::DeviceSummary, model::DeviceDetail))
@@ -77,6 +80,10 @@ fn operation<'a>(item: &'a mut PathItem, method: &Method) -> Option<&'a mut Oper
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let components = doc.components.get_or_insert_with(Default::default);
+    components.schemas.insert(
+        "FailureCode".to_string(),
+        failure_codes::failure_code_enum().into(),
+    );
     components.add_security_scheme(
         "bearer",
         SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),

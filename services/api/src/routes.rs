@@ -12,7 +12,10 @@ use fleet_runtime::http::{self as ops_http, Ops};
 
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
-use crate::{allocations, conditions, devices, drift, impairment, metrics, openapi, sites, App};
+use crate::{
+    allocations, conditions, devices, drift, failure_codes, impairment, metrics, openapi, sites,
+    App,
+};
 
 pub struct Route {
     pub method: Method,
@@ -202,6 +205,12 @@ pub fn table() -> Vec<Route> {
             "/api/v1/unresolved-observations/",
             S::DeviceRead,
             get(sites::unresolved),
+        ),
+        r(
+            M::GET,
+            "/api/v1/failure-codes/",
+            S::DeviceRead,
+            get(failure_codes::list),
         ),
         r(
             M::GET,

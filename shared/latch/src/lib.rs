@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
+use fleet_domain::failure::FailureCode;
 use fleet_domain::{ConditionStatus, ConditionType, Source};
 use fleet_proto::{v1, ErrorCode};
 
@@ -49,12 +50,13 @@ impl Latch {
         }
     }
 
-    /// The code a workflow fails with when the write did not land.
-    pub fn failure_code(self) -> &'static str {
+    /// The code a workflow fails with when the write did not land
+    /// (`fleet_domain::failure`).
+    pub fn failure_code(self) -> FailureCode {
         match self {
-            Latch::FrontendVrf => "SWITCH_VRF_LATCH_WRITE_FAILED",
-            Latch::BackendVrf => "BACKEND_VRF_LATCH_WRITE_FAILED",
-            Latch::NvlinkPartition => "NVLINK_LATCH_WRITE_FAILED",
+            Latch::FrontendVrf => FailureCode::SwitchVrfLatchWriteFailed,
+            Latch::BackendVrf => FailureCode::BackendVrfLatchWriteFailed,
+            Latch::NvlinkPartition => FailureCode::NvlinkLatchWriteFailed,
         }
     }
 
@@ -198,12 +200,12 @@ impl StoredLatch {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LatchError {
     #[error("{code}: invalid latch write: {message}")]
-    Invalid { code: &'static str, message: String },
+    Invalid { code: FailureCode, message: String },
     /// The hub answered with an error (`FORBIDDEN_SOURCE`, `NOT_FOUND`,
     /// `FUTURE_OBSERVATION`, ...).
     #[error("{code}: the hub refused the write ({}): {message}", hub_code.as_str_name())]
     Refused {
-        code: &'static str,
+        code: FailureCode,
         hub_code: ErrorCode,
         message: String,
     },
@@ -213,7 +215,7 @@ pub enum LatchError {
         stored.condition_type, stored.status, stored.reason, stored.observed_at.to_rfc3339()
     )]
     StaleRejected {
-        code: &'static str,
+        code: FailureCode,
         stored: Box<StoredLatch>,
         sent_observed_at: String,
     },
@@ -221,23 +223,23 @@ pub enum LatchError {
     /// every attempt.
     #[error("{code}: no answer from the hub after {attempts} attempts: {message}")]
     Unavailable {
-        code: &'static str,
+        code: FailureCode,
         attempts: u32,
         message: String,
     },
     #[error("{code}: the hub's reply is not a condition row: {message}")]
-    BadReply { code: &'static str, message: String },
+    BadReply { code: FailureCode, message: String },
 }
 
 impl LatchError {
     /// The workflow failure code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> FailureCode {
         match self {
             LatchError::Invalid { code, .. }
             | LatchError::Refused { code, .. }
             | LatchError::StaleRejected { code, .. }
             | LatchError::Unavailable { code, .. }
-            | LatchError::BadReply { code, .. } => code,
+            | LatchError::BadReply { code, .. } => *code,
         }
     }
 }
@@ -350,7 +352,7 @@ impl LatchWriter {
                     last = format!("{}: {message}", hub_code.as_str_name());
                 }
                 Err(e) => {
-                    tracing::error!(code, latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
+                    tracing::error!(code = code.as_str(), latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
                     return Err(e);
                 }
                 Ok(stored) => {
@@ -364,7 +366,7 @@ impl LatchWriter {
             attempts,
             message: last,
         };
-        tracing::error!(code, latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
+        tracing::error!(code = code.as_str(), latch = %w.latch.condition_type(), device_key = %w.device.key, error = %e, "latch write failed");
         Err(e)
     }
 }
@@ -472,7 +474,7 @@ mod tests {
         for (latch, reason, status, code) in cases {
             let w = write(latch, reason);
             assert_eq!(w.status, status, "{reason}");
-            assert_eq!(latch.failure_code(), code);
+            assert_eq!(latch.failure_code().as_str(), code);
             assert!(latch.condition_type().is_durable());
             assert!(latch.condition_type().check_owner(latch.source()).is_ok());
         }
@@ -484,7 +486,7 @@ mod tests {
             at(),
         )
         .unwrap_err();
-        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
         assert!(
             e.to_string()
                 .contains("CustomerVrfFlipVerified, IsolateFlipVerified"),
@@ -547,7 +549,7 @@ mod tests {
         later.reason = "CustomerVrfFlipVerified".into();
         let e = verify(&w, &reply(later)).unwrap_err();
         assert!(matches!(e, LatchError::StaleRejected { .. }), "{e}");
-        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
         assert!(e.to_string().contains("stale-rejected"), "{e}");
         // Same value, but another time or another writer: not this write.
         let earlier = |r: &mut v1::ConditionRow| {
@@ -579,7 +581,7 @@ mod tests {
             record: None,
         };
         let e = verify(&w, &refused).unwrap_err();
-        assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+        assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
         assert!(
             matches!(&e, LatchError::Refused { hub_code, .. } if *hub_code == ErrorCode::NotFound)
         );

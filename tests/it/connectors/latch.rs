@@ -59,7 +59,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     )
     .unwrap();
     let e = writer.write(&stale).await.unwrap_err();
-    assert_eq!(e.code(), "NVLINK_LATCH_WRITE_FAILED");
+    assert_eq!(e.code().as_str(), "NVLINK_LATCH_WRITE_FAILED");
     match &e {
         LatchError::StaleRejected { stored, .. } => {
             assert_eq!(
@@ -116,7 +116,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         let old = LatchWrite::new(latch, device.clone(), older, "older", at(9)).unwrap();
         let e = writer.write(&old).await.unwrap_err();
         assert!(matches!(e, LatchError::StaleRejected { .. }), "{e}");
-        assert_eq!(e.code(), code);
+        assert_eq!(e.code().as_str(), code);
         assert_eq!(
             condition_row(&env, &id, latch.condition_type().as_str())
                 .await
@@ -140,7 +140,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "NOT_FOUND"),
         "{e}"
     );
-    assert_eq!(e.code(), "BACKEND_VRF_LATCH_WRITE_FAILED");
+    assert_eq!(e.code().as_str(), "BACKEND_VRF_LATCH_WRITE_FAILED");
     let future = LatchWrite::new(
         Latch::FrontendVrf,
         device.clone(),
@@ -154,7 +154,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "FUTURE_OBSERVATION"),
         "{e}"
     );
-    assert_eq!(e.code(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+    assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
 
     // No hub answers: unavailable after every attempt, with the code.
     let mut lost = LatchWriter::new(
@@ -169,7 +169,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         matches!(e, LatchError::Unavailable { attempts: 2, .. }),
         "{e}"
     );
-    assert_eq!(e.code(), "NVLINK_LATCH_WRITE_FAILED");
+    assert_eq!(e.code().as_str(), "NVLINK_LATCH_WRITE_FAILED");
 
     hub_trigger.trigger();
     hub_task.await.unwrap();

@@ -1,0 +1,179 @@
+//! The failure-code taxonomy (seed 002, "Failure codes"): one place for
+//! every `JobDeviceStatus.failure_code`, its meaning, the triage queue that
+//! owns it, and whether re-running the same work may succeed without anyone
+//! fixing something first. `status = failed` says a device's workflow ended
+//! unsuccessfully; the failure code routes it, and `failure_message` carries
+//! the host-specific detail.
+
+use crate::vocab::vocab;
+
+vocab!(
+    /// Who triages a failure: `fleet_manager`, this product's own team (an
+    /// outage of the mesh itself); `bare_metal`, provisioning (Ironic
+    /// drivers, images, conductors); `network`, the switch fabric (front-end
+    /// and back-end VRFs); `nvlink_fabric`, NMX-M partitions; `operations`,
+    /// data-centre operations (identity, custody, hand-back).
+    TriageOwner, "triage owner" {
+    FleetManager => "fleet_manager",
+    BareMetal => "bare_metal",
+    Network => "network",
+    NvlinkFabric => "nvlink_fabric",
+    Operations => "operations",
+});
+
+vocab!(
+    /// `JobDeviceStatus.failure_code`.
+    FailureCode, "failure code" {
+    IronicDriverMismatch => "IRONIC_DRIVER_MISMATCH",
+    IronicInspectionIpaImageNotFound => "IRONIC_INSPECTION_IPA_IMAGE_NOT_FOUND",
+    EnrollmentProofMissing => "ENROLLMENT_PROOF_MISSING",
+    EnrollmentProofUnavailable => "ENROLLMENT_PROOF_UNAVAILABLE",
+    SwitchVrfFlipFailed => "SWITCH_VRF_FLIP_FAILED",
+    SwitchVrfLatchWriteFailed => "SWITCH_VRF_LATCH_WRITE_FAILED",
+    BackendVrfLatchWriteFailed => "BACKEND_VRF_LATCH_WRITE_FAILED",
+    NvlinkLatchWriteFailed => "NVLINK_LATCH_WRITE_FAILED",
+    ReleaseBackendVrfLatchRefused => "RELEASE_BACKEND_VRF_LATCH_REFUSED",
+});
+
+/// One row of the taxonomy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub code: FailureCode,
+    pub meaning: &'static str,
+    pub owner: TriageOwner,
+    /// Re-running the same work may succeed with nothing fixed first (an
+    /// outage, or a step that converges on a re-run); `false` needs a
+    /// person to change something before a retry can help.
+    pub retryable: bool,
+}
+
+impl FailureCode {
+    /// Its row of the taxonomy: meaning, triage owner, retryable.
+    pub const fn entry(self) -> Entry {
+        use FailureCode as F;
+        use TriageOwner as O;
+        let (meaning, owner, retryable) = match self {
+            F::IronicDriverMismatch => (
+                "An Ironic power cycle was requested for a node that does not use the required \
+                 ipmi driver: switch the node's Ironic driver before retrying.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicInspectionIpaImageNotFound => (
+                "Ironic selected an IPA kernel or ramdisk path that was absent: compare the \
+                 NetBox and Ironic cpu_arch, node-level deploy-image overrides, per-architecture \
+                 conductor configuration and artifact presence on every conductor before \
+                 retrying one node.",
+                O::BareMetal,
+                false,
+            ),
+            F::EnrollmentProofMissing => (
+                "The device has no enrollment proof for its current infrastructure_ref \
+                 (enrollment_validated_ref empty or different) when a customer-facing mutation \
+                 re-read it: enrol the device again.",
+                O::Operations,
+                false,
+            ),
+            F::EnrollmentProofUnavailable => (
+                "The enrollment proof could not be read (the API or the hub was unavailable): an \
+                 outage, never an identity verdict.",
+                O::FleetManager,
+                true,
+            ),
+            F::SwitchVrfFlipFailed => (
+                "The front-end VRF flip did not apply on every switch: the ports did not move.",
+                O::Network,
+                true,
+            ),
+            F::SwitchVrfLatchWriteFailed => (
+                "A verified front-end VRF flip moved the ports but its latch write failed after \
+                 retries: re-run the same flip job, which no-ops on the already-applied switch \
+                 and writes the latch.",
+                O::Network,
+                true,
+            ),
+            F::BackendVrfLatchWriteFailed => (
+                "A verified back-end VRF isolate or return moved the ports but its latch write \
+                 failed after retries: re-run the same job, which converges and writes the \
+                 latch.",
+                O::Network,
+                true,
+            ),
+            F::NvlinkLatchWriteFailed => (
+                "A verified NVLink partition move whose latch write failed after retries: re-run \
+                 the same move, which converges from live membership and records the latch.",
+                O::NvlinkFabric,
+                true,
+            ),
+            F::ReleaseBackendVrfLatchRefused => (
+                "Release refused: the back-end VRF latch says the host's RoCE ports may still be \
+                 in the maintenance VRF. Return them to the customer VRF first.",
+                O::Network,
+                false,
+            ),
+        };
+        Entry {
+            code: self,
+            meaning,
+            owner,
+            retryable,
+        }
+    }
+}
+
+/// The whole taxonomy, in declaration order.
+pub fn taxonomy() -> impl Iterator<Item = Entry> {
+    FailureCode::ALL.iter().map(|c| c.entry())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use FailureCode as F;
+
+    #[test]
+    fn every_code_the_seed_names_is_in_the_taxonomy() {
+        // seed 002 names these failure codes; each must parse.
+        for code in [
+            "IRONIC_DRIVER_MISMATCH",
+            "IRONIC_INSPECTION_IPA_IMAGE_NOT_FOUND",
+            "ENROLLMENT_PROOF_MISSING",
+            "ENROLLMENT_PROOF_UNAVAILABLE",
+            "SWITCH_VRF_FLIP_FAILED",
+            "SWITCH_VRF_LATCH_WRITE_FAILED",
+            "NVLINK_LATCH_WRITE_FAILED",
+            "RELEASE_BACKEND_VRF_LATCH_REFUSED",
+        ] {
+            assert_eq!(F::parse(code).unwrap().as_str(), code);
+        }
+        assert_eq!(taxonomy().count(), F::ALL.len());
+        assert!(taxonomy().all(|e| !e.meaning.is_empty()));
+    }
+
+    #[test]
+    fn the_seeds_sentences_decide_owner_and_retry() {
+        let cases = [
+            // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead —
+            // retryable, owned by Fleet Manager"
+            (
+                F::EnrollmentProofUnavailable,
+                TriageOwner::FleetManager,
+                true,
+            ),
+            // "failing non-retryably with ENROLLMENT_PROOF_MISSING when proof is absent"
+            (F::EnrollmentProofMissing, TriageOwner::Operations, false),
+            // "the recovery is to re-run the same flip job, which no-ops on the
+            // already-applied switch and writes the latch"
+            (F::SwitchVrfLatchWriteFailed, TriageOwner::Network, true),
+            // "re-run the same move, which converges from live membership and
+            // records the latch"
+            (F::NvlinkLatchWriteFailed, TriageOwner::NvlinkFabric, true),
+            // "switch the node's Ironic driver before retrying"
+            (F::IronicDriverMismatch, TriageOwner::BareMetal, false),
+        ];
+        for (code, owner, retryable) in cases {
+            let e = code.entry();
+            assert_eq!((e.owner, e.retryable), (owner, retryable), "{code}");
+        }
+    }
+}
