@@ -6,6 +6,7 @@ pub mod catalogue;
 pub mod commands;
 pub mod derivation;
 pub mod drift;
+pub mod eligibility;
 pub mod error;
 pub mod failure;
 pub mod hardware;
