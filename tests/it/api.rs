@@ -243,7 +243,7 @@ async fn api_every_route_needs_its_scope() {
             "{} is outside /api/v1",
             r.path
         );
-        assert!(!OPEN_PATHS.contains(&r.path));
+        assert!(!OPEN_PATHS.contains(&r.path.as_str()));
         let path = r.path.replace("{id}", "x");
         let method = r.method.as_str();
         let none = http_raw(addr, method, &path, None, None, b"").await;
@@ -269,7 +269,7 @@ async fn api_every_route_needs_its_scope() {
             r.scope.as_str()
         );
         // The document has the operation, with the same scope.
-        let op = &doc["paths"][r.path][method.to_lowercase()];
+        let op = &doc["paths"][r.path.as_str()][method.to_lowercase()];
         assert!(
             op.is_object(),
             "{method} {} is not in the OpenAPI document",
@@ -283,7 +283,7 @@ async fn api_every_route_needs_its_scope() {
             assert!(
                 routes
                     .iter()
-                    .any(|r| r.path == path && r.method.as_str().eq_ignore_ascii_case(method)),
+                    .any(|r| r.path == *path && r.method.as_str().eq_ignore_ascii_case(method)),
                 "{method} {path} is documented but not routed"
             );
         }

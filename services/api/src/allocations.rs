@@ -19,7 +19,7 @@ use fleet_placer_client::model::{allocation_status_schema, ALLOCATION_STATUSES};
 use fleet_placer_client::{AllocateRequest, Allocation, Atom, Capacity};
 
 /// Books GPUs through the placer.
-#[utoipa::path(post, path = "/api/v1/allocations/",
+#[utoipa::path(post, operation_id = "create_allocation", path = "/api/v1/allocations/",
     request_body = AllocateRequest,
     responses((status = 201, description = "booked (or the first answer to the same request_id)", body = Allocation),
         (status = 400, body = crate::error::ErrorBody),
@@ -39,7 +39,7 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(a)))
 }
 
-#[utoipa::path(get, path = "/api/v1/allocations/{id}/", params(("id" = String, Path)),
+#[utoipa::path(get, operation_id = "get_allocation", path = "/api/v1/allocations/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = Allocation), (status = 404, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "allocations")]
@@ -150,7 +150,7 @@ impl From<AllocationRow> for Allocation {
 }
 
 /// Allocations, newest first (keyset on the id, a ULID).
-#[utoipa::path(get, path = "/api/v1/allocations/", params(AllocationFilter),
+#[utoipa::path(get, operation_id = "list_allocations", path = "/api/v1/allocations/", params(AllocationFilter),
     responses((status = 200, body = AllocationPage), (status = 400, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "allocations")]

@@ -71,7 +71,7 @@ pub struct ConditionFilter {
     pub cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/api/v1/device-conditions/", params(ConditionFilter),
+#[utoipa::path(get, operation_id = "list_device_conditions", path = "/api/v1/device-conditions/", params(ConditionFilter),
     responses((status = 200, body = ConditionPage), (status = 400, body = crate::error::ErrorBody)),
     tag = "conditions")]
 pub async fn list(

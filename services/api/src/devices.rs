@@ -100,7 +100,7 @@ fn push_bool(qb: &mut QueryBuilder<'_, Postgres>, expr: &str, v: Option<bool>) {
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/devices/", params(DeviceFilter),
+#[utoipa::path(get, operation_id = "list_devices", path = "/api/v1/devices/", params(DeviceFilter),
     responses((status = 200, body = DevicePage), (status = 400, body = crate::error::ErrorBody)),
     tag = "devices")]
 pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Json<DevicePage>> {
@@ -228,7 +228,7 @@ pub async fn read_detail(app: &App, id: &str) -> ApiResult<DeviceDetail> {
     Ok(detail_from_row(&row, decisive)?)
 }
 
-#[utoipa::path(get, path = "/api/v1/devices/{id}/", params(("id" = String, Path)),
+#[utoipa::path(get, operation_id = "get_device", path = "/api/v1/devices/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = DeviceDetail), (status = 404, body = crate::error::ErrorBody)),
     tag = "devices")]
 pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<DeviceDetail>> {

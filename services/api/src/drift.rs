@@ -46,7 +46,7 @@ fn latch(s: &str) -> ApiResult<ConditionType> {
 }
 
 /// Drifting (device, latch) pairs, ordered by device id then latch.
-#[utoipa::path(get, path = "/api/v1/latch-drift/", params(DriftParams),
+#[utoipa::path(get, operation_id = "list_latch_drift", path = "/api/v1/latch-drift/", params(DriftParams),
     responses((status = 200, body = LatchDriftPage), (status = 400, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "conditions")]

@@ -53,7 +53,7 @@ pub struct FailureCodeList {
     pub items: Vec<FailureCodeEntry>,
 }
 
-#[utoipa::path(get, path = "/api/v1/failure-codes/",
+#[utoipa::path(get, operation_id = "list_failure_codes", path = "/api/v1/failure-codes/",
     responses((status = 200, body = FailureCodeList)),
     tag = "jobs")]
 pub async fn list() -> Json<FailureCodeList> {

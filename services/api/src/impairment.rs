@@ -97,7 +97,7 @@ async fn hold(app: &App, caller: &Caller, event: &str, device: &str, set: bool) 
     app.hub.command(&caller.token_id, 0, c).await.map(|_| ())
 }
 
-#[utoipa::path(post, path = "/api/v1/operations/impairment-events/",
+#[utoipa::path(post, operation_id = "create_impairment_event", path = "/api/v1/operations/impairment-events/",
     request_body = ImpairmentCreateBody,
     responses((status = 201, body = ImpairmentEventDetail), (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
@@ -219,7 +219,7 @@ pub struct ImpairmentFilter {
     pub cursor: Option<String>,
 }
 
-#[utoipa::path(get, path = "/api/v1/operations/impairment-events/", params(ImpairmentFilter),
+#[utoipa::path(get, operation_id = "list_impairment_events", path = "/api/v1/operations/impairment-events/", params(ImpairmentFilter),
     responses((status = 200, body = ImpairmentPage), (status = 400, body = crate::error::ErrorBody)),
     tag = "operations")]
 pub async fn list(
@@ -253,7 +253,7 @@ pub async fn list(
     Ok(Json(ImpairmentPage { items, next_cursor }))
 }
 
-#[utoipa::path(get, path = "/api/v1/operations/impairment-events/{id}/", params(("id" = String, Path)),
+#[utoipa::path(get, operation_id = "get_impairment_event", path = "/api/v1/operations/impairment-events/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = ImpairmentEventDetail), (status = 404, body = crate::error::ErrorBody)),
     tag = "operations")]
 pub async fn detail(

@@ -11,9 +11,7 @@ use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::OpenApi;
 
-use crate::{
-    allocations, conditions, devices, drift, error, failure_codes, impairment, model, routes, sites,
-};
+use crate::{error, failure_codes, model, routes};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -21,48 +19,9 @@ use crate::{
         title = "fleet operator API",
         description = "Reads from PostgreSQL; every mutation is a hub command. Errors are {\"error\": {\"code\", \"message\", \"details\"}}."
     ),
-    paths(
-        devices::list,
-        devices::detail,
-        devices::delete,
-        devices::lifecycle,
-        devices::cordon,
-        devices::uncordon,
-        devices::drain,
-        devices::taints,
-        devices::adopt,
-        devices::provision,
-        devices::revoke_identity,
-        devices::triage,
-        devices::enrollment_proof,
-        conditions::list,
-        conditions::write,
-        conditions::apply,
-        impairment::create,
-        impairment::list,
-        impairment::detail,
-        impairment::clear,
-        allocations::create,
-        allocations::list,
-        allocations::detail,
-        allocations::release,
-        allocations::capacity,
-        drift::list,
-        sites::summary,
-        sites::unresolved,
-        failure_codes::list,
-        openapi_json,
-    ),
     components(schemas(error::ErrorBody, model::DeviceSummary, model::DeviceDetail))
 )]
 struct ApiDoc;
-
-/// The OpenAPI document itself.
-#[utoipa::path(get, path = "/api/v1/openapi.json",
-    responses((status = 200, description = "this document", content_type = "application/json")),
-    tag = "meta")]
-#[allow(dead_code)]
-fn openapi_json() {}
 
 fn operation<'a>(item: &'a mut PathItem, method: &Method) -> Option<&'a mut Operation> {
     match *method {
@@ -79,7 +38,14 @@ fn operation<'a>(item: &'a mut PathItem, method: &Method) -> Option<&'a mut Oper
 /// security requirement plus the 401/403 answers every scoped route has.
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
+    let table = routes::table();
+    for route in &table {
+        doc.paths.merge(route.paths.clone());
+    }
     let components = doc.components.get_or_insert_with(Default::default);
+    for route in &table {
+        components.schemas.extend(route.schemas.iter().cloned());
+    }
     components.schemas.insert(
         "FailureCode".to_string(),
         failure_codes::failure_code_enum().into(),
@@ -88,8 +54,8 @@ pub fn document() -> utoipa::openapi::OpenApi {
         "bearer",
         SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
     );
-    for route in routes::table() {
-        let Some(item) = doc.paths.paths.get_mut(route.path) else {
+    for route in table {
+        let Some(item) = doc.paths.paths.get_mut(&route.path) else {
             continue;
         };
         let Some(op) = operation(item, &route.method) else {
@@ -133,6 +99,29 @@ pub fn json() -> &'static str {
     })
 }
 
+/// The OpenAPI document itself.
+#[utoipa::path(get, path = "/api/v1/openapi.json", operation_id = "openapi_json",
+    responses((status = 200, description = "this document", content_type = "application/json")),
+    tag = "meta")]
 pub async fn serve() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], json())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_operation_id_is_unique() {
+        let doc = super::document();
+        let mut seen = std::collections::BTreeSet::new();
+        for (path, item) in &doc.paths.paths {
+            for op in [&item.get, &item.post, &item.put, &item.delete, &item.patch]
+                .into_iter()
+                .flatten()
+            {
+                let id = op.operation_id.clone().unwrap_or_default();
+                assert!(!id.is_empty(), "{path} has no operationId");
+                assert!(seen.insert(id.clone()), "operationId {id} twice ({path})");
+            }
+        }
+    }
 }

@@ -6,9 +6,13 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
-use axum::routing::{delete, get, post, MethodRouter};
+use axum::routing::MethodRouter;
 use axum::{middleware, Router};
 use fleet_runtime::http::{self as ops_http, Ops};
+use utoipa::openapi::path::Paths;
+use utoipa::openapi::{RefOr, Schema};
+use utoipa_axum::router::UtoipaMethodRouter;
+use utoipa_axum::routes;
 
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
@@ -17,207 +21,80 @@ use crate::{
     App,
 };
 
+/// One route: its method and path come from the handler's
+/// `#[utoipa::path]` annotation (through `utoipa_axum::routes!`), so each is
+/// written once; the table adds the scope.
 pub struct Route {
     pub method: Method,
-    pub path: &'static str,
+    pub path: String,
     pub scope: Scope,
     pub handler: MethodRouter<App>,
+    /// The operation for the OpenAPI document.
+    pub paths: Paths,
+    /// The schemas its bodies refer to.
+    pub schemas: Vec<(String, RefOr<Schema>)>,
 }
 
-fn r(method: Method, path: &'static str, scope: Scope, handler: MethodRouter<App>) -> Route {
+fn r(scope: Scope, (schemas, paths, handler): UtoipaMethodRouter<App>) -> Route {
+    let (path, item) = paths
+        .paths
+        .iter()
+        .next()
+        .expect("routes! gives the handler's one path");
+    let method = [
+        (Method::GET, item.get.is_some()),
+        (Method::POST, item.post.is_some()),
+        (Method::PUT, item.put.is_some()),
+        (Method::DELETE, item.delete.is_some()),
+        (Method::PATCH, item.patch.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(m, has)| has.then_some(m))
+    .expect("the handler's annotation names a method");
     Route {
         method,
-        path,
+        path: path.clone(),
         scope,
         handler,
+        paths: paths.clone(),
+        schemas,
     }
 }
 
 /// Every API route. Add a route here and nowhere else.
 pub fn table() -> Vec<Route> {
-    use Method as M;
     use Scope as S;
     vec![
-        r(
-            M::GET,
-            "/api/v1/devices/",
-            S::DeviceRead,
-            get(devices::list),
-        ),
-        r(
-            M::GET,
-            "/api/v1/devices/{id}/",
-            S::DeviceRead,
-            get(devices::detail),
-        ),
-        r(
-            M::DELETE,
-            "/api/v1/devices/{id}/",
-            S::Admin,
-            delete(devices::delete),
-        ),
-        r(
-            M::GET,
-            "/api/v1/devices/{id}/lifecycle-events/",
-            S::DeviceRead,
-            get(devices::lifecycle),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/cordon",
-            S::DeviceWrite,
-            post(devices::cordon),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/uncordon",
-            S::DeviceWrite,
-            post(devices::uncordon),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/drain",
-            S::DeviceWrite,
-            post(devices::drain),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/taints",
-            S::DeviceWrite,
-            post(devices::taints),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/adopt",
-            S::DeviceWrite,
-            post(devices::adopt),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/provision",
-            S::DeviceWrite,
-            post(devices::provision),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/revoke-identity",
-            S::Admin,
-            post(devices::revoke_identity),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/triage/",
-            S::DeviceWrite,
-            post(devices::triage),
-        ),
-        r(
-            M::POST,
-            "/api/v1/devices/{id}/enrollment-proof",
-            S::EnrollmentProofWrite,
-            post(devices::enrollment_proof),
-        ),
-        r(
-            M::GET,
-            "/api/v1/device-conditions/",
-            S::DeviceRead,
-            get(conditions::list),
-        ),
-        r(
-            M::POST,
-            "/api/v1/device-conditions/",
-            S::ConditionsWrite,
-            post(conditions::write),
-        ),
-        r(
-            M::POST,
-            "/api/v1/device-conditions/apply/",
-            S::ConditionsWrite,
-            post(conditions::apply),
-        ),
-        r(
-            M::POST,
-            "/api/v1/operations/impairment-events/",
-            S::OperationsWrite,
-            post(impairment::create),
-        ),
-        r(
-            M::GET,
-            "/api/v1/operations/impairment-events/",
-            S::DeviceRead,
-            get(impairment::list),
-        ),
-        r(
-            M::GET,
-            "/api/v1/operations/impairment-events/{id}/",
-            S::DeviceRead,
-            get(impairment::detail),
-        ),
-        r(
-            M::POST,
-            "/api/v1/operations/impairment-events/{id}/clear",
-            S::OperationsWrite,
-            post(impairment::clear),
-        ),
-        r(
-            M::POST,
-            "/api/v1/allocations/",
-            S::OperationsWrite,
-            post(allocations::create),
-        ),
-        r(
-            M::GET,
-            "/api/v1/allocations/",
-            S::DeviceRead,
-            get(allocations::list),
-        ),
-        r(
-            M::GET,
-            "/api/v1/allocations/{id}/",
-            S::DeviceRead,
-            get(allocations::detail),
-        ),
-        r(
-            M::POST,
-            "/api/v1/allocations/{id}/release",
-            S::OperationsWrite,
-            post(allocations::release),
-        ),
-        r(
-            M::GET,
-            "/api/v1/pools/{id}/capacity",
-            S::DeviceRead,
-            get(allocations::capacity),
-        ),
-        r(
-            M::GET,
-            "/api/v1/latch-drift/",
-            S::DeviceRead,
-            get(drift::list),
-        ),
-        r(
-            M::GET,
-            "/api/v1/sites/{id}/summary",
-            S::DeviceRead,
-            get(sites::summary),
-        ),
-        r(
-            M::GET,
-            "/api/v1/unresolved-observations/",
-            S::DeviceRead,
-            get(sites::unresolved),
-        ),
-        r(
-            M::GET,
-            "/api/v1/failure-codes/",
-            S::DeviceRead,
-            get(failure_codes::list),
-        ),
-        r(
-            M::GET,
-            "/api/v1/openapi.json",
-            S::DeviceRead,
-            get(openapi::serve),
-        ),
+        r(S::DeviceRead, routes!(devices::list)),
+        r(S::DeviceRead, routes!(devices::detail)),
+        r(S::Admin, routes!(devices::delete)),
+        r(S::DeviceRead, routes!(devices::lifecycle)),
+        r(S::DeviceWrite, routes!(devices::cordon)),
+        r(S::DeviceWrite, routes!(devices::uncordon)),
+        r(S::DeviceWrite, routes!(devices::drain)),
+        r(S::DeviceWrite, routes!(devices::taints)),
+        r(S::DeviceWrite, routes!(devices::adopt)),
+        r(S::DeviceWrite, routes!(devices::provision)),
+        r(S::Admin, routes!(devices::revoke_identity)),
+        r(S::DeviceWrite, routes!(devices::triage)),
+        r(S::EnrollmentProofWrite, routes!(devices::enrollment_proof)),
+        r(S::DeviceRead, routes!(conditions::list)),
+        r(S::ConditionsWrite, routes!(conditions::write)),
+        r(S::ConditionsWrite, routes!(conditions::apply)),
+        r(S::OperationsWrite, routes!(impairment::create)),
+        r(S::DeviceRead, routes!(impairment::list)),
+        r(S::DeviceRead, routes!(impairment::detail)),
+        r(S::OperationsWrite, routes!(impairment::clear)),
+        r(S::OperationsWrite, routes!(allocations::create)),
+        r(S::DeviceRead, routes!(allocations::list)),
+        r(S::DeviceRead, routes!(allocations::detail)),
+        r(S::OperationsWrite, routes!(allocations::release)),
+        r(S::DeviceRead, routes!(allocations::capacity)),
+        r(S::DeviceRead, routes!(drift::list)),
+        r(S::DeviceRead, routes!(sites::summary)),
+        r(S::DeviceRead, routes!(sites::unresolved)),
+        r(S::DeviceRead, routes!(failure_codes::list)),
+        r(S::DeviceRead, routes!(openapi::serve)),
     ]
 }
 
@@ -230,7 +107,7 @@ pub fn router(app: App) -> Router {
     let mut api: Router<App> = Router::new();
     for route in table() {
         let guard = middleware::from_fn_with_state((app.clone(), route.scope), auth::require);
-        api = api.route(route.path, route.handler.route_layer(guard));
+        api = api.route(&route.path, route.handler.route_layer(guard));
     }
     let api = api
         .fallback(|| async { ApiError::new(crate::error::Code::NotFound, "no such route") })
@@ -258,12 +135,12 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for r in &t {
             assert!(
-                seen.insert((r.method.to_string(), r.path)),
+                seen.insert((r.method.to_string(), r.path.clone())),
                 "{} {} twice",
                 r.method,
                 r.path
             );
-            assert!(!OPEN_PATHS.contains(&r.path));
+            assert!(!OPEN_PATHS.contains(&r.path.as_str()));
         }
         // Every mutation needs a write scope, never device:read.
         for r in t.iter().filter(|r| r.method != Method::GET) {
