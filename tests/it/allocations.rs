@@ -685,7 +685,7 @@ async fn latch_drift_list_through_the_api() {
     // The first pair's source gets an hour of TTL: its 30-minute-old
     // observation is fresh, so that device drifts too.
     let mut config = api_config(&env);
-    config.hub.ttl_secs.insert(slow_source, 3600);
+    config.freshness.ttl_secs.insert(slow_source, 3600);
     let (addr, api_trigger) = start_api(&config).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     want.insert((

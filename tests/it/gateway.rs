@@ -165,8 +165,8 @@ fn heartbeat_loop(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_agents_join_heartbeat_disconnect_and_go_silent() {
     let mut env = TestEnv::new().await;
-    env.config.hub.unreachable_after_secs = 6;
-    env.config.hub.lost_after_secs = 15;
+    env.config.freshness.unreachable_after_secs = 6;
+    env.config.freshness.lost_after_secs = 15;
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
     let (_gw, gw_stop, gw_task) = start_gateway(&env).await;

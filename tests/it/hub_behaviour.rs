@@ -674,7 +674,7 @@ async fn inventory_only_devices_are_never_derived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_source_is_swept_to_unknown() {
     let mut env = TestEnv::new().await;
-    env.config.hub.ttl_secs.insert("openstack".into(), 1);
+    env.config.freshness.ttl_secs.insert("openstack".into(), 1);
     let (_hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-q-01").await;
     env.publish_snapshot(&openstack(

@@ -3,6 +3,7 @@
 mod allocations;
 mod api;
 mod cli;
+mod config_doc;
 mod connectors;
 mod crash;
 mod dev;

@@ -59,8 +59,8 @@ impl Deref for App {
     }
 }
 
-/// Freshness TTLs as the hub applies them (`hub.default_ttl_secs`,
-/// `hub.ttl_secs.<source>`), for `stale` at read time.
+/// Freshness TTLs as the hub applies them (`freshness.default_ttl_secs`,
+/// `freshness.ttl_secs.<source>`), for `stale` at read time.
 #[derive(Debug, Clone)]
 pub struct TtlConfig {
     pub default_secs: i64,
@@ -121,7 +121,10 @@ impl App {
                 ),
             },
             tokens: auth::TokenCache::new(Duration::from_secs(config.api.token_cache_secs)),
-            ttls: TtlConfig::new(config.hub.default_ttl_secs, &config.hub.ttl_secs),
+            ttls: TtlConfig::new(
+                config.freshness.default_ttl_secs,
+                &config.freshness.ttl_secs,
+            ),
             metrics: metrics::ApiMetrics::new(),
         }))
     }

@@ -36,7 +36,7 @@ const JOINS_PER_PASS: usize = 8;
 /// Heartbeat interval: 10 s up to 2,000 agents, 20 s up to 20,000, then
 /// one second per 1,000 agents (100 s at 100,000): every heartbeat is a
 /// gateway request and a hub observation, and this keeps them near 1,000/s.
-/// `fleet dev` sets `hub.unreachable_after_secs` to three intervals
+/// `fleet dev` sets `freshness.unreachable_after_secs` to three intervals
 /// ([`unreachable_after`]), as production would for its agents' interval.
 pub fn heartbeat_interval(agents: usize) -> Duration {
     Duration::from_secs(match agents {
@@ -46,7 +46,7 @@ pub fn heartbeat_interval(agents: usize) -> Duration {
     })
 }
 
-/// `hub.unreachable_after_secs` for agents heartbeating every `heartbeat`:
+/// `freshness.unreachable_after_secs` for agents heartbeating every `heartbeat`:
 /// three missed heartbeats, and never below the default 60 s.
 pub fn unreachable_after(heartbeat: Duration) -> u64 {
     (heartbeat.as_secs() * 3).max(60)

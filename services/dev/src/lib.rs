@@ -270,7 +270,7 @@ impl DevMesh {
         let ttl = |resync: f64| (resync * 3.0).ceil().max(15.0) as u64;
         for source in ["openstack", "slurm", "netbox", "health-status"] {
             config
-                .hub
+                .freshness
                 .ttl_secs
                 .insert(source.into(), ttl(opts.resync_secs));
         }
@@ -279,7 +279,7 @@ impl DevMesh {
         let fabric_resync = fabric_resync(opts.resync_secs, opts.devices);
         for source in ["frontend-fabric", "backend-fabric", "nvlink-fabric"] {
             config
-                .hub
+                .freshness
                 .ttl_secs
                 .insert(source.into(), ttl(fabric_resync));
         }
@@ -288,19 +288,19 @@ impl DevMesh {
         // default minute that is more than all connectors together.
         config.gateway.snapshot_resync_secs = opts.resync_secs.ceil() as u64;
         config
-            .hub
+            .freshness
             .ttl_secs
             .insert("gateway".into(), ttl(opts.resync_secs.ceil()));
         config.hub.sweep_interval_ms = 1000;
         let heartbeat = agents::heartbeat_interval(opts.agents.min(opts.devices));
-        config.hub.unreachable_after_secs = config
-            .hub
+        config.freshness.unreachable_after_secs = config
+            .freshness
             .unreachable_after_secs
             .max(agents::unreachable_after(heartbeat));
-        config.hub.lost_after_secs = config
-            .hub
+        config.freshness.lost_after_secs = config
+            .freshness
             .lost_after_secs
-            .max(config.hub.unreachable_after_secs * 2);
+            .max(config.freshness.unreachable_after_secs * 2);
 
         fleet_store::ensure_database(&config.database.url).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;

@@ -256,7 +256,7 @@ impl Gateway {
     /// How long a session may be silent before the gateway forgets it (the
     /// hub has called it `lost` by then).
     fn forget_after(&self) -> Duration {
-        Duration::from_secs(self.config.hub.lost_after_secs.max(1))
+        Duration::from_secs(self.config.freshness.lost_after_secs.max(1))
     }
 
     async fn identity_loop(self: Arc<Self>, mut shutdown: Shutdown) {

@@ -57,11 +57,11 @@ pub struct Hub {
 
 pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
     let mut t = Ttls::uniform(chrono::Duration::seconds(
-        config.hub.default_ttl_secs as i64,
+        config.freshness.default_ttl_secs as i64,
     ));
-    for (source, secs) in &config.hub.ttl_secs {
+    for (source, secs) in &config.freshness.ttl_secs {
         let s = Source::parse(source)
-            .with_context(|| format!("configuration key hub.ttl_secs.{source}"))?;
+            .with_context(|| format!("configuration key freshness.ttl_secs.{source}"))?;
         t.per_source
             .insert(s, chrono::Duration::seconds(*secs as i64));
     }

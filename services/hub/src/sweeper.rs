@@ -15,7 +15,7 @@ use crate::Hub;
 impl Hub {
     /// One sweep; returns the number of devices re-derived.
     pub async fn sweep_once(&self) -> anyhow::Result<usize> {
-        let h = &self.config.hub;
+        let h = &self.config.freshness;
         let ttls: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
         let unreachable = chrono::Duration::seconds(h.unreachable_after_secs as i64);
         let lost = chrono::Duration::seconds(h.lost_after_secs as i64);

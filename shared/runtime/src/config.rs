@@ -35,7 +35,49 @@ pub struct FleetConfig {
     /// How every service stops.
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// When an observation or a session goes stale: the hub derives with
+    /// it, the API marks rows stale with it, the gateway and the sweeper
+    /// read liveness from it. One section, so they never disagree.
+    #[serde(default)]
+    pub freshness: FreshnessConfig,
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FreshnessConfig {
+    /// Freshness TTL when a source has none of its own.
+    pub default_ttl_secs: u64,
+    /// Per-source TTL (`FLEET__FRESHNESS__TTL_SECS__SLURM=90`).
+    pub ttl_secs: BTreeMap<String, u64>,
+    /// A device whose node agent sent no heartbeat for this long is
+    /// `unreachable`.
+    pub unreachable_after_secs: u64,
+    /// ... and for this long, `lost`.
+    pub lost_after_secs: u64,
+}
+
+impl Default for FreshnessConfig {
+    fn default() -> Self {
+        FreshnessConfig {
+            default_ttl_secs: 180,
+            ttl_secs: BTreeMap::new(),
+            unreachable_after_secs: 60,
+            lost_after_secs: 600,
+        }
+    }
+}
+
+/// Keys that moved, with where they went: a configuration still setting
+/// one is refused at start instead of being ignored.
+const MOVED: &[(&str, &str)] = &[
+    ("hub.default_ttl_secs", "freshness.default_ttl_secs"),
+    ("hub.ttl_secs", "freshness.ttl_secs"),
+    (
+        "hub.unreachable_after_secs",
+        "freshness.unreachable_after_secs",
+    ),
+    ("hub.lost_after_secs", "freshness.lost_after_secs"),
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
@@ -121,14 +163,7 @@ pub struct HubConfig {
     pub ack_wait_secs: u64,
     /// Deliveries after which a message that fails to apply is dead-lettered.
     pub max_deliver: u64,
-    /// Freshness TTL when a source has none of its own.
-    pub default_ttl_secs: u64,
-    /// Per-source TTL (`FLEET__HUB__TTL_SECS__SLURM=90`).
-    #[serde(default)]
-    pub ttl_secs: BTreeMap<String, u64>,
     pub sweep_interval_ms: u64,
-    pub unreachable_after_secs: u64,
-    pub lost_after_secs: u64,
     pub outbox_batch: i64,
     /// Seconds a command handler waits for its transaction.
     pub command_timeout_secs: u64,
@@ -172,11 +207,7 @@ impl Default for FleetConfig {
                 linger_ms: 20,
                 ack_wait_secs: 30,
                 max_deliver: 5,
-                default_ttl_secs: 180,
-                ttl_secs: BTreeMap::new(),
                 sweep_interval_ms: 5000,
-                unreachable_after_secs: 60,
-                lost_after_secs: 600,
                 outbox_batch: 1000,
                 command_timeout_secs: 5,
                 unresolved_retention_secs: default_unresolved_retention(),
@@ -192,6 +223,7 @@ impl Default for FleetConfig {
             connectors: ConnectorsConfig::default(),
             api: ApiConfig::default(),
             shutdown: ShutdownConfig::default(),
+            freshness: FreshnessConfig::default(),
         }
     }
 }
@@ -230,7 +262,16 @@ impl FleetConfig {
                 .with_list_parse_key("hub.partitions")
                 .source(env),
         );
-        let c: FleetConfig = b.build()?.try_deserialize()?;
+        let built = b.build()?;
+        for (old, new) in MOVED {
+            if built.get::<config::Value>(old).is_ok() {
+                return Err(ConfigError::Invalid {
+                    key: old,
+                    message: format!("has moved to {new}"),
+                });
+            }
+        }
+        let c: FleetConfig = built.try_deserialize()?;
         c.validate()?;
         Ok(c)
     }
@@ -315,5 +356,18 @@ mod tests {
         assert!(err.contains("hub.partitions"), "{err}");
         std::env::remove_var("FLEET__HUB__BATCH_SIZE");
         std::env::remove_var("FLEET__HUB__PARTITIONS");
+        // The freshness keys moved out of `hub`: the old key is refused
+        // with where it went, never silently ignored.
+        std::env::set_var("FLEET__HUB__TTL_SECS__SLURM", "90");
+        let err = FleetConfig::load(None).unwrap_err().to_string();
+        assert!(
+            err.contains("hub.ttl_secs") && err.contains("freshness.ttl_secs"),
+            "{err}"
+        );
+        std::env::remove_var("FLEET__HUB__TTL_SECS__SLURM");
+        std::env::set_var("FLEET__FRESHNESS__TTL_SECS__SLURM", "90");
+        let c = FleetConfig::load(None).unwrap();
+        assert_eq!(c.freshness.ttl_secs.get("slurm"), Some(&90));
+        std::env::remove_var("FLEET__FRESHNESS__TTL_SECS__SLURM");
     }
 }
