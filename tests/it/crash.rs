@@ -36,7 +36,7 @@ fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
         .env("FLEET__HUB__ACK_WAIT_SECS", "2")
         .env("FLEET__HUB__BATCH_SIZE", "32")
         .env("FLEET__HUB__LINGER_MS", "2")
-        .env("FLEET__HUB__DEFAULT_TTL_SECS", "86400")
+        .env("FLEET__FRESHNESS__DEFAULT_TTL_SECS", "86400")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))

@@ -2,6 +2,7 @@
 
 mod allocations;
 mod api;
+mod bench;
 mod cli;
 mod config_doc;
 mod connectors;

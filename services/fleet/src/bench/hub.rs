@@ -187,7 +187,7 @@ impl Bench {
             .env("FLEET__NATS__STREAM_PREFIX", &c.nats.stream_prefix)
             .env("FLEET__NATS__PARTITIONS", c.nats.partitions.to_string())
             .env("FLEET__HUB__LISTEN", &c.hub.listen)
-            .env("FLEET__HUB__DEFAULT_TTL_SECS", "86400")
+            .env("FLEET__FRESHNESS__DEFAULT_TTL_SECS", "86400")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

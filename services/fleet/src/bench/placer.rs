@@ -145,6 +145,15 @@ async fn bench(config: &FleetConfig, args: &PlacerBench) -> anyhow::Result<Strin
     .await?;
     sqlx::query("ANALYZE devices").execute(&db).await?;
 
+    // The streams the placer reads but does not own (STATUS, DLQ) are the
+    // hub's: no hub runs here, so the bench creates them as the hub would.
+    {
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-bench").await?;
+        let js = async_nats::jetstream::new(nats);
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+    }
     let placer = Placer::connect(config.clone()).await?;
     let (trigger, shutdown) = Shutdown::new();
     let task = tokio::spawn(fleet_placer::run_with(placer.clone(), shutdown));
