@@ -11,9 +11,8 @@
 pub mod mapping;
 pub mod oauth;
 
-use anyhow::Context as _;
 use fleet_connector::paginate::{base_url, join, Pages};
-use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::connectors::BorneoConnectorConfig;
@@ -218,12 +217,17 @@ pub fn targets(c: &BorneoConnectorConfig, http: &HttpClient) -> anyhow::Result<V
 /// Runs connector-borneo until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &config.connectors.borneo;
-    let rt = Runtime::start(&config, Source::Borneo, &c.listen, shutdown.clone())
-        .await
-        .context("starting connector-borneo")?;
-    let http = rt.http(&c.poll)?;
-    let targets = targets(c, &http)?;
-    rt.run(targets, &c.poll, shutdown).await
+    let source = Source::Borneo;
+    fleet_connector::serve(
+        &config,
+        source,
+        "borneo",
+        &c.listen,
+        &c.poll,
+        shutdown,
+        |http| targets(c, http),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -9,10 +9,9 @@
 
 pub mod mapping;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
-use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::connectors::{Credential, HealthConnectorConfig, HealthSiteConfig};
@@ -196,18 +195,17 @@ pub fn targets(c: &HealthConnectorConfig, http: &HttpClient) -> anyhow::Result<V
 /// Runs connector-health until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &config.connectors.health;
-    let rt = Runtime::start_named(
+    let source = Source::HealthStatus;
+    fleet_connector::serve(
         &config,
-        Source::HealthStatus,
+        source,
         "health",
         &c.listen,
-        shutdown.clone(),
+        &c.poll,
+        shutdown,
+        |http| targets(c, http),
     )
     .await
-    .context("starting connector-health")?;
-    let http = rt.http(&c.poll)?;
-    let targets = targets(c, &http)?;
-    rt.run(targets, &c.poll, shutdown).await
 }
 
 #[cfg(test)]

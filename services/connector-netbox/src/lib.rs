@@ -9,9 +9,8 @@ pub mod mapping;
 
 use std::collections::HashSet;
 
-use anyhow::Context as _;
 use fleet_connector::paginate::{base_url, collect_pages, join};
-use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::connectors::{Credential, NetboxConnectorConfig};
@@ -203,12 +202,17 @@ pub fn targets(c: &NetboxConnectorConfig, http: &HttpClient) -> anyhow::Result<V
 /// Runs connector-netbox until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &config.connectors.netbox;
-    let rt = Runtime::start(&config, Source::Netbox, &c.listen, shutdown.clone())
-        .await
-        .context("starting connector-netbox")?;
-    let http = rt.http(&c.poll)?;
-    let targets = targets(c, &http)?;
-    rt.run(targets, &c.poll, shutdown).await
+    let source = Source::Netbox;
+    fleet_connector::serve(
+        &config,
+        source,
+        "netbox",
+        &c.listen,
+        &c.poll,
+        shutdown,
+        |http| targets(c, http),
+    )
+    .await
 }
 
 #[cfg(test)]

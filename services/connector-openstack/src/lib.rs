@@ -10,11 +10,10 @@ pub mod mapping;
 
 use std::collections::HashSet;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join, Pages};
 use fleet_connector::snapshot::all_unknown;
-use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::connectors::{OpenstackConnectorConfig, OpenstackSiteConfig};
@@ -314,12 +313,17 @@ pub fn targets(
 /// Runs connector-openstack until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &config.connectors.openstack;
-    let rt = Runtime::start(&config, Source::Openstack, &c.listen, shutdown.clone())
-        .await
-        .context("starting connector-openstack")?;
-    let http = rt.http(&c.poll)?;
-    let targets = targets(c, &http)?;
-    rt.run(targets, &c.poll, shutdown).await
+    let source = Source::Openstack;
+    fleet_connector::serve(
+        &config,
+        source,
+        "openstack",
+        &c.listen,
+        &c.poll,
+        shutdown,
+        |http| targets(c, http),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -8,10 +8,9 @@
 pub mod mapping;
 pub mod version;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
-use fleet_connector::{HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::connectors::{Credential, SlurmConnectorConfig, SlurmSiteConfig};
@@ -233,12 +232,17 @@ pub fn targets(c: &SlurmConnectorConfig, http: &HttpClient) -> anyhow::Result<Ve
 /// Runs connector-slurm until shutdown.
 pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &config.connectors.slurm;
-    let rt = Runtime::start(&config, Source::Slurm, &c.listen, shutdown.clone())
-        .await
-        .context("starting connector-slurm")?;
-    let http = rt.http(&c.poll)?;
-    let targets = targets(c, &http)?;
-    rt.run(targets, &c.poll, shutdown).await
+    let source = Source::Slurm;
+    fleet_connector::serve(
+        &config,
+        source,
+        "slurm",
+        &c.listen,
+        &c.poll,
+        shutdown,
+        |http| targets(c, http),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -47,6 +47,27 @@ pub struct Runtime {
     pub ops_addr: SocketAddr,
 }
 
+/// A connector's whole life: starts the runtime (ops server, NATS, the
+/// hub's stream checked), builds its targets with an HTTP client made from
+/// `poll`, and polls them until shutdown. `name` is the configuration
+/// section (`connectors.<name>`).
+pub async fn serve<T: Target>(
+    config: &FleetConfig,
+    source: Source,
+    name: &str,
+    listen: &str,
+    poll: &PollConfig,
+    shutdown: Shutdown,
+    targets: impl FnOnce(&HttpClient) -> anyhow::Result<Vec<T>>,
+) -> anyhow::Result<()> {
+    let rt = Runtime::start_named(config, source, name, listen, shutdown.clone())
+        .await
+        .with_context(|| format!("starting connector-{name}"))?;
+    let http = rt.http(poll)?;
+    let targets = targets(&http)?;
+    rt.run(targets, poll, shutdown).await
+}
+
 impl Runtime {
     pub async fn start(
         config: &FleetConfig,
