@@ -8,8 +8,8 @@
 //! partner-owned credential reference). The credential is kept only as a
 //! reference and never logged ([`mapping`]).
 
-pub mod mapping;
-pub mod oauth;
+pub(crate) mod mapping;
+pub(crate) mod oauth;
 
 use fleet_connector::paginate::{base_url, join, Pages};
 use fleet_connector::{HttpClient, PollContext, SourceError, Target};
@@ -24,10 +24,10 @@ use crate::oauth::OAuth;
 
 /// Borneo owns no condition types: an unreadable API publishes nothing and
 /// the custody mirrors stay as they are.
-pub const OUTAGE_REASON: &str = "BorneoUnreachable";
+pub(crate) const OUTAGE_REASON: &str = "BorneoUnreachable";
 
 /// One site's partner.
-pub struct BorneoSite {
+pub(crate) struct BorneoSite {
     site: String,
     partner: String,
     machines_url: Url,
@@ -38,7 +38,7 @@ pub struct BorneoSite {
 }
 
 /// `<url>/v1/partners/<partner>/machines`, the partner id path-escaped.
-pub fn machines_url(base: &Url, partner: &str) -> Url {
+pub(crate) fn machines_url(base: &Url, partner: &str) -> Url {
     let mut u = join(base, "v1/partners");
     if let Ok(mut segs) = u.path_segments_mut() {
         segs.pop_if_empty().push(partner).push("machines");
@@ -203,7 +203,10 @@ impl Target for BorneoSite {
     }
 }
 
-pub fn targets(c: &BorneoConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<BorneoSite>> {
+pub(crate) fn targets(
+    c: &BorneoConnectorConfig,
+    http: &HttpClient,
+) -> anyhow::Result<Vec<BorneoSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.borneo.sites: no site is configured"

@@ -8,9 +8,9 @@
 //! latches are written by workflows after verified flips, never from here.
 //! The contracts read are documented in [`netbox`], [`nvue`] and [`nmx`].
 
-pub mod mapping;
-pub mod netbox;
-pub mod nmx;
+pub(crate) mod mapping;
+pub(crate) mod netbox;
+pub(crate) mod nmx;
 pub mod nvue;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,7 +35,7 @@ use crate::netbox::{port_links, InterfacePage, PortLink};
 
 /// `Authorization` for a NetBox token: `Bearer` for v2 (`nbt_`) tokens or
 /// when configured, `Token` otherwise.
-pub fn netbox_auth(scheme: &str, token: &str) -> Result<String, String> {
+pub(crate) fn netbox_auth(scheme: &str, token: &str) -> Result<String, String> {
     let bearer = match scheme.trim().to_ascii_lowercase().as_str() {
         "" | "auto" => token.starts_with("nbt_"),
         "token" => false,
@@ -50,7 +50,7 @@ pub fn netbox_auth(scheme: &str, token: &str) -> Result<String, String> {
 }
 
 /// The NetBox interfaces of one plane's switches.
-pub struct NetboxCables {
+pub(crate) struct NetboxCables {
     interfaces_url: Url,
     slug: String,
     token: Credential,
@@ -60,7 +60,7 @@ pub struct NetboxCables {
 }
 
 /// One plane of one site.
-pub struct PlaneSite {
+pub(crate) struct PlaneSite {
     plane: Plane,
     site: String,
     netbox: NetboxCables,
@@ -75,7 +75,7 @@ pub struct PlaneSite {
 }
 
 /// One site's NMX-M.
-pub struct NvlinkSite {
+pub(crate) struct NvlinkSite {
     site: String,
     base: Url,
     username: String,
@@ -87,7 +87,7 @@ pub struct NvlinkSite {
 
 /// Every target a fabric site has: a plane per switch set, NVLink with an
 /// NMX-M.
-pub enum FabricTarget {
+pub(crate) enum FabricTarget {
     Plane(PlaneSite),
     Nvlink(NvlinkSite),
 }
@@ -320,7 +320,7 @@ fn client(
 }
 
 /// The targets of one site, checking its configuration.
-pub fn site_targets(
+pub(crate) fn site_targets(
     site: &str,
     s: &FabricSiteConfig,
     c: &FabricConnectorConfig,
@@ -438,7 +438,7 @@ pub fn site_targets(
     Ok(out)
 }
 
-pub fn targets(
+pub(crate) fn targets(
     c: &FabricConnectorConfig,
     metrics: &ConnectorMetrics,
 ) -> anyhow::Result<Vec<FabricTarget>> {

@@ -22,7 +22,7 @@ use reqwest::Url;
 use crate::mapping::{map_site, Context, QueryResponse, Sample, MIMIR_UNREACHABLE, SERIES};
 
 /// One site's query API.
-pub struct HealthSite {
+pub(crate) struct HealthSite {
     site: String,
     query_url: Url,
     tenant: Option<(HeaderName, String)>,
@@ -181,7 +181,10 @@ impl Target for HealthSite {
     }
 }
 
-pub fn targets(c: &HealthConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<HealthSite>> {
+pub(crate) fn targets(
+    c: &HealthConnectorConfig,
+    http: &HttpClient,
+) -> anyhow::Result<Vec<HealthSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.health.sites: no site is configured"

@@ -4,8 +4,8 @@
 //! device the hub does not know is created through the hub's
 //! `create_devices` command (a `CONFLICT` item means it exists already).
 
-pub mod create;
-pub mod mapping;
+pub(crate) mod create;
+pub(crate) mod mapping;
 
 use std::collections::HashSet;
 
@@ -19,11 +19,11 @@ use reqwest::Url;
 
 use crate::mapping::{map_devices, DevicePage, Warning};
 
-pub const OUTAGE_REASON: &str = "NetboxUnreachable";
+pub(crate) const OUTAGE_REASON: &str = "NetboxUnreachable";
 
 /// How the token is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthScheme {
+pub(crate) enum AuthScheme {
     /// `Authorization: Token <t>` (v1 tokens).
     Token,
     /// `Authorization: Bearer <t>` (v2 tokens, `nbt_<key>.<secret>`).
@@ -58,7 +58,7 @@ impl AuthScheme {
 }
 
 /// The client of one NetBox for one site.
-pub struct NetboxSite {
+pub(crate) struct NetboxSite {
     site: String,
     slug: String,
     devices_url: Url,
@@ -159,7 +159,10 @@ impl Target for NetboxSite {
 
 /// Builds one target per configured site; fails with the configuration key
 /// at fault.
-pub fn targets(c: &NetboxConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<NetboxSite>> {
+pub(crate) fn targets(
+    c: &NetboxConnectorConfig,
+    http: &HttpClient,
+) -> anyhow::Result<Vec<NetboxSite>> {
     anyhow::ensure!(
         !c.url.trim().is_empty(),
         "configuration key connectors.netbox.url is required"

@@ -12,8 +12,6 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize)]
 pub struct DevicePage {
     #[serde(default)]
-    pub count: Option<u64>,
-    #[serde(default)]
     pub next: Option<String>,
     pub results: Vec<Device>,
 }
@@ -40,8 +38,6 @@ pub struct Device {
 #[derive(Debug, Clone, Deserialize)]
 pub struct Choice {
     pub value: String,
-    #[serde(default)]
-    pub label: Option<String>,
 }
 
 /// A nested object (site, rack, tag): NetBox gives `name` and usually `slug`.

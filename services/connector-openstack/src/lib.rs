@@ -5,8 +5,8 @@
 //! from the node's `traits`. Publishes the six openstack conditions and the
 //! Ironic mirror per node.
 
-pub mod keystone;
-pub mod mapping;
+pub(crate) mod keystone;
+pub(crate) mod mapping;
 
 use std::collections::HashSet;
 
@@ -27,11 +27,11 @@ use crate::mapping::{
     NO_LONGER_OBSERVED,
 };
 
-pub const HEADER_IRONIC_VERSION: &str = "X-OpenStack-Ironic-API-Version";
-pub const HEADER_API_VERSION: &str = "OpenStack-API-Version";
+pub(crate) const HEADER_IRONIC_VERSION: &str = "X-OpenStack-Ironic-API-Version";
+pub(crate) const HEADER_API_VERSION: &str = "OpenStack-API-Version";
 
 /// One site's OpenStack.
-pub struct OpenstackSite {
+pub(crate) struct OpenstackSite {
     site: String,
     config: OpenstackSiteConfig,
     key_by: KeyBy,
@@ -48,7 +48,7 @@ pub struct OpenstackSite {
 }
 
 /// `<ironic>/v1/nodes`, whether or not the endpoint ends in `/v1`.
-pub fn nodes_url(ironic: &Url) -> Url {
+pub(crate) fn nodes_url(ironic: &Url) -> Url {
     if ironic.path().trim_end_matches('/').ends_with("/v1") {
         join(ironic, "nodes")
     } else {
@@ -296,7 +296,7 @@ impl Target for OpenstackSite {
     }
 }
 
-pub fn targets(
+pub(crate) fn targets(
     c: &OpenstackConnectorConfig,
     http: &HttpClient,
 ) -> anyhow::Result<Vec<OpenstackSite>> {

@@ -5,8 +5,8 @@
 //! (mirror cleared); an unreadable slurmrestd is `SchedulerUnreachable`
 //! (mirror kept).
 
-pub mod mapping;
-pub mod version;
+pub(crate) mod mapping;
+pub(crate) mod version;
 
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
@@ -20,11 +20,11 @@ use reqwest::{RequestBuilder, Url};
 use crate::mapping::{map_nodes, NodesResponse, SCHEDULER_UNREACHABLE};
 use crate::version::{ApiVersion, PROBE_ORDER};
 
-pub const HEADER_USER_NAME: &str = "X-SLURM-USER-NAME";
-pub const HEADER_USER_TOKEN: &str = "X-SLURM-USER-TOKEN";
+pub(crate) const HEADER_USER_NAME: &str = "X-SLURM-USER-NAME";
+pub(crate) const HEADER_USER_TOKEN: &str = "X-SLURM-USER-TOKEN";
 
 /// The client of one site's slurmrestd.
-pub struct SlurmSite {
+pub(crate) struct SlurmSite {
     site: String,
     base: Url,
     /// Configured, or detected and cached until a 404 says otherwise.
@@ -218,7 +218,10 @@ impl Target for SlurmSite {
     }
 }
 
-pub fn targets(c: &SlurmConnectorConfig, http: &HttpClient) -> anyhow::Result<Vec<SlurmSite>> {
+pub(crate) fn targets(
+    c: &SlurmConnectorConfig,
+    http: &HttpClient,
+) -> anyhow::Result<Vec<SlurmSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.slurm.sites: no site is configured"

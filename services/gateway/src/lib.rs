@@ -14,8 +14,8 @@
 //!
 //! [`sim`] is a simulated agent speaking the same protocol.
 
-pub mod metrics;
-pub mod policy;
+pub(crate) mod metrics;
+pub(crate) mod policy;
 pub mod store;
 
 mod handlers;

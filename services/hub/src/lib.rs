@@ -4,18 +4,18 @@
 //! re-derives every derived axis, answers commands over request/reply, and
 //! publishes status changes through a transactional outbox.
 
-pub mod backlog;
-pub mod commands;
+pub(crate) mod backlog;
+pub(crate) mod commands;
 pub mod decode;
-pub mod drift;
-pub mod join;
-pub mod metrics;
-pub mod observations;
-pub mod relay;
+pub(crate) mod drift;
+pub(crate) mod join;
+pub(crate) mod metrics;
+pub(crate) mod observations;
+pub(crate) mod relay;
 mod reply;
 pub mod store;
-pub mod sweeper;
-pub mod work;
+pub(crate) mod sweeper;
+pub(crate) mod work;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -12,12 +12,12 @@
 //! The API calls this service through `fleet_placer_client::PlacerClient`;
 //! tests and benchmarks may call [`Placer`] directly.
 
-pub mod error;
-pub mod metrics;
-pub mod packing;
+pub(crate) mod error;
+pub(crate) mod metrics;
+pub(crate) mod packing;
 pub mod service;
-pub mod store;
-pub mod view;
+pub(crate) mod store;
+pub(crate) mod view;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -132,10 +132,7 @@ impl View {
         self.devices.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.devices.is_empty()
-    }
-
+    #[cfg(test)]
     pub fn device(&self, id: &str) -> Option<&DeviceRow> {
         self.devices.get(id).map(|e| &e.row)
     }

@@ -9,9 +9,9 @@
 //! from PostgreSQL and compared with what the stream holds; only
 //! differences are published. Radar never writes a device field.
 
-pub mod mapping;
-pub mod metrics;
-pub mod store;
+pub(crate) mod mapping;
+pub(crate) mod metrics;
+pub(crate) mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
