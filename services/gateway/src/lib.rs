@@ -116,7 +116,7 @@ impl Gateway {
         let hub = fleet_hub_client::HubClient::new(
             nats.clone(),
             subjects.clone(),
-            Duration::from_secs(config.hub.command_timeout_secs.max(1) * 2),
+            Duration::from_secs(config.gateway.hub_timeout_secs.max(1)),
         );
         Ok(Arc::new(Gateway {
             config,
@@ -327,7 +327,7 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
             },
             fleet_bus::Limits {
                 concurrency: gw.config.gateway.concurrency.max(1),
-                deadline: Duration::from_secs(gw.config.hub.command_timeout_secs.max(1) * 4),
+                deadline: Duration::from_secs(gw.config.gateway.hub_timeout_secs.max(1) * 2),
             },
             answers.clone(),
             shutdown.stopped(),

@@ -62,6 +62,9 @@ pub struct GatewayConfig {
     pub max_command_deadline_ms: u64,
     /// Requests served at once.
     pub concurrency: usize,
+    /// How long the gateway waits for the hub's answer to a command (a
+    /// join, an adoption); an agent's request gets twice this.
+    pub hub_timeout_secs: u64,
     /// Platform secrets handed to platform and tenant-owned agents at
     /// session open (break-glass keys, ...); never to tenant-controlled ones.
     pub platform_secrets: BTreeMap<String, String>,
@@ -78,6 +81,7 @@ impl Default for GatewayConfig {
             command_deadline_ms: 30_000,
             max_command_deadline_ms: 600_000,
             concurrency: 256,
+            hub_timeout_secs: 10,
             platform_secrets: BTreeMap::new(),
         }
     }
