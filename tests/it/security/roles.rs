@@ -149,3 +149,68 @@ async fn a_user_outside_the_role_cannot_connect_as_it() {
     );
     env.cleanup().await;
 }
+
+/// compose's per-service login users (`compose/postgres-roles.sql`, run by
+/// the postgres image at first start): each logs in and is a member of its
+/// own role and of no other. Run here with psql, as the image runs it, in a
+/// transaction that is rolled back, so the machine keeps no such user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_login_users_are_members_of_their_role_only() {
+    let env = TestEnv::new().await;
+    let script = repo("compose/postgres-roles.sql");
+    let mut cmd = std::process::Command::new("psql");
+    cmd.arg(&env.config.database.url)
+        .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for r in ["hub", "api", "placer", "gateway", "radar"] {
+        cmd.args(["-v", &format!("{r}_password=test-{r}")]);
+    }
+    let mut child = cmd
+        .spawn()
+        .expect("psql runs (tests/run installs PostgreSQL's client)");
+    let input = format!(
+        "BEGIN;\n\\i {script}\n\
+         SELECT u.rolname || ' ' || u.rolcanlogin || ' ' || \
+           string_agg(r.rolname, ',' ORDER BY r.rolname) FILTER (WHERE pg_has_role(u.oid, r.oid, 'MEMBER')) \
+         FROM pg_roles u CROSS JOIN pg_roles r \
+         WHERE u.rolname LIKE 'fleet\\_%\\_login' AND r.rolname IN \
+           ('fleet_hub', 'fleet_api', 'fleet_placer', 'fleet_gateway', 'fleet_radar') \
+         GROUP BY u.rolname, u.rolcanlogin ORDER BY u.rolname;\n\
+         ROLLBACK;\n"
+    );
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        rows,
+        [
+            "fleet_api_login true fleet_api",
+            "fleet_gateway_login true fleet_gateway",
+            "fleet_hub_login true fleet_hub",
+            "fleet_placer_login true fleet_placer",
+            "fleet_radar_login true fleet_radar",
+        ]
+    );
+    // Rolled back: no login user is left on the machine.
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fleet\\_%\\_login'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, 0);
+    env.cleanup().await;
+}
