@@ -3,8 +3,6 @@
 //! `FLEET_API_URL` / `FLEET_TOKEN`. Errors name the API's code and say
 //! what to do about it.
 
-use std::fmt::Write as _;
-
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
@@ -403,27 +401,20 @@ fn rows(array: &serde_json::Value, keys: &[&str]) -> Vec<Vec<String>> {
         .unwrap_or_default()
 }
 
+/// Columns padded to their widest cell, two spaces apart, no borders
+/// (comfy-table with nothing drawn), one line per row.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if i < width.len() {
-                width[i] = width[i].max(c.chars().count());
-            }
-        }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::NOTHING)
+        .set_header(header.to_vec())
+        .add_rows(rows.iter().cloned());
+    for c in t.column_iter_mut() {
+        c.set_padding((0, 2));
     }
     let mut out = String::new();
-    let line = |out: &mut String, cells: Vec<&str>| {
-        let mut l = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            let _ = write!(l, "{c:<w$}  ", w = width[i]);
-        }
-        out.push_str(l.trim_end());
+    for line in t.lines() {
+        out.push_str(line.trim_end());
         out.push('\n');
-    };
-    line(&mut out, header.to_vec());
-    for r in rows {
-        line(&mut out, r.iter().map(String::as_str).collect());
     }
     out
 }
