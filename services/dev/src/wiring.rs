@@ -1,0 +1,176 @@
+//! `fleet dev`'s wiring: every connector pointed at the simulated systems
+//! of every site, with the credentials and poll settings they expect.
+
+use fleet_runtime::connectors::{
+    Credential, FabricSiteConfig, HealthSiteConfig, OpenstackSiteConfig, PollConfig, Secret,
+    SlurmSiteConfig,
+};
+use fleet_runtime::FleetConfig;
+
+use crate::{dev_pool, engine, fabric, free_addr, partner, servers};
+
+/// Points the connectors at the simulated systems, every site.
+pub(crate) fn wire_connectors(
+    config: &mut FleetConfig,
+    e: &servers::Endpoints,
+    sites: &[String],
+    racks: &[String],
+    resync: f64,
+    fabric_resync: f64,
+) {
+    let nb = &mut config.connectors.netbox;
+    nb.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    nb.url = e.netbox.clone();
+    nb.token = Credential {
+        value: Secret::new(servers::NETBOX_TOKEN),
+        ..Default::default()
+    };
+    nb.auth_scheme = "token".into();
+    nb.page_size = 1000;
+    nb.poll = fast_poll(resync);
+    nb.sites = sites.iter().map(|s| (s.clone(), s.clone())).collect();
+    // Devices join their site's pool (created below), so allocations and
+    // capacity can be tried on the dev mesh.
+    nb.pools = sites.iter().map(|s| (s.clone(), dev_pool(s))).collect();
+
+    let os = &mut config.connectors.openstack;
+    os.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    os.page_size = 1000;
+    os.customer_ready_trait = engine::CUSTOMER_READY_TRAIT.into();
+    os.poll = fast_poll(resync);
+    os.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                OpenstackSiteConfig {
+                    auth_url: format!("{}/{s}/identity/v3", e.openstack),
+                    username: servers::OPENSTACK_USER.into(),
+                    password: Credential {
+                        value: Secret::new(servers::OPENSTACK_PASSWORD),
+                        ..Default::default()
+                    },
+                    project_name: servers::OPENSTACK_PROJECT.into(),
+                    ironic_url: format!("{}/{s}/ironic", e.openstack),
+                    placement_url: format!("{}/{s}/placement", e.openstack),
+                    placement_enabled: true,
+                    maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let h = &mut config.connectors.health;
+    h.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    h.poll = fast_poll(resync);
+    h.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                HealthSiteConfig {
+                    url: format!("{}/{s}", e.prometheus),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let b = &mut config.connectors.borneo;
+    b.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    b.url = e.borneo.clone();
+    b.token_url = format!("{}/oauth2/token", e.borneo);
+    b.client_id = partner::CLIENT_ID.into();
+    b.client_secret = Credential {
+        value: Secret::new(partner::CLIENT_SECRET),
+        ..Default::default()
+    };
+    b.page_size = 500;
+    b.poll = fast_poll(resync);
+    b.sites = sites
+        .iter()
+        .map(|s| (s.clone(), partner::partner_of(s)))
+        .collect();
+
+    let f = &mut config.connectors.fabric;
+    f.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    f.netbox_url = e.netbox.clone();
+    f.netbox_token = Credential {
+        value: Secret::new(servers::NETBOX_TOKEN),
+        ..Default::default()
+    };
+    f.netbox_auth_scheme = "token".into();
+    f.netbox_page_size = 1000;
+    f.nvue_username = fabric::NVUE_USER.into();
+    f.nvue_password = Credential {
+        value: Secret::new(fabric::NVUE_PASSWORD),
+        ..Default::default()
+    };
+    f.nvue_revision = "operational".into();
+    f.poll = fast_poll(fabric_resync);
+    f.sites = sites
+        .iter()
+        .map(|s| {
+            let site_racks: Vec<&String> = racks
+                .iter()
+                .filter(|r| r.starts_with(&format!("{s}-")))
+                .collect();
+            let switches = |name: fn(&str) -> String| {
+                site_racks
+                    .iter()
+                    .map(|r| (name(r), format!("{}/{}", e.nvue, name(r))))
+                    .collect()
+            };
+            (
+                s.clone(),
+                FabricSiteConfig {
+                    netbox_site: s.clone(),
+                    frontend_switches: switches(engine::frontend_switch),
+                    backend_switches: switches(engine::backend_switch),
+                    customer_vrfs: vec![format!("{}*", engine::CUSTOMER_VRF_PREFIX)],
+                    maintenance_vrf: engine::MAINTENANCE_VRF.into(),
+                    exclude_peers: vec!["spine-*".into()],
+                    nmx_url: format!("{}/{s}", e.nmx),
+                    nmx_username: fabric::NMX_USER.into(),
+                    nmx_password: Credential {
+                        value: Secret::new(fabric::NMX_PASSWORD),
+                        ..Default::default()
+                    },
+                    repair_partition: engine::REPAIR_PARTITION.into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
+    let sl = &mut config.connectors.slurm;
+    sl.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    sl.poll = fast_poll(resync);
+    sl.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                SlurmSiteConfig {
+                    url: format!("{}/{s}", e.slurm),
+                    api_version: "v0.0.38".into(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+}
+
+fn fast_poll(resync: f64) -> PollConfig {
+    PollConfig {
+        resync_interval_secs: resync,
+        jitter: 0.1,
+        request_timeout_ms: 20_000,
+        max_retries: 1,
+        backoff_initial_ms: 100,
+        backoff_max_ms: 500,
+        publish_in_flight: 1024,
+        ..PollConfig::default()
+    }
+}
