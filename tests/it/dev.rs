@@ -24,8 +24,7 @@ async fn api_distribution(api: &Api) -> BTreeMap<String, usize> {
         .await
         .expect("list devices through the API")
     {
-        *out.entry(d["operational_status"].as_str().unwrap_or("?").to_string())
-            .or_default() += 1;
+        *out.entry(d.operational_status).or_default() += 1;
     }
     out
 }
@@ -211,9 +210,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     loop {
         health_seen = BTreeMap::new();
         for d in api.list_devices(&ListArgs::default()).await.unwrap() {
-            *health_seen
-                .entry(d["health_status"].as_str().unwrap_or("?").to_string())
-                .or_default() += 1;
+            *health_seen.entry(d.health_status).or_default() += 1;
         }
         if health_seen == health_truth || tokio::time::Instant::now() > deadline {
             break;
@@ -356,15 +353,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .await
         .unwrap()
         .into_iter()
-        .map(|d| {
-            (
-                (
-                    d["site_id"].as_str().unwrap_or("").to_string(),
-                    d["name"].as_str().unwrap_or("").to_string(),
-                ),
-                d["operational_status"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|d| ((d.site_id, d.name), d.operational_status))
         .collect();
     let expected = mesh.scenario.lock().unwrap().ground_truth();
     for (key, status) in &expected {
@@ -400,8 +389,8 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         })
         .await
         .unwrap();
-    let id = devices[0]["id"].as_str().unwrap().to_string();
-    let site = devices[0]["site_id"].as_str().unwrap().to_string();
+    let id = devices[0].id.clone();
+    let site = devices[0].site_id.clone();
     let changed = api
         .device_command(&id, "cordon", Some("dev smoke test"))
         .await
@@ -418,7 +407,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .await
         .unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0]["id"], id.as_str());
+    assert_eq!(listed[0].id, id);
     // ... and on STATUS.
     let stream = env.js.get_stream(env.streams.status()).await.unwrap();
     let subject = env.subjects.status("cordoned", &site, &id);

@@ -86,7 +86,7 @@ pub fn event_device_status_schema() -> Object {
 }
 
 /// One device in a list: every status axis and the derived predicates.
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct DeviceSummary {
     pub id: String,
     pub name: String,

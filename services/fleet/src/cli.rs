@@ -3,7 +3,11 @@
 //! `FLEET_API_URL` / `FLEET_TOKEN`. Errors name the API's code and say
 //! what to do about it.
 
+use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
+use fleet_api::model::DeviceSummary;
+use fleet_placer_client::{AllocateRequest, Allocation, Capacity};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 #[derive(Args, Debug, Clone)]
@@ -268,13 +272,14 @@ impl Api {
         self.call(reqwest::Method::POST, path, query, None).await
     }
 
-    /// Every page of a list, following `next_cursor`, up to `want` items.
-    pub async fn list_all(
+    /// Every page of a list, following `next_cursor`, up to `want` items,
+    /// each read as the API's own type.
+    pub async fn list_all<T: DeserializeOwned>(
         &self,
         path: &str,
         query: &[(&str, String)],
         want: Option<usize>,
-    ) -> anyhow::Result<Vec<Value>> {
+    ) -> anyhow::Result<Vec<T>> {
         let want = want.unwrap_or(usize::MAX);
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
@@ -287,10 +292,10 @@ impl Api {
             if let Some(c) = &cursor {
                 q.push(("cursor", c.clone()));
             }
-            let page = self.get(path, &q).await?;
-            if let Some(items) = page["items"].as_array() {
-                out.extend(items.iter().cloned());
-            }
+            let mut page = self.get(path, &q).await?;
+            let items: Vec<T> = serde_json::from_value(page["items"].take())
+                .with_context(|| format!("the API's {path} page is not what this CLI reads"))?;
+            out.extend(items);
             cursor = page["next_cursor"].as_str().map(str::to_string);
             if cursor.is_none() || out.len() >= want {
                 break;
@@ -300,12 +305,19 @@ impl Api {
         Ok(out)
     }
 
+    /// A `GET` read as the API's own type.
+    pub async fn get_as<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let v = self.get(path, &[]).await?;
+        serde_json::from_value(v)
+            .with_context(|| format!("the API's {path} answer is not what this CLI reads"))
+    }
+
     pub async fn device(&self, id: &str) -> anyhow::Result<Value> {
         self.get(&format!("/api/v1/devices/{id}/"), &[]).await
     }
 
     /// Devices matching the filters, following `next_cursor`.
-    pub async fn list_devices(&self, a: &ListArgs) -> anyhow::Result<Vec<Value>> {
+    pub async fn list_devices(&self, a: &ListArgs) -> anyhow::Result<Vec<DeviceSummary>> {
         let mut q: Vec<(&str, String)> = Vec::new();
         let strings = [
             ("site", &a.site),
@@ -334,29 +346,7 @@ impl Api {
                 q.push((k, v.to_string()));
             }
         }
-        let want = a.limit.unwrap_or(usize::MAX);
-        let mut out = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let mut page_q = q.clone();
-            page_q.push((
-                "limit",
-                want.saturating_sub(out.len()).min(1000).to_string(),
-            ));
-            if let Some(c) = &cursor {
-                page_q.push(("cursor", c.clone()));
-            }
-            let page = self.get("/api/v1/devices/", &page_q).await?;
-            if let Some(items) = page["items"].as_array() {
-                out.extend(items.iter().cloned());
-            }
-            cursor = page["next_cursor"].as_str().map(str::to_string);
-            if cursor.is_none() || out.len() >= want {
-                break;
-            }
-        }
-        out.truncate(want);
-        Ok(out)
+        self.list_all("/api/v1/devices/", &q, a.limit).await
     }
 
     /// A device command with the version just read (`cordon`, `drain`
@@ -419,23 +409,27 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn device_rows(items: &[Value]) -> String {
+fn device_rows(items: &[DeviceSummary]) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(",")
+        }
+    };
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|d| {
-            [
-                "id",
-                "name",
-                "site_id",
-                "operational_status",
-                "health_status",
-                "cordoned",
-                "schedulable",
-                "no_schedule_reasons",
+            vec![
+                d.id.clone(),
+                d.name.clone(),
+                d.site_id.clone(),
+                d.operational_status.clone(),
+                d.health_status.clone(),
+                d.cordoned.to_string(),
+                d.schedulable.to_string(),
+                list(&d.no_schedule_reasons),
             ]
-            .iter()
-            .map(|k| s(&d[*k]))
-            .collect()
         })
         .collect();
     table(
@@ -453,7 +447,7 @@ fn device_rows(items: &[Value]) -> String {
     )
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
@@ -465,7 +459,7 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
         DevicesCommand::List(a) => {
             let items = api.list_devices(&a).await?;
             if json_out {
-                print_json(&Value::Array(items))?;
+                print_json(&items)?;
             } else {
                 print!("{}", device_rows(&items));
                 eprintln!("{} devices", items.len());
@@ -703,26 +697,24 @@ pub enum PoolsCommand {
     },
 }
 
-fn allocation_rows(items: &[Value]) -> String {
+fn allocation_rows(items: &[Allocation]) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|a| {
-            let devices: std::collections::BTreeSet<&str> = a["atoms"]
-                .as_array()
-                .map(|x| x.iter().filter_map(|t| t["device_id"].as_str()).collect())
-                .unwrap_or_default();
+            let devices: std::collections::BTreeSet<&str> =
+                a.atoms.iter().map(|t| t.device_id.as_str()).collect();
             vec![
-                s(&a["id"]),
-                s(&a["tenant_id"]),
-                s(&a["pool_id"]),
-                s(&a["gpus"]),
-                s(&a["status"]),
+                a.id.clone(),
+                a.tenant_id.clone(),
+                a.pool_id.clone(),
+                a.gpus.to_string(),
+                a.status.clone(),
                 if devices.is_empty() {
                     "-".into()
                 } else {
                     devices.into_iter().collect::<Vec<_>>().join(",")
                 },
-                s(&a["created_at"]),
+                a.created_at.to_rfc3339(),
             ]
         })
         .collect();
@@ -734,31 +726,30 @@ fn allocation_rows(items: &[Value]) -> String {
     )
 }
 
-fn show_allocation(a: &Value) {
-    for k in [
-        "id",
-        "tenant_id",
-        "pool_id",
-        "gpus",
-        "status",
-        "same_device",
-        "nvlink_domain",
-        "request_id",
-        "created_at",
-        "impaired_reason",
-        "impaired_at",
-        "released_at",
+fn show_allocation(a: &Allocation) {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let at = |v: &Option<chrono::DateTime<chrono::Utc>>| v.map_or("-".into(), |t| t.to_rfc3339());
+    for (k, v) in [
+        ("id", a.id.clone()),
+        ("tenant_id", a.tenant_id.clone()),
+        ("pool_id", a.pool_id.clone()),
+        ("gpus", a.gpus.to_string()),
+        ("status", a.status.clone()),
+        ("same_device", a.same_device.to_string()),
+        ("nvlink_domain", opt(&a.nvlink_domain)),
+        ("request_id", opt(&a.request_id)),
+        ("created_at", a.created_at.to_rfc3339()),
+        ("impaired_reason", opt(&a.impaired_reason)),
+        ("impaired_at", at(&a.impaired_at)),
+        ("released_at", at(&a.released_at)),
     ] {
-        println!("{k:<16} {}", s(&a[k]));
+        println!("{k:<16} {v}");
     }
-    let atoms: Vec<Vec<String>> = a["atoms"]
-        .as_array()
-        .map(|x| {
-            x.iter()
-                .map(|t| vec![s(&t["device_id"]), s(&t["atom"])])
-                .collect()
-        })
-        .unwrap_or_default();
+    let atoms: Vec<Vec<String>> = a
+        .atoms
+        .iter()
+        .map(|t| vec![t.device_id.clone(), t.atom.to_string()])
+        .collect();
     println!();
     print!("{}", table(&["DEVICE", "GPU"], &atoms));
 }
@@ -775,13 +766,16 @@ pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<
             nvlink_domain,
             request_id,
         } => {
-            api.post(
-                "/api/v1/allocations/",
-                json!({"pool_id": pool, "tenant_id": tenant, "gpus": gpus,
-                       "same_device": same_device, "nvlink_domain": nvlink_domain,
-                       "request_id": request_id}),
-            )
-            .await?
+            let body = AllocateRequest {
+                pool_id: pool,
+                tenant_id: tenant,
+                gpus,
+                same_device,
+                nvlink_domain,
+                request_id,
+            };
+            api.post("/api/v1/allocations/", serde_json::to_value(&body)?)
+                .await?
         }
         AllocationsCommand::Show { id } => {
             api.get(&format!("/api/v1/allocations/{id}/"), &[]).await?
@@ -801,19 +795,21 @@ pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<
                 .into_iter()
                 .filter_map(|(k, v)| v.map(|v| (k, v)))
                 .collect();
-            let items = api.list_all("/api/v1/allocations/", &q, limit).await?;
+            let items: Vec<Allocation> = api.list_all("/api/v1/allocations/", &q, limit).await?;
             if json_out {
-                return print_json(&Value::Array(items));
+                return print_json(&items);
             }
             print!("{}", allocation_rows(&items));
             eprintln!("{} allocations", items.len());
             return Ok(());
         }
     };
+    let a: Allocation =
+        serde_json::from_value(v).context("the API's allocation is not what this CLI reads")?;
     if json_out {
-        print_json(&v)
+        print_json(&a)
     } else {
-        show_allocation(&v);
+        show_allocation(&a);
         Ok(())
     }
 }
@@ -829,16 +825,26 @@ const CAPACITY_BUCKETS: [&str; 7] = [
     "unhealthy",
 ];
 
-pub fn capacity_table(c: &Value) -> String {
+pub fn capacity_table(c: &Capacity) -> String {
+    let value = |k: &str| match k {
+        "schedulable_available" => c.schedulable_available,
+        "schedulable_allocated" => c.schedulable_allocated,
+        "excluded" => c.excluded,
+        "maintenance" => c.maintenance,
+        "provisioning" => c.provisioning,
+        "unreachable" => c.unreachable,
+        "unhealthy" => c.unhealthy,
+        _ => c.total,
+    };
     let mut rows: Vec<Vec<String>> = CAPACITY_BUCKETS
         .iter()
-        .map(|k| vec![k.to_string(), s(&c[*k])])
+        .map(|k| vec![k.to_string(), value(k).to_string()])
         .collect();
-    rows.push(vec!["total".into(), s(&c["total"])]);
+    rows.push(vec!["total".into(), c.total.to_string()]);
     format!(
         "pool {} ({} devices)\n{}",
-        s(&c["pool_id"]),
-        s(&c["devices"]),
+        c.pool_id,
+        c.devices,
         table(&["BUCKET", "GPUS"], &rows)
     )
 }
@@ -847,9 +853,7 @@ pub async fn pools(t: Target, what: PoolsCommand) -> anyhow::Result<()> {
     let api = Api::new(&t.api_url, t.token.as_deref())?;
     match what {
         PoolsCommand::Capacity { id } => {
-            let c = api
-                .get(&format!("/api/v1/pools/{id}/capacity"), &[])
-                .await?;
+            let c: Capacity = api.get_as(&format!("/api/v1/pools/{id}/capacity")).await?;
             if t.output == Output::Json {
                 print_json(&c)
             } else {
@@ -876,9 +880,14 @@ mod tests {
 
     #[test]
     fn capacity_lists_every_bucket_and_the_total() {
-        let c = serde_json::json!({"pool_id": "p1", "devices": 2, "total": 16,
-            "schedulable_available": 12, "schedulable_allocated": 4, "excluded": 0,
-            "maintenance": 0, "provisioning": 0, "unreachable": 0, "unhealthy": 0});
+        let c = fleet_placer_client::Capacity {
+            pool_id: "p1".into(),
+            devices: 2,
+            total: 16,
+            schedulable_available: 12,
+            schedulable_allocated: 4,
+            ..Default::default()
+        };
         let t = super::capacity_table(&c);
         assert!(t.starts_with("pool p1 (2 devices)\nBUCKET"), "{t}");
         assert!(t.contains("schedulable_available  12\n"), "{t}");
