@@ -459,7 +459,7 @@ fn fleet_cli(addr: SocketAddr, t: &str, args: &[&str]) -> std::process::Output {
         .expect("fleet runs")
 }
 
-async fn cli(addr: SocketAddr, t: &str, args: &[&str]) -> (bool, String, String) {
+pub async fn cli(addr: SocketAddr, t: &str, args: &[&str]) -> (bool, String, String) {
     let (t, args): (String, Vec<String>) =
         (t.to_string(), args.iter().map(|a| a.to_string()).collect());
     let out = tokio::task::spawn_blocking(move || {

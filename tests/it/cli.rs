@@ -78,3 +78,72 @@ fn errors_are_json_under_output_json() {
         "{v}"
     );
 }
+
+/// `fleet devices list|show|cordon` and `fleet impairments create|list`
+/// against the API, reading the API's own types: tables and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_and_impairments_through_the_cli() {
+    use crate::allocations::cli;
+    use crate::api::{start_api, token};
+    use crate::support::TestEnv;
+    use fleet_api::Scope;
+
+    let env = TestEnv::new().await;
+    let (_hub, hub_trigger, hub_task) = crate::hub_e2e::start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-cli-01").await;
+    let (addr, api_trigger) = start_api(&env.config).await;
+    let t = token(
+        &env,
+        &[
+            Scope::DeviceRead,
+            Scope::DeviceWrite,
+            Scope::OperationsWrite,
+        ],
+    )
+    .await;
+
+    let (ok, out, err) = cli(addr, &t, &["devices", "list"]).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("ID"), "{out}");
+    assert!(out.contains(&id) && out.contains("gpu-cli-01"), "{out}");
+
+    let (ok, out, err) = cli(
+        addr,
+        &t,
+        &["devices", "cordon", &id, "--reason", "cli test"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("cordoned true"), "{out}");
+
+    let (ok, out, err) = cli(addr, &t, &["devices", "show", &id]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("cordon_reason        cli test"), "{out}");
+    assert!(out.contains("recent lifecycle events:"), "{out}");
+    assert!(out.contains("cordoned"), "{out}");
+    let (ok, out, err) = cli(addr, &t, &["devices", "show", &id, "-o", "json"]).await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["device"]["id"], id.as_str());
+    assert_eq!(v["device"]["cordoned"], true);
+    assert!(v["lifecycle_events"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty()));
+
+    let (ok, out, err) = cli(
+        addr,
+        &t,
+        &["impairments", "create", &id, "--reason", "cli test"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.contains("1 device(s), cli test"), "{out}");
+    let (ok, out, err) = cli(addr, &t, &["impairments", "list"]).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("ID") && out.contains("cli test"), "{out}");
+
+    api_trigger.trigger();
+    hub_trigger.trigger();
+    let _ = hub_task.await;
+    env.cleanup().await;
+}

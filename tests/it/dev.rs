@@ -395,10 +395,10 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .device_command(&id, "cordon", Some("dev smoke test"))
         .await
         .expect("cordon through the API");
-    assert_eq!(changed["cordoned"], true, "{changed}");
+    assert!(changed.cordoned, "{changed:?}");
     let shown = api.device(&id).await.unwrap();
-    assert_eq!(shown["cordoned"], true);
-    assert_eq!(shown["cordon_reason"], "dev smoke test");
+    assert!(shown.summary.cordoned);
+    assert_eq!(shown.cordon_reason.as_deref(), Some("dev smoke test"));
     let listed = api
         .list_devices(&ListArgs {
             cordoned: Some(true),

@@ -130,7 +130,7 @@ pub struct DeviceSummary {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionOut {
     pub epoch: i64,
     pub gateway_id: Option<String>,
@@ -140,7 +140,7 @@ pub struct SessionOut {
 }
 
 /// Raw mirrors, stored as reported.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MirrorsOut {
     pub ironic_provision_state: Option<String>,
     pub ironic_maintenance: Option<bool>,
@@ -154,7 +154,7 @@ pub struct MirrorsOut {
 /// `GET /api/v1/devices/{id}/`: every axis, identity (never the hardware
 /// key itself), labels, the session, the derived predicates and the
 /// conditions that decided `operational_status`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeviceDetail {
     #[serde(flatten)]
     pub summary: DeviceSummary,
@@ -263,7 +263,7 @@ pub struct DeviceChange {
 }
 
 /// One lifecycle row with `ended_at`: the next row of the same kind.
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct LifecycleEvent {
     pub id: i64,
     #[schema(schema_with = axis_schema)]
@@ -305,7 +305,7 @@ pub struct SiteSummary {
     pub maintenance: i64,
 }
 
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct ImpairmentEvent {
     pub id: String,
     #[schema(schema_with = event_status_schema)]
@@ -319,7 +319,7 @@ pub struct ImpairmentEvent {
     pub device_count: i64,
 }
 
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct ImpairmentEventDevice {
     pub device_id: String,
     #[schema(schema_with = event_device_status_schema)]
@@ -335,7 +335,7 @@ pub struct ImpairmentEventDevice {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ImpairmentEventDetail {
     #[serde(flatten)]
     pub event: ImpairmentEvent,

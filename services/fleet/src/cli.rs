@@ -5,7 +5,10 @@
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use fleet_api::model::DeviceSummary;
+use fleet_api::model::{
+    DeviceChange, DeviceDetail, DeviceSummary, ImpairmentEvent, ImpairmentEventDetail,
+    LifecycleEvent,
+};
 use fleet_placer_client::{AllocateRequest, Allocation, Capacity};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -312,8 +315,8 @@ impl Api {
             .with_context(|| format!("the API's {path} answer is not what this CLI reads"))
     }
 
-    pub async fn device(&self, id: &str) -> anyhow::Result<Value> {
-        self.get(&format!("/api/v1/devices/{id}/"), &[]).await
+    pub async fn device(&self, id: &str) -> anyhow::Result<DeviceDetail> {
+        self.get_as(&format!("/api/v1/devices/{id}/")).await
     }
 
     /// Devices matching the filters, following `next_cursor`.
@@ -356,39 +359,17 @@ impl Api {
         id: &str,
         verb: &str,
         reason: Option<&str>,
-    ) -> anyhow::Result<Value> {
+    ) -> anyhow::Result<DeviceChange> {
         let d = self.device(id).await?;
-        let version = d["version"].as_i64().unwrap_or(0);
-        let mut body = json!({ "version": version });
+        let mut body = json!({ "version": d.summary.version });
         if let Some(r) = reason {
             body["reason"] = r.into();
         }
-        self.post(&format!("/api/v1/devices/{id}/{verb}"), body)
-            .await
+        let v = self
+            .post(&format!("/api/v1/devices/{id}/{verb}"), body)
+            .await?;
+        serde_json::from_value(v).context("the API's device change is not what this CLI reads")
     }
-}
-
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Array(a) if a.is_empty() => "-".into(),
-        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
-}
-
-/// Rows under a header, columns padded to their widest cell.
-/// The `keys` of each object in a JSON array, as table rows.
-fn rows(array: &serde_json::Value, keys: &[&str]) -> Vec<Vec<String>> {
-    array
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|o| keys.iter().map(|k| s(&o[*k])).collect())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Columns padded to their widest cell, two spaces apart, no borders
@@ -467,58 +448,18 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
         }
         DevicesCommand::Show { id } => {
             let d = api.device(&id).await?;
-            let events = api
-                .get(
+            let events: Vec<LifecycleEvent> = api
+                .list_all(
                     &format!("/api/v1/devices/{id}/lifecycle-events/"),
-                    &[("limit", "10".into())],
+                    &[],
+                    Some(10),
                 )
                 .await?;
             if json_out {
-                print_json(&json!({"device": d, "lifecycle_events": events["items"]}))?;
+                print_json(&json!({"device": d, "lifecycle_events": events}))?;
                 return Ok(());
             }
-            for k in [
-                "id",
-                "name",
-                "site_id",
-                "rack",
-                "version",
-                "inventory_status",
-                "operational_status",
-                "health_status",
-                "provision_state",
-                "maintenance",
-                "cordoned",
-                "cordon_reason",
-                "in_triage",
-                "connectivity",
-                "power",
-                "custody",
-                "customer_ready",
-                "schedulable",
-                "capacity_bucket",
-                "no_schedule_reasons",
-                "slurm_states",
-                "impairment_hold",
-                "failure_state",
-            ] {
-                println!("{k:<20} {}", s(&d[k]));
-            }
-            println!("\ndecisive conditions:");
-            let conds = rows(
-                &d["operational_status_conditions"],
-                &["type", "status", "reason", "source", "message"],
-            );
-            print!(
-                "{}",
-                table(&["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"], &conds)
-            );
-            println!("\nrecent lifecycle events:");
-            let ev = rows(
-                &events["items"],
-                &["created_at", "kind", "value", "cause", "ended_at"],
-            );
-            print!("{}", table(&["AT", "KIND", "VALUE", "CAUSE", "ENDED"], &ev));
+            print!("{}", show_device(&d, &events));
         }
         DevicesCommand::Cordon { id, reason } => report(
             json_out,
@@ -554,19 +495,94 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report(json_out: bool, v: Value) -> anyhow::Result<()> {
+fn report(json_out: bool, d: DeviceChange) -> anyhow::Result<()> {
     if json_out {
-        return print_json(&v);
+        return print_json(&d);
     }
     println!(
         "{} {}: version {}, cordoned {}, operational {}",
-        s(&v["id"]),
-        s(&v["name"]),
-        s(&v["version"]),
-        s(&v["cordoned"]),
-        s(&v["operational_status"])
+        d.id, d.name, d.version, d.cordoned, d.operational_status
     );
     Ok(())
+}
+
+fn or_dash(v: Option<impl ToString>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn list_or_dash(v: &[String]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(",")
+    }
+}
+
+/// `fleet devices show`: the record, the decisive conditions and the
+/// recent lifecycle.
+fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
+    let s = &d.summary;
+    let mut out = String::new();
+    for (k, v) in [
+        ("id", s.id.clone()),
+        ("name", s.name.clone()),
+        ("site_id", s.site_id.clone()),
+        ("rack", or_dash(s.rack.as_ref())),
+        ("version", s.version.to_string()),
+        ("inventory_status", s.inventory_status.clone()),
+        ("operational_status", s.operational_status.clone()),
+        ("health_status", s.health_status.clone()),
+        ("provision_state", s.provision_state.clone()),
+        ("maintenance", s.maintenance.to_string()),
+        ("cordoned", s.cordoned.to_string()),
+        ("cordon_reason", or_dash(d.cordon_reason.as_ref())),
+        ("in_triage", s.in_triage.to_string()),
+        ("connectivity", s.connectivity.clone()),
+        ("power", s.power.clone()),
+        ("custody", or_dash(d.custody.as_ref())),
+        ("customer_ready", s.customer_ready.to_string()),
+        ("schedulable", s.schedulable.to_string()),
+        ("capacity_bucket", s.capacity_bucket.clone()),
+        ("no_schedule_reasons", list_or_dash(&s.no_schedule_reasons)),
+        ("slurm_states", list_or_dash(&s.slurm_states)),
+        ("impairment_hold", or_dash(s.impairment_hold.as_ref())),
+        ("failure_state", or_dash(d.failure_state.as_ref())),
+    ] {
+        out.push_str(&format!("{k:<20} {v}\n"));
+    }
+    out.push_str("\ndecisive conditions:\n");
+    let conds: Vec<Vec<String>> = d
+        .operational_status_conditions
+        .iter()
+        .map(|c| {
+            vec![
+                c.condition_type.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.source.clone(),
+                c.message.clone(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"],
+        &conds,
+    ));
+    out.push_str("\nrecent lifecycle events:\n");
+    let ev: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.created_at.to_rfc3339(),
+                e.kind.clone(),
+                e.value.clone(),
+                e.cause.clone(),
+                or_dash(e.ended_at.map(|t| t.to_rfc3339())),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["AT", "KIND", "VALUE", "CAUSE", "ENDED"], &ev));
+    out
 }
 
 pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<()> {
@@ -585,32 +601,30 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
             .await?
         }
         ImpairmentsCommand::List { status } => {
-            let mut q = vec![("limit", "1000".to_string())];
-            if let Some(st) = status {
-                q.push(("status", st));
+            let q: Vec<(&str, String)> = status.map(|st| ("status", st)).into_iter().collect();
+            let events: Vec<ImpairmentEvent> = api
+                .list_all("/api/v1/operations/impairment-events/", &q, None)
+                .await?;
+            if json_out {
+                return print_json(&events);
             }
-            let page = api.get("/api/v1/operations/impairment-events/", &q).await?;
-            if !json_out {
-                let rows: Vec<Vec<String>> = page["items"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|e| {
-                                ["id", "status", "device_count", "reason", "created_at"]
-                                    .iter()
-                                    .map(|k| s(&e[*k]))
-                                    .collect()
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                print!(
-                    "{}",
-                    table(&["ID", "STATUS", "DEVICES", "REASON", "CREATED"], &rows)
-                );
-                return Ok(());
-            }
-            page
+            let rows: Vec<Vec<String>> = events
+                .iter()
+                .map(|e| {
+                    vec![
+                        e.id.clone(),
+                        e.status.clone(),
+                        e.device_count.to_string(),
+                        e.reason.clone(),
+                        e.created_at.to_rfc3339(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table(&["ID", "STATUS", "DEVICES", "REASON", "CREATED"], &rows)
+            );
+            return Ok(());
         }
         ImpairmentsCommand::Clear { id } => {
             api.post(
@@ -620,15 +634,15 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
             .await?
         }
     };
+    let d: ImpairmentEventDetail = serde_json::from_value(v)
+        .context("the API's impairment event is not what this CLI reads")?;
     if json_out {
-        print_json(&v)
+        print_json(&d)
     } else {
+        let e = &d.event;
         println!(
             "{} {}: {} device(s), {}",
-            s(&v["id"]),
-            s(&v["status"]),
-            s(&v["device_count"]),
-            s(&v["reason"])
+            e.id, e.status, e.device_count, e.reason
         );
         Ok(())
     }
