@@ -59,10 +59,8 @@ pub struct DevOptions {
     /// Run the hub on this many threads of its own ([`HUB_THREADS`]) so
     /// its CPU can be measured apart; `None` shares the process runtime.
     /// On a saturated machine its own threads slow the hub (a wake waits
-    /// for the OS to schedule one of them): at 100,000 devices with agents
-    /// on 2 cores it had applied half as many observations after 475 s and
-    /// converged in 934.6 s and 879.5 s instead of 834.5 s and 809.4 s (two
-    /// runs each).
+    /// for the OS to schedule one of them); docs/dev-harness.md has the
+    /// figures.
     pub hub_threads: Option<usize>,
 }
 
