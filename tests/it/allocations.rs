@@ -14,8 +14,8 @@ use fleet_runtime::FleetConfig;
 use serde_json::{json, Value};
 
 use crate::api::{get, http_raw, send, start_api, token};
-use crate::hub_e2e::start_hub;
 use crate::placer::{client, seed_pool, start_placer};
+use crate::support::start_hub;
 use crate::support::*;
 
 fn api_config(env: &TestEnv) -> FleetConfig {

@@ -20,7 +20,7 @@ use fleet_runtime::{FleetConfig, Shutdown};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 // ------------------------------------------------------------- harness

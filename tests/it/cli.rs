@@ -89,7 +89,7 @@ async fn devices_and_impairments_through_the_cli() {
     use fleet_api::Scope;
 
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = crate::hub_e2e::start_hub(&env).await;
+    let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
     let id = env.create_device("s1", "gpu-cli-01").await;
     let (addr, api_trigger) = start_api(&env.config).await;
     let t = token(

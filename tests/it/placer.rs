@@ -16,7 +16,7 @@ use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use v1::hub_command::Command as C;
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 pub async fn start_placer(

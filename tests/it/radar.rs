@@ -14,7 +14,7 @@ use fleet_runtime::Shutdown;
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 async fn start_radar(

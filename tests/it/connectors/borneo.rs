@@ -21,8 +21,8 @@ use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::connectors::{Credential, Secret};
 
 use super::fake::*;
-use crate::hub_e2e::{start_hub, status_events};
 use crate::support::*;
+use crate::support::{start_hub, status_events};
 
 const CLIENT_ID: &str = "fleet-custody";
 const CLIENT_SECRET: &str = "oauth-client-s3cret-value";

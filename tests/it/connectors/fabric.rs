@@ -20,7 +20,7 @@ use fleet_runtime::connectors::{Credential, FabricSiteConfig, Secret};
 use fleet_store::drift::{DriftFilter, Freshness};
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";

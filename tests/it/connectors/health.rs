@@ -14,7 +14,7 @@ use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::connectors::HealthSiteConfig;
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const TENANT: &str = "fleet-prod";

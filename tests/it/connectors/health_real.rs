@@ -11,7 +11,7 @@ use std::time::Duration;
 use fleet_runtime::connectors::HealthSiteConfig;
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const START: &str =

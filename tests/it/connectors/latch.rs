@@ -9,7 +9,7 @@ use chrono::Utc;
 use fleet_latch::{Latch, LatchError, LatchWrite, LatchWriter};
 
 use super::fake::condition_row;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::connectors::{Credential, Secret};
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const SAMPLE: &str =

@@ -13,7 +13,7 @@ use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::connectors::{Credential, SlurmSiteConfig};
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const NODES_38: &str = include_str!("../../../services/connector-slurm/testdata/slurm-nodes.json");

@@ -6,7 +6,7 @@
 use fleet_runtime::connectors::{Credential, SlurmSiteConfig};
 
 use super::fake::*;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const START: &str = "bash tests/peers/slurm.sh start (from the repository root; tests/run does it)";

@@ -5,7 +5,7 @@
 
 use fleet_domain::Source;
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

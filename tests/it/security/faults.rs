@@ -10,7 +10,7 @@ use chrono::Utc;
 use fleet_domain::state::{DeviceRecord, DeviceState, Ttls};
 use fleet_proto::v1;
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 /// The operational statuses applying `snaps` in order walks through,

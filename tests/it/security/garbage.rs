@@ -8,7 +8,7 @@ use fleet_proto::{v1, Message};
 use rand::{Rng, SeedableRng};
 
 use crate::gateway::start_gateway;
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 const HUB_VERBS: &[&str] = &[

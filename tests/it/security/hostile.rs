@@ -7,7 +7,7 @@
 use chrono::{TimeZone, Utc};
 use fleet_proto::{v1, Message};
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 async fn publish_raw(env: &TestEnv, key: &v1::DeviceKey, payload: Vec<u8>) {

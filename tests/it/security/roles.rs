@@ -7,7 +7,7 @@
 use fleet_store::Role;
 use sqlx::PgPool;
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 /// The SQLSTATE `sql` fails with as `role`, `None` when it succeeds. Every

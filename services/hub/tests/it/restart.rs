@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::hub_e2e::start_hub;
+use crate::support::start_hub;
 use crate::support::*;
 
 fn free_port() -> u16 {

@@ -9,8 +9,8 @@ use fleet_proto::{timestamp, v1, Message};
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
-use crate::hub_e2e::{start_hub, status_events};
 use crate::support::*;
+use crate::support::{start_hub, status_events};
 
 fn custody(
     site: &str,
@@ -715,7 +715,9 @@ async fn a_service_refuses_a_schema_that_is_behind() {
     let mut config = env.config.clone();
     let fresh = format!("{}_empty", env.db_name);
     config.database.url = config.database.url.replace(&env.db_name, &fresh);
-    fleet::ensure_database(&config.database.url).await.unwrap();
+    fleet_store::ensure_database(&config.database.url)
+        .await
+        .unwrap();
     let err = fleet_hub::Hub::connect(config)
         .await
         .err()

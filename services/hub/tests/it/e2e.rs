@@ -1,56 +1,11 @@
 //! End to end through NATS, the hub and PostgreSQL.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_hub::Hub;
 use fleet_proto::{v1, Message};
-use fleet_runtime::Shutdown;
-use futures::StreamExt;
 
 use crate::support::*;
-
-pub async fn start_hub(
-    env: &TestEnv,
-) -> (
-    Arc<Hub>,
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-) {
-    let hub = Hub::connect(env.config.clone())
-        .await
-        .expect("hub connects");
-    let (trigger, shutdown) = Shutdown::new();
-    let h = hub.clone();
-    let task = tokio::spawn(async move {
-        fleet_hub::run_with(h, shutdown).await.expect("hub runs");
-    });
-    (hub, trigger, task)
-}
-
-/// Collects every `StatusChanged` on STATUS for a device.
-pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged> {
-    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.status.*.*.{}", env.config.nats.subject_root, device),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut out = vec![];
-    let mut batch = consumer
-        .fetch()
-        .max_messages(10_000)
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = batch.next().await {
-        out.push(v1::StatusChanged::decode(m.payload.as_ref()).unwrap());
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {

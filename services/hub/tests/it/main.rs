@@ -1,0 +1,11 @@
+//! The hub's integration tests, against the machine's real NATS and
+//! PostgreSQL (`cargo test -p fleet-hub`): end to end through the bus, its
+//! behaviour on every command and observation, and restarts of its peers.
+
+mod behaviour;
+mod e2e;
+mod restart;
+
+mod support {
+    pub use fleet_testkit::*;
+}

@@ -1,0 +1,554 @@
+//! Test support: a fresh database and a unique subject root and stream
+//! prefix per test, against the real PostgreSQL and NATS of the machine
+//! (`DATABASE_URL`, `NATS_URL` override 127.0.0.1). Everything is removed
+//! when the environment is dropped.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fleet_bus::{StreamNames, Subjects};
+use fleet_proto::{timestamp, v1, Message};
+use fleet_runtime::FleetConfig;
+use sqlx::PgPool;
+
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The device a hub command left (a device command's reply).
+pub fn device_of(reply: &v1::HubReply) -> v1::DeviceChange {
+    match &reply.record {
+        Some(v1::hub_reply::Record::Device(d)) => d.clone(),
+        other => panic!("expected a device in the hub's reply, got {other:?}"),
+    }
+}
+
+/// The condition row a hub condition write left.
+pub fn condition_of(reply: &v1::HubReply) -> v1::ConditionRow {
+    match &reply.record {
+        Some(v1::hub_reply::Record::Condition(c)) => c.clone(),
+        other => panic!("expected a condition row in the hub's reply, got {other:?}"),
+    }
+}
+
+/// A path in the repository (this crate is `tests/kit`).
+pub fn repo(path: &str) -> String {
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+pub struct TestEnv {
+    pub config: FleetConfig,
+    pub db_name: String,
+    pub pool: PgPool,
+    pub nats: async_nats::Client,
+    pub js: async_nats::jetstream::Context,
+    pub subjects: Subjects,
+    pub streams: StreamNames,
+    /// Set once `cleanup` ran; otherwise `Drop` (a failed test) removes
+    /// the database and streams, so nothing is left behind either way.
+    cleaned: bool,
+}
+
+/// Deletes every stream with the test's prefix and drops its database.
+async fn remove(db_name: &str, stream_prefix: &str, nats: &str) {
+    if let Ok(client) = async_nats::connect(nats).await {
+        let js = async_nats::jetstream::new(client);
+        let mut names = js.stream_names();
+        let mut mine = vec![];
+        while let Some(Ok(name)) = futures::StreamExt::next(&mut names).await {
+            if name.starts_with(stream_prefix) {
+                mine.push(name);
+            }
+        }
+        for name in mine {
+            let _ = js.delete_stream(&name).await;
+        }
+    }
+    if let Ok(mut conn) = sqlx::postgres::PgConnection::connect_admin(&admin_url()).await {
+        let _ = sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
+        ))
+        .execute(&mut conn)
+        .await;
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let (db, prefix, nats) = (
+            self.db_name.clone(),
+            self.config.nats.stream_prefix.clone(),
+            self.config.nats.url.clone(),
+        );
+        // Dropped while a test unwinds inside its runtime: clean up from a
+        // thread with a runtime of its own.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(remove(&db, &prefix, &nats));
+            }
+        })
+        .join();
+    }
+}
+
+impl TestEnv {
+    pub async fn new() -> TestEnv {
+        quiet_global_subscriber();
+        Self::with_nats(&nats_url()).await
+    }
+
+    /// A test environment against a NATS server of the test's own.
+    pub async fn with_nats(nats: &str) -> TestEnv {
+        let nats = nats.to_string();
+        Self::with_nats_config(move |n| n.url = nats).await
+    }
+
+    /// A test environment whose NATS settings `f` adjusts after the
+    /// per-test defaults (a server of the test's own, its credentials, the
+    /// shipped subject root).
+    pub async fn with_nats_config(f: impl FnOnce(&mut fleet_bus::NatsConfig)) -> TestEnv {
+        let id = ulid::Ulid::new().to_string().to_lowercase();
+        let db_name = format!("fleet_test_{id}");
+        let mut config = FleetConfig::default();
+        let admin = admin_url();
+        let base = admin
+            .rsplit_once('/')
+            .map(|(b, _)| b.to_string())
+            .unwrap_or(admin.clone());
+        config.database.url = format!("{base}/{db_name}");
+        config.database.max_connections = 8;
+        config.nats.url = nats_url();
+        config.nats.subject_root = format!("t{id}.fleet");
+        config.nats.radar_root = format!("t{id}.radar");
+        config.nats.stream_prefix = format!("T{}_", id.to_uppercase());
+        config.nats.partitions = 4;
+        f(&mut config.nats);
+        config.hub.listen = "127.0.0.1:0".into();
+        config.hub.linger_ms = 2;
+        config.hub.sweep_interval_ms = 200;
+        fleet_store::ensure_database(&config.database.url).await.unwrap_or_else(|e| {
+            panic!("PostgreSQL is needed at {admin}: {e:#}\nstart it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
+        });
+        let pool = fleet_store::connect(&config.database.url, 4)
+            .await
+            .expect("connect test database");
+        fleet_store::migrate(&pool)
+            .await
+            .expect("migrate test database");
+        let nats = fleet_bus::connect_now(&config.nats, "fleet-test")
+            .await
+            .unwrap_or_else(|e| {
+                panic!("NATS with JetStream is needed at {}: {e}", config.nats.url)
+            });
+        let js = async_nats::jetstream::new(nats.clone());
+        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let streams = StreamNames::new(&config.nats.stream_prefix);
+        fleet_bus::ensure_streams(&js, &streams, &subjects)
+            .await
+            .expect("create streams");
+        sqlx::query("INSERT INTO sites (id, name) VALUES ('s1', 'site one'), ('s2', 'site two')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO sites (id, name, inventory_only) VALUES ('inv', 'inventory only', true)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        TestEnv {
+            config,
+            db_name,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+            cleaned: false,
+        }
+    }
+
+    /// Removes the database and the streams.
+    pub async fn cleanup(mut self) {
+        self.pool.close().await;
+        remove(
+            &self.db_name,
+            &self.config.nats.stream_prefix,
+            &self.config.nats.url,
+        )
+        .await;
+        self.cleaned = true;
+    }
+
+    /// Sends a hub command and returns the reply.
+    pub async fn command(
+        &self,
+        verb: &str,
+        version: i64,
+        command: v1::hub_command::Command,
+    ) -> v1::HubReply {
+        let c = v1::HubCommand {
+            actor: "test".into(),
+            expected_version: version,
+            command: Some(command),
+        };
+        let payload: bytes::Bytes = c.encode_to_vec().into();
+        // The hub may still be subscribing when a test starts.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let reply = loop {
+            let r = tokio::time::timeout(
+                Duration::from_secs(10),
+                self.nats
+                    .request(self.subjects.hub_cmd(verb), payload.clone()),
+            )
+            .await
+            .expect("hub answers in time");
+            match r {
+                Ok(reply) => break reply,
+                Err(e)
+                    if e.kind() == async_nats::RequestErrorKind::NoResponders
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("hub command {verb}: {e}"),
+            }
+        };
+        v1::HubReply::decode(reply.payload.as_ref()).expect("reply decodes")
+    }
+
+    /// Creates a device through the hub; returns its id.
+    pub async fn create_device(&self, site: &str, name: &str) -> String {
+        let reply = self
+            .command(
+                "create_device",
+                0,
+                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
+                    site: site.into(),
+                    name: name.into(),
+                    ..Default::default()
+                }),
+            )
+            .await;
+        assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
+        device_of(&reply).id
+    }
+
+    pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
+        let key = snap.device.clone().unwrap();
+        let at = snap
+            .observed_at
+            .as_ref()
+            .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
+            .unwrap_or(0);
+        fleet_bus::publish_observation(
+            &self.js,
+            &self.subjects,
+            self.config.nats.partitions,
+            &snap.source,
+            &key,
+            at,
+            &fleet_proto::schema::<v1::ConditionSnapshot>(),
+            None,
+            snap.encode_to_vec().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+
+    /// Takes the test database away (no new connections, every open one
+    /// terminated) or gives it back: a PostgreSQL outage for this test only.
+    pub async fn database_reachable(&self, reachable: bool) {
+        let admin = fleet_store::connect(&admin_url(), 1).await.unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{}\" ALLOW_CONNECTIONS {reachable}",
+            self.db_name
+        ))
+        .execute(&admin)
+        .await
+        .unwrap();
+        if !reachable {
+            sqlx::query(&format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}' AND pid <> pg_backend_pid()",
+                self.db_name
+            ))
+            .execute(&admin)
+            .await
+            .unwrap();
+        }
+        admin.close().await;
+    }
+
+    /// Every message in `DLQ` so far.
+    pub async fn dead_letters(&self) -> Vec<async_nats::jetstream::Message> {
+        let stream = self.js.get_stream(self.streams.dlq()).await.unwrap();
+        let consumer = stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
+            .await
+            .unwrap();
+        let mut out = vec![];
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1000)
+            .expires(Duration::from_secs(1))
+            .messages()
+            .await
+            .unwrap();
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            out.push(m);
+        }
+        out
+    }
+
+    pub async fn device_field(&self, id: &str, column: &str) -> String {
+        sqlx::query_scalar(&format!("SELECT {column}::text FROM devices WHERE id = $1"))
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+}
+
+trait ConnectAdmin {
+    fn connect_admin(
+        url: &str,
+    ) -> impl Future<Output = Result<sqlx::postgres::PgConnection, sqlx::Error>>;
+}
+
+impl ConnectAdmin for sqlx::postgres::PgConnection {
+    async fn connect_admin(url: &str) -> Result<sqlx::postgres::PgConnection, sqlx::Error> {
+        use sqlx::Connection;
+        sqlx::postgres::PgConnection::connect(url).await
+    }
+}
+
+/// Polls `check` until it returns `Some` or the time runs out.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn cond(t: &str, status: &str, reason: &str) -> v1::Condition {
+    v1::Condition {
+        r#type: t.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: String::new(),
+    }
+}
+
+pub fn snapshot(
+    source: &str,
+    site: &str,
+    kind: &str,
+    key: &str,
+    at: DateTime<Utc>,
+    conditions: Vec<v1::Condition>,
+) -> v1::ConditionSnapshot {
+    v1::ConditionSnapshot {
+        source: source.into(),
+        device: Some(v1::DeviceKey {
+            site: site.into(),
+            kind: kind.into(),
+            key: key.into(),
+        }),
+        observed_at: Some(timestamp(at)),
+        conditions,
+        mirror: None,
+    }
+}
+
+/// Ironic conditions for a device the way connector-openstack maps them.
+pub fn openstack(
+    site: &str,
+    name: &str,
+    at: DateTime<Utc>,
+    healthy: bool,
+    maintenance: bool,
+    ready: bool,
+    allocated: bool,
+    available: bool,
+    maint_pool: bool,
+) -> v1::ConditionSnapshot {
+    let b = |v: bool| if v { "True" } else { "False" };
+    snapshot(
+        "openstack",
+        site,
+        "name",
+        name,
+        at,
+        vec![
+            cond(
+                "IronicProvisionHealthy",
+                b(healthy),
+                if healthy { "Healthy" } else { "DeployFailed" },
+            ),
+            cond("IronicMaintenance", b(maintenance), ""),
+            cond("CustomerReady", b(ready), ""),
+            cond("InstanceAllocated", b(allocated), ""),
+            cond("IronicAvailable", b(available), ""),
+            cond("InMaintenancePool", b(maint_pool), ""),
+        ],
+    )
+}
+
+/// A time at the microsecond precision PostgreSQL stores.
+pub fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
+    fleet_proto::datetime(Some(&timestamp(t))).unwrap()
+}
+
+/// A global subscriber that records nothing but keeps every callsite's
+/// interest at "sometimes". Without one, a callsite first hit on a thread
+/// with no subscriber is cached as "never" for the whole process, and a
+/// test that captures logs with `set_default` on its own thread (the
+/// Borneo secrets test) misses lines now and then when tests run in
+/// parallel.
+pub fn quiet_global_subscriber() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(Quiet);
+    });
+}
+
+struct Quiet;
+
+impl tracing::Subscriber for Quiet {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Waits until every outbox row has been published and deleted.
+pub async fn outbox_drained(env: &TestEnv) {
+    eventually("outbox drained", || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+        (n == 0).then_some(())
+    })
+    .await;
+}
+
+/// A child process that is killed and reaped when the test ends, whether it
+/// passes or fails: a failing test leaves no process behind.
+pub struct Reaped(std::process::Child);
+
+impl Reaped {
+    pub fn new(child: std::process::Child) -> Self {
+        Reaped(child)
+    }
+
+    /// Sends `signal` (`INT`, `TERM`) and waits up to `timeout` for the exit.
+    pub async fn stop(&mut self, signal: &str, timeout: Duration) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.0.id().to_string()])
+            .status();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait for the child") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "process {} did not stop within {timeout:?} of SIG{signal}",
+                self.0.id()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs a hub against the environment until its trigger fires.
+pub async fn start_hub(
+    env: &TestEnv,
+) -> (
+    std::sync::Arc<fleet_hub::Hub>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+) {
+    let hub = fleet_hub::Hub::connect(env.config.clone())
+        .await
+        .expect("hub connects");
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let h = hub.clone();
+    let task = tokio::spawn(async move {
+        fleet_hub::run_with(h, shutdown).await.expect("hub runs");
+    });
+    (hub, trigger, task)
+}
+
+/// Collects every `StatusChanged` on STATUS for a device.
+pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged> {
+    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            filter_subject: format!("{}.status.*.*.{}", env.config.nats.subject_root, device),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut out = vec![];
+    let mut batch = consumer
+        .fetch()
+        .max_messages(10_000)
+        .messages()
+        .await
+        .unwrap();
+    while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+        out.push(v1::StatusChanged::decode(m.payload.as_ref()).unwrap());
+    }
+    out
+}
