@@ -14,7 +14,6 @@ mod jobs;
 mod layout;
 mod placer;
 mod predicates;
-mod radar;
 mod security;
 mod support;
 mod telemetry;

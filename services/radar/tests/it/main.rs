@@ -1,0 +1,8 @@
+//! Radar's integration tests, against the machine's real NATS and
+//! PostgreSQL with a hub running (`cargo test -p fleet-radar`).
+
+mod radar;
+
+mod support {
+    pub use fleet_testkit::*;
+}
