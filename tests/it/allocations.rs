@@ -14,9 +14,9 @@ use fleet_runtime::FleetConfig;
 use serde_json::{json, Value};
 
 use crate::api::{get, http_raw, send, start_api, token};
-use crate::placer::{client, seed_pool, start_placer};
 use crate::support::start_hub;
 use crate::support::*;
+use crate::support::{client, seed_pool, start_placer};
 
 fn api_config(env: &TestEnv) -> FleetConfig {
     let mut c = env.config.clone();

@@ -12,7 +12,6 @@ mod gateway;
 mod harness;
 mod jobs;
 mod layout;
-mod placer;
 mod predicates;
 mod security;
 mod support;

@@ -552,3 +552,81 @@ pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged
     }
     out
 }
+
+/// Runs a placer against the environment until its trigger fires; returns
+/// once it answers requests.
+pub async fn start_placer(
+    env: &TestEnv,
+) -> (
+    std::sync::Arc<fleet_placer::Placer>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut config = env.config.clone();
+    config.placer.listen = "127.0.0.1:0".into();
+    config.placer.resync_secs = 2;
+    let placer = fleet_placer::Placer::connect(config)
+        .await
+        .expect("placer connects");
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let p = placer.clone();
+    let task = tokio::spawn(async move {
+        fleet_placer::run_with(p, shutdown)
+            .await
+            .expect("placer runs");
+    });
+    // Answering (even NOT_FOUND) means the request subscription is live.
+    let c = client(env);
+    eventually("the placer answers", || async {
+        (!matches!(
+            c.capacity("no-such-pool").await,
+            Err(fleet_placer_client::PlacerError::Unavailable(_)
+                | fleet_placer_client::PlacerError::NotRunning)
+        ))
+        .then_some(())
+    })
+    .await;
+    (placer, trigger, task)
+}
+
+/// A placer client on the environment's bus.
+pub fn client(env: &TestEnv) -> fleet_placer_client::PlacerClient {
+    fleet_placer_client::PlacerClient::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        Duration::from_secs(30),
+    )
+}
+
+/// `n` schedulable hosts in pool `pool` (site s1, tenant t1 exists), GPUs
+/// from the pool's hardware profile, racks r0..r5, NVLink domains of 4.
+pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
+    sqlx::query("INSERT INTO tenants (id, name) VALUES ('t1', 'tenant one'), ('t2', 'tenant two') ON CONFLICT DO NOTHING")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO pools (id, site_id, kind) VALUES ($1, 's1', 'metal-host')")
+        .bind(pool)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO pool_hardware_profiles (pool_id, gpu_count) VALUES ($1, $2)")
+        .bind(pool)
+        .bind(gpus)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO devices (id, name, site_id, pool_id, rack, role, trust, provision_state, observed_generation, \
+         connectivity, capacity_bucket, labels) \
+         SELECT 'dev_' || $1 || '_' || lpad(i::text, 5, '0'), $1 || '-gpu-' || i, 's1', $1, 'r' || (i % 6), 'host', \
+         'platform', 'deployed', 1, 'connected', 'schedulable', \
+         jsonb_build_object('nvlink_domain', 'nvl-' || (i / 4)) \
+         FROM generate_series(0, $2 - 1) i",
+    )
+    .bind(pool)
+    .bind(n)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+}
