@@ -391,13 +391,6 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn device_rows(items: &[DeviceSummary]) -> String {
-    let list = |v: &[String]| {
-        if v.is_empty() {
-            "-".into()
-        } else {
-            v.join(",")
-        }
-    };
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|d| {
@@ -409,7 +402,7 @@ fn device_rows(items: &[DeviceSummary]) -> String {
                 d.health_status.clone(),
                 d.cordoned.to_string(),
                 d.schedulable.to_string(),
-                list(&d.no_schedule_reasons),
+                list_or_dash(&d.no_schedule_reasons),
             ]
         })
         .collect();

@@ -27,15 +27,8 @@ pub async fn ready(pool: &PgPool) -> Result<(), String> {
     }
 }
 
-/// A readiness check for the ops server (`fleet_runtime::http::serve_ops`).
-pub type ReadyCheck = std::sync::Arc<
-    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
-        + Send
-        + Sync,
->;
-
 /// [`ready`] as the ops server's database check.
-pub fn ready_check(pool: PgPool) -> ReadyCheck {
+pub fn ready_check(pool: PgPool) -> fleet_runtime::http::ReadyCheck {
     std::sync::Arc::new(move || {
         let pool = pool.clone();
         Box::pin(async move { ready(&pool).await })
