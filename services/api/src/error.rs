@@ -29,6 +29,7 @@ pub const API_CODES: &[Code] = &[
     Code::InsufficientCapacity,
     Code::PayloadTooLarge,
     Code::Unavailable,
+    Code::Ineligible,
 ];
 
 /// Each code's name and HTTP status: the one place they are mapped.
@@ -47,6 +48,7 @@ impl HttpCode for Code {
                 StatusCode::CONFLICT
             }
             Code::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Code::Ineligible => StatusCode::UNPROCESSABLE_ENTITY,
             // The agent protocol's codes never reach the API's callers as
             // such; a peer failing in a way the API cannot name is 503.
             Code::Unspecified
@@ -77,7 +79,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// One of INVALID_ARGUMENT, UNAUTHENTICATED, FORBIDDEN, NOT_FOUND,
     /// CONFLICT, INVALID_STATE, FUTURE_OBSERVATION, FORBIDDEN_SOURCE,
-    /// INSUFFICIENT_CAPACITY, PAYLOAD_TOO_LARGE, UNAVAILABLE.
+    /// INSUFFICIENT_CAPACITY, PAYLOAD_TOO_LARGE, UNAVAILABLE, INELIGIBLE.
     #[schema(schema_with = crate::model::error_code_schema)]
     pub code: String,
     pub message: String,
@@ -257,6 +259,7 @@ mod tests {
             ("INSUFFICIENT_CAPACITY", 409),
             ("PAYLOAD_TOO_LARGE", 413),
             ("UNAVAILABLE", 503),
+            ("INELIGIBLE", 422),
         ];
         assert_eq!(API_CODES.len(), expect.len());
         for (code, status) in expect {

@@ -14,6 +14,7 @@ pub mod failure_codes;
 pub mod gateway;
 pub mod hub;
 pub mod impairment;
+pub mod jobs;
 pub mod metrics;
 pub mod model;
 pub mod openapi;
@@ -43,6 +44,8 @@ pub struct Inner {
     pub hub: hub::HubClient,
     /// Allocations and capacity; waits `api.hub_timeout_ms` like the hub.
     pub placer: fleet_placer_client::PlacerClient,
+    /// Jobs; waits `api.hub_timeout_ms` like the hub.
+    pub workflow: fleet_workflow_client::WorkflowClient,
     pub tokens: auth::TokenCache,
     pub ttls: TtlConfig,
     pub metrics: metrics::ApiMetrics,
@@ -109,6 +112,11 @@ impl App {
             config: config.api.clone(),
             pool,
             placer: fleet_placer_client::PlacerClient::new(
+                nats.clone(),
+                subjects.clone(),
+                Duration::from_millis(config.api.hub_timeout_ms),
+            ),
+            workflow: fleet_workflow_client::WorkflowClient::new(
                 nats.clone(),
                 subjects.clone(),
                 Duration::from_millis(config.api.hub_timeout_ms),

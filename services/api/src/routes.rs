@@ -17,8 +17,8 @@ use utoipa_axum::routes;
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
 use crate::{
-    allocations, conditions, devices, drift, failure_codes, impairment, metrics, openapi, sites,
-    App,
+    allocations, conditions, devices, drift, failure_codes, impairment, jobs, metrics, openapi,
+    sites, App,
 };
 
 /// One route: its method and path come from the handler's
@@ -93,6 +93,10 @@ pub fn table() -> Vec<Route> {
         r(S::DeviceRead, routes!(drift::list)),
         r(S::DeviceRead, routes!(sites::summary)),
         r(S::DeviceRead, routes!(sites::unresolved)),
+        r(S::JobsWrite, routes!(jobs::create)),
+        r(S::DeviceRead, routes!(jobs::list)),
+        r(S::DeviceRead, routes!(jobs::detail)),
+        r(S::JobsWrite, routes!(jobs::cancel)),
         r(S::DeviceRead, routes!(failure_codes::list)),
         r(S::DeviceRead, routes!(openapi::serve)),
     ]

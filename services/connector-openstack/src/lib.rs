@@ -5,30 +5,24 @@
 //! from the node's `traits`. Publishes the six openstack conditions and the
 //! Ironic mirror per node.
 
-pub(crate) mod keystone;
 pub(crate) mod mapping;
 
 use std::collections::HashSet;
 
-use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, join, Pages};
-use fleet_connector::snapshot::all_unknown;
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
-use fleet_domain::Source;
-use fleet_proto::v1;
-use fleet_runtime::connectors::{OpenstackConnectorConfig, OpenstackSiteConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
-use reqwest::Url;
-use serde::de::DeserializeOwned;
-
-use crate::keystone::{endpoint, tokens_url, Keystone, HEADER_AUTH_TOKEN};
 use crate::mapping::{
     map_node, Context, KeyBy, NodesPage, Readiness, ResourceProviders, IRONIC_UNREACHABLE,
     NO_LONGER_OBSERVED,
 };
-
-pub(crate) const HEADER_IRONIC_VERSION: &str = "X-OpenStack-Ironic-API-Version";
-pub(crate) const HEADER_API_VERSION: &str = "OpenStack-API-Version";
+use chrono::{DateTime, Utc};
+use fleet_connector::paginate::{join, Pages};
+use fleet_connector::snapshot::all_unknown;
+use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_domain::Source;
+use fleet_openstack::ironic::nodes_url;
+use fleet_openstack::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};
+use fleet_proto::v1;
+use fleet_runtime::connectors::{OpenstackConnectorConfig, OpenstackSiteConfig};
+use fleet_runtime::{FleetConfig, Shutdown};
 
 /// One site's OpenStack.
 pub(crate) struct OpenstackSite {
@@ -40,20 +34,7 @@ pub(crate) struct OpenstackSite {
     customer_ready_trait: String,
     page_size: u32,
     max_pages: u32,
-    /// Configured endpoints; otherwise from the Keystone catalogue.
-    ironic_url: Option<Url>,
-    placement_url: Option<Url>,
-    keystone: Option<Keystone>,
-    http: HttpClient,
-}
-
-/// `<ironic>/v1/nodes`, whether or not the endpoint ends in `/v1`.
-pub(crate) fn nodes_url(ironic: &Url) -> Url {
-    if ironic.path().trim_end_matches('/').ends_with("/v1") {
-        join(ironic, "nodes")
-    } else {
-        join(ironic, "v1/nodes")
-    }
+    session: Session,
 }
 
 impl OpenstackSite {
@@ -64,44 +45,9 @@ impl OpenstackSite {
         http: HttpClient,
     ) -> anyhow::Result<Self> {
         let key = format!("connectors.openstack.sites.{site}");
-        let url = |field: &str, v: &str| -> anyhow::Result<Option<Url>> {
-            if v.trim().is_empty() {
-                Ok(None)
-            } else {
-                Ok(Some(base_url(&format!("{key}.{field}"), v)?))
-            }
-        };
-        let ironic_url = url("ironic_url", &c.ironic_url)?;
-        let placement_url = url("placement_url", &c.placement_url)?;
-        let keystone = match url("auth_url", &c.auth_url)? {
-            None => None,
-            Some(auth) => {
-                for (field, v) in [("username", &c.username), ("project_name", &c.project_name)] {
-                    anyhow::ensure!(
-                        !v.trim().is_empty(),
-                        "configuration key {key}.{field} is required with {key}.auth_url"
-                    );
-                }
-                anyhow::ensure!(
-                    c.password.is_configured(),
-                    "configuration key {key}.password is required with {key}.auth_url (value, file or env)"
-                );
-                c.password.resolve(&format!("{key}.password"))?;
-                Some(Keystone {
-                    site: site.to_string(),
-                    tokens_url: tokens_url(&auth),
-                    config: c.clone(),
-                    password: c.password.clone(),
-                    cached: None,
-                })
-            }
-        };
+        let session = Session::new(site, &key, c, http)?;
         anyhow::ensure!(
-            ironic_url.is_some() || keystone.is_some(),
-            "configuration key {key}.ironic_url is required (or {key}.auth_url, to find Ironic in the catalogue)"
-        );
-        anyhow::ensure!(
-            !c.placement_enabled || placement_url.is_some() || keystone.is_some(),
+            !c.placement_enabled || session.has_placement(),
             "configuration key {key}.placement_url is required when placement_enabled (or {key}.auth_url, or placement_enabled = false at a standalone-Ironic site)"
         );
         if c.maintenance_project_id.trim().is_empty() {
@@ -125,83 +71,12 @@ impl OpenstackSite {
             customer_ready_trait: top.customer_ready_trait.trim().to_string(),
             page_size: top.page_size.clamp(1, 1000),
             max_pages: top.poll.max_pages,
-            ironic_url,
-            placement_url,
-            keystone,
-            http,
+            session,
         })
     }
 
-    /// The token to send, if the site authenticates; `force` re-issues it.
-    async fn token(&mut self, force: bool) -> Result<Option<String>, SourceError> {
-        match &mut self.keystone {
-            None => Ok(None),
-            Some(k) => Ok(Some(k.token(&self.http, force).await?.value.clone())),
-        }
-    }
-
-    /// A configured endpoint, or the catalogue's.
-    async fn endpoint(&mut self, service_type: &str) -> Result<Url, SourceError> {
-        let configured = match service_type {
-            "baremetal" => self.ironic_url.clone(),
-            _ => self.placement_url.clone(),
-        };
-        if let Some(u) = configured {
-            return Ok(u);
-        }
-        let (interface, region) = (self.config.interface.clone(), self.config.region.clone());
-        let Some(k) = &mut self.keystone else {
-            return Err(SourceError::Config(format!(
-                "no {service_type} endpoint configured"
-            )));
-        };
-        let t = k.token(&self.http, false).await?;
-        let found = endpoint(&t.catalog, service_type, &interface, &region).ok_or_else(|| {
-            SourceError::Protocol(format!(
-                "the keystone catalogue has no {service_type} endpoint on interface {interface:?}{}",
-                if region.is_empty() { String::new() } else { format!(" in region {region:?}") }
-            ))
-        })?;
-        base_url(&format!("keystone catalogue {service_type}"), &found)
-    }
-
-    /// GET with the token and `headers`; a 401 re-issues the token once.
-    async fn get_json<T: DeserializeOwned>(
-        &mut self,
-        url: &Url,
-        headers: &[(&'static str, String)],
-    ) -> Result<T, SourceError> {
-        let mut refreshed = false;
-        loop {
-            let token = self.token(refreshed).await?;
-            let r = self
-                .http
-                .json(url.as_str(), |c| {
-                    let mut r = c.get(url.clone()).header("Accept", "application/json");
-                    for (k, v) in headers {
-                        r = r.header(*k, v);
-                    }
-                    if let Some(t) = &token {
-                        r = r.header(HEADER_AUTH_TOKEN, t);
-                    }
-                    r
-                })
-                .await;
-            match r {
-                Err(e) if e.is_unauthorized() && self.keystone.is_some() && !refreshed => {
-                    tracing::info!(site = %self.site, url = %url, "token refused; re-authenticating");
-                    if let Some(k) = &mut self.keystone {
-                        k.invalidate();
-                    }
-                    refreshed = true;
-                }
-                other => return other,
-            }
-        }
-    }
-
     async fn read_nodes(&mut self) -> Result<Vec<mapping::Node>, SourceError> {
-        let ironic = self.endpoint("baremetal").await?;
+        let ironic = self.session.endpoint("baremetal").await?;
         let mut url = nodes_url(&ironic);
         url.query_pairs_mut()
             .append_pair("detail", "true")
@@ -210,7 +85,7 @@ impl OpenstackSite {
         let mut pages = Pages::new(&url, self.max_pages);
         let mut nodes = Vec::new();
         loop {
-            let page: NodesPage = self.get_json(&url, &headers).await?;
+            let page: NodesPage = self.session.get_json(&url, &headers).await?;
             nodes.extend(page.nodes);
             match pages.next(page.next.as_deref())? {
                 Some(next) => url = next,
@@ -221,12 +96,12 @@ impl OpenstackSite {
 
     /// The resource providers carrying the customer-ready trait: one query.
     async fn read_ready(&mut self) -> Result<HashSet<String>, SourceError> {
-        let placement = self.endpoint("placement").await?;
+        let placement = self.session.endpoint("placement").await?;
         let mut url = join(&placement, "resource_providers");
         url.query_pairs_mut()
             .append_pair("required", &self.customer_ready_trait);
         let headers = [(HEADER_API_VERSION, self.placement_version.clone())];
-        let rp: ResourceProviders = self.get_json(&url, &headers).await?;
+        let rp: ResourceProviders = self.session.get_json(&url, &headers).await?;
         Ok(rp.ids())
     }
 }
@@ -329,23 +204,6 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nodes_url_with_and_without_v1() {
-        let u = |s: &str| Url::parse(s).unwrap();
-        assert_eq!(
-            nodes_url(&u("http://i:6385")).as_str(),
-            "http://i:6385/v1/nodes"
-        );
-        assert_eq!(
-            nodes_url(&u("http://i:6385/v1")).as_str(),
-            "http://i:6385/v1/nodes"
-        );
-        assert_eq!(
-            nodes_url(&u("https://h/baremetal/")).as_str(),
-            "https://h/baremetal/v1/nodes"
-        );
-    }
 
     #[test]
     fn configuration_errors_name_their_key() {

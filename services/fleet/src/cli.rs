@@ -5,6 +5,7 @@
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
+use fleet_api::jobs::{Job, JobCreateBody};
 use fleet_api::model::{
     DeviceChange, DeviceDetail, DeviceSummary, ImpairmentEvent, ImpairmentEventDetail,
     LifecycleEvent,
@@ -163,6 +164,8 @@ pub struct ApiError {
     pub status: u16,
     pub code: String,
     pub message: String,
+    /// The error's `details` (an `INELIGIBLE` job's refusals).
+    pub details: Value,
 }
 
 impl std::fmt::Display for ApiError {
@@ -188,7 +191,18 @@ impl std::fmt::Display for ApiError {
             f,
             "{} (HTTP {}): {}{hint}",
             self.code, self.status, self.message
-        )
+        )?;
+        // An ineligible job: every refusal, device by device.
+        for r in self.details["refusals"].as_array().into_iter().flatten() {
+            write!(
+                f,
+                "\n  {}: {} ({})",
+                r["device_id"].as_str().unwrap_or("?"),
+                r["refusal"].as_str().unwrap_or("?"),
+                r["detail"].as_str().unwrap_or("")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -252,6 +266,7 @@ impl Api {
                     .as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| text.chars().take(200).collect()),
+                details: err["details"].clone(),
             }
             .into());
         }
@@ -871,6 +886,220 @@ pub async fn pools(t: Target, what: PoolsCommand) -> anyhow::Result<()> {
     }
 }
 
+#[derive(Subcommand, Debug, Clone)]
+pub enum JobsCommand {
+    /// Create a job: one workflow over devices. Every eligibility refusal
+    /// is printed, device by device, and nothing is created.
+    Create {
+        /// The workflow (image_node, unimage_node, ...).
+        #[arg(long)]
+        workflow: String,
+        /// A device id; repeat for more.
+        #[arg(long = "device", required = true)]
+        devices: Vec<String>,
+        /// Move to Test Cluster's cordon_only.
+        #[arg(long)]
+        cordon_only: bool,
+        /// Follow the job until it is terminal (as `watch` does).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// List jobs, newest first.
+    List {
+        /// Only jobs with this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only jobs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// One job with every device's status, step and failure.
+    Show {
+        /// The job id.
+        id: String,
+    },
+    /// Cancel a job: devices not started are cancelled at once, running
+    /// ones at their next step.
+    Cancel {
+        /// The job id.
+        id: String,
+    },
+    /// Follow a job's progress until it is terminal.
+    Watch {
+        /// The job id.
+        id: String,
+        /// Seconds between two reads.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+}
+
+fn job_rows(items: &[Job]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.workflow.clone(),
+                j.status.clone(),
+                j.device_count.to_string(),
+                j.created_by.clone(),
+                j.created_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "WORKFLOW",
+            "STATUS",
+            "DEVICES",
+            "CREATED-BY",
+            "CREATED",
+        ],
+        &rows,
+    )
+}
+
+/// A job's summary line and one row per device.
+pub fn job_text(j: &Job) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for d in &j.devices {
+        *counts
+            .entry(d.status.as_deref().unwrap_or("not started"))
+            .or_default() += 1;
+    }
+    let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let rows: Vec<Vec<String>> = j
+        .devices
+        .iter()
+        .map(|d| {
+            vec![
+                d.device_id.clone(),
+                d.status.clone().unwrap_or_else(|| "-".into()),
+                if d.step.is_empty() {
+                    "-".into()
+                } else {
+                    d.step.clone()
+                },
+                d.failure_code.clone().unwrap_or_else(|| "-".into()),
+                d.failure_message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    format!(
+        "job {} {} {}{} ({})\n{}",
+        j.id,
+        j.workflow,
+        j.status,
+        if j.cancel_requested {
+            " (cancel requested)"
+        } else {
+            ""
+        },
+        summary.join(", "),
+        table(
+            &[
+                "DEVICE",
+                "STATUS",
+                "STEP",
+                "FAILURE-CODE",
+                "FAILURE-MESSAGE"
+            ],
+            &rows
+        )
+    )
+}
+
+async fn watch_job(api: &Api, id: &str, interval: f64, json_out: bool) -> anyhow::Result<()> {
+    let every = std::time::Duration::from_secs_f64(interval.max(0.1));
+    let mut last = String::new();
+    loop {
+        let j: Job = api.get_as(&format!("/api/v1/jobs/{id}/")).await?;
+        let terminal =
+            fleet_domain::jobs::JobStatus::parse(&j.status).is_ok_and(|s| s.is_terminal());
+        if json_out {
+            if terminal {
+                return print_json(&j);
+            }
+        } else {
+            let text = job_text(&j);
+            if text != last {
+                print!("{text}");
+                last = text;
+            }
+            if terminal {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let json_out = t.output == Output::Json;
+    let job: Job = match what {
+        JobsCommand::Create {
+            workflow,
+            devices,
+            cordon_only,
+            watch,
+        } => {
+            let body = JobCreateBody {
+                workflow,
+                device_ids: devices,
+                cordon_only,
+            };
+            let v = api
+                .post("/api/v1/jobs/", serde_json::to_value(&body)?)
+                .await?;
+            let j: Job =
+                serde_json::from_value(v).context("the API's job is not what this CLI reads")?;
+            if watch {
+                return watch_job(&api, &j.id, 1.0, json_out).await;
+            }
+            j
+        }
+        JobsCommand::Show { id } => api.get_as(&format!("/api/v1/jobs/{id}/")).await?,
+        JobsCommand::Cancel { id } => {
+            let v = api
+                .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+                .await?;
+            serde_json::from_value(v).context("the API's job is not what this CLI reads")?
+        }
+        JobsCommand::Watch { id, interval } => {
+            return watch_job(&api, &id, interval, json_out).await
+        }
+        JobsCommand::List {
+            status,
+            workflow,
+            limit,
+        } => {
+            let q: Vec<(&str, String)> = [("status", status), ("workflow", workflow)]
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            let items: Vec<Job> = api.list_all("/api/v1/jobs/", &q, limit).await?;
+            if json_out {
+                return print_json(&items);
+            }
+            print!("{}", job_rows(&items));
+            eprintln!("{} jobs", items.len());
+            return Ok(());
+        }
+    };
+    if json_out {
+        print_json(&job)
+    } else {
+        print!("{}", job_text(&job));
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -907,6 +1136,7 @@ mod tests {
             status: 409,
             code: "CONFLICT".into(),
             message: "version 3 is not 4".into(),
+            details: serde_json::Value::Null,
         };
         let s = e.to_string();
         assert!(

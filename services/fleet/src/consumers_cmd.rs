@@ -61,6 +61,11 @@ pub async fn placer(config: FleetConfig) -> anyhow::Result<()> {
     fleet_placer::run(config, shutdown).await
 }
 
+pub async fn workflow(config: FleetConfig) -> anyhow::Result<()> {
+    let (_trigger, shutdown) = Shutdown::from_signals();
+    fleet_workflow::run(config, shutdown).await
+}
+
 pub async fn radar(config: FleetConfig) -> anyhow::Result<()> {
     let (_trigger, shutdown) = Shutdown::from_signals();
     fleet_radar::run(config, shutdown).await

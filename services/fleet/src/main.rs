@@ -64,6 +64,9 @@ enum Command {
     },
     /// Run the Radar outbound projection.
     Radar,
+    /// Run the workflow service: jobs over devices (Image and Unimage Node
+    /// against Ironic), work from the JOBS stream.
+    Workflow,
     /// Simulated node agents (the agent protocol, no hardware).
     Sim {
         #[command(subcommand)]
@@ -104,6 +107,13 @@ enum Command {
         #[command(subcommand)]
         what: fleet::cli::PoolsCommand,
     },
+    /// Operator CLI: jobs through the API (the workflow service runs them).
+    Jobs {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::cli::JobsCommand,
+    },
 }
 
 /// Errors print as one line with their causes (`{:#}`), never a
@@ -137,7 +147,8 @@ fn json_output(cli: &Cli) -> bool {
         Command::Devices { target, .. }
         | Command::Impairments { target, .. }
         | Command::Allocations { target, .. }
-        | Command::Pools { target, .. } => target,
+        | Command::Pools { target, .. }
+        | Command::Jobs { target, .. } => target,
         _ => return false,
     };
     target.output == fleet::cli::Output::Json
@@ -168,6 +179,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Placer => consumers_cmd::placer(config).await,
             Command::Gateway { what } => consumers_cmd::gateway(config, what).await,
             Command::Radar => consumers_cmd::radar(config).await,
+            Command::Workflow => consumers_cmd::workflow(config).await,
             Command::Sim { what } => consumers_cmd::sim(config, what).await,
             Command::Bench { what } => bench::run(config, what).await,
             Command::Dev(args) => dev_cmd::run(config, args).await,
@@ -175,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Impairments { target, what } => fleet::cli::impairments(target, what).await,
             Command::Allocations { target, what } => fleet::cli::allocations(target, what).await,
             Command::Pools { target, what } => fleet::cli::pools(target, what).await,
+            Command::Jobs { target, what } => fleet::cli::jobs(target, what).await,
             Command::Probe { target } => fleet::probe(&target).await,
             Command::Config => {
                 let mut c = config.clone();

@@ -99,9 +99,16 @@ impl Subjects {
     pub fn dlq_all(&self) -> String {
         format!("{}.dlq.>", self.root)
     }
-    /// `<root>.job.<workflow>.<job>`
-    pub fn job(&self, workflow: &str, job: &str) -> String {
-        format!("{}.job.{}.{}", self.root, token(workflow), token(job))
+    /// `<root>.job.<workflow>.<job>.<device>`: one device's work of a job
+    /// on `JOBS`.
+    pub fn job(&self, workflow: &str, job: &str, device: &str) -> String {
+        format!(
+            "{}.job.{}.{}.{}",
+            self.root,
+            token(workflow),
+            token(job),
+            token(device)
+        )
     }
     pub fn job_all(&self) -> String {
         format!("{}.job.>", self.root)
@@ -158,6 +165,13 @@ impl Subjects {
     }
     pub fn gateway_cmd_all(&self) -> String {
         format!("{}.gateway.cmd.*", self.root)
+    }
+    /// `<root>.workflow.cmd.<verb>` (request/reply to the workflow service).
+    pub fn workflow_cmd(&self, verb: &str) -> String {
+        format!("{}.workflow.cmd.{}", self.root, token(verb))
+    }
+    pub fn workflow_cmd_all(&self) -> String {
+        format!("{}.workflow.cmd.*", self.root)
     }
     /// `<root>.radar.cmd.<verb>` (request/reply to the radar service).
     pub fn radar_cmd(&self, verb: &str) -> String {

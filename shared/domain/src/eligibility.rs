@@ -24,7 +24,11 @@ vocab!(
 });
 
 vocab!(
-    /// Why a device may not join a job.
+    /// Why a device may not join a job. `concurrent_workflow_running`: one
+    /// workflow per device at a time, the device is in a job that is not
+    /// over; `backend_not_run`: the workflow's arm for the device's site is
+    /// not run by this build (Image and Unimage Node run the Ironic-direct
+    /// arm only).
     Refusal, "eligibility refusal" {
     DeviceInventoryOnly => "DEVICE_INVENTORY_ONLY",
     EnrollmentProofMissing => "enrollment_proof_missing",
@@ -34,6 +38,8 @@ vocab!(
     OperationalStatusNotAllowed => "operational_status_not_allowed",
     IronicMaintenanceNotFalse => "ironic_maintenance_not_false",
     IronicFailureState => "ironic_failure_state",
+    ConcurrentWorkflowRunning => "concurrent_workflow_running",
+    BackendNotRun => "backend_not_run",
 });
 
 /// A refusal and what it is about (the condition type, the status or the

@@ -33,6 +33,19 @@ vocab!(
     BackendVrfLatchWriteFailed => "BACKEND_VRF_LATCH_WRITE_FAILED",
     NvlinkLatchWriteFailed => "NVLINK_LATCH_WRITE_FAILED",
     ReleaseBackendVrfLatchRefused => "RELEASE_BACKEND_VRF_LATCH_REFUSED",
+    IronicDeployFailed => "IRONIC_DEPLOY_FAILED",
+    IronicFailureState => "IRONIC_FAILURE_STATE",
+    IronicNodeInMaintenance => "IRONIC_NODE_IN_MAINTENANCE",
+    IronicNodeNotAvailable => "IRONIC_NODE_NOT_AVAILABLE",
+    IronicStaleInstanceUuid => "IRONIC_STALE_INSTANCE_UUID",
+    IronicInstanceMismatch => "IRONIC_INSTANCE_MISMATCH",
+    IronicCleaningFailed => "IRONIC_CLEANING_FAILED",
+    IronicNodeNotFound => "IRONIC_NODE_NOT_FOUND",
+    IronicUnavailable => "IRONIC_UNAVAILABLE",
+    IronicRequestRefused => "IRONIC_REQUEST_REFUSED",
+    IronicTimeout => "IRONIC_TIMEOUT",
+    SiteNotConfigured => "SITE_NOT_CONFIGURED",
+    WorkflowInternalError => "WORKFLOW_INTERNAL_ERROR",
 });
 
 /// One row of the taxonomy.
@@ -110,6 +123,86 @@ impl FailureCode {
                  in the maintenance VRF. Return them to the customer VRF first.",
                 O::Network,
                 false,
+            ),
+            F::IronicDeployFailed => (
+                "Ironic-direct Image Node: the node reached deploy failed. The run fails closed \
+                 and leaves the node as it is: read last_error, repair, then unimage it (a bound \
+                 deploy failed node is admitted for that cleanup) before imaging again.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicFailureState => (
+                "The node is in an Ironic failure state (clean failed, inspect failed, error, \
+                 ...) that the workflow does not recover on its own: repair it in Ironic first.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicNodeInMaintenance => (
+                "Image Node requires authoritative maintenance = false: the node is in \
+                 maintenance in Ironic. Image Node never clears maintenance itself.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicNodeNotAvailable => (
+                "The node is not in a provision state the workflow starts from (Image Node \
+                 needs available; Unimage Node active, deploy failed or available), or is \
+                 already deployed with another instance.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicStaleInstanceUuid => (
+                "An idle available node still carries a prior instance_uuid (an undeploy that \
+                 reached available without clearing its identity): it is rejected for cleanup \
+                 rather than adopted. Run Unimage Node on it, then image again.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicInstanceMismatch => (
+                "The node is deploying an instance this run did not mint: another deployment \
+                 owns it. The run fails closed without touching it.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicCleaningFailed => (
+                "Unimage Node: Ironic's cleaning after the teardown failed (clean failed). \
+                 Read last_error and repair the node in Ironic.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicNodeNotFound => (
+                "Ironic has no node for the device's infrastructure_ref (or name).",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicUnavailable => (
+                "Ironic (or Keystone) could not be reached or answered 5xx after the step's \
+                 retries: an outage, re-run the job.",
+                O::FleetManager,
+                true,
+            ),
+            F::IronicRequestRefused => (
+                "Ironic refused a request of the workflow (4xx other than a lock conflict): the \
+                 message carries Ironic's own error.",
+                O::BareMetal,
+                false,
+            ),
+            F::IronicTimeout => (
+                "The node did not reach the state the step waits for within \
+                 workflow.step_timeout_secs.",
+                O::BareMetal,
+                true,
+            ),
+            F::SiteNotConfigured => (
+                "The workflow service has no configuration for the device's site (its Ironic \
+                 endpoint, image and keys under workflow.sites.<site>).",
+                O::FleetManager,
+                false,
+            ),
+            F::WorkflowInternalError => (
+                "The workflow service could not record the run's progress (its database was \
+                 unavailable past the retries): re-run the job.",
+                O::FleetManager,
+                true,
             ),
         };
         Entry {

@@ -8,7 +8,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use crate::connectors::ConnectorsConfig;
-pub use crate::consumers::{GatewayConfig, PlacerConfig, RadarConfig};
+pub use crate::consumers::{
+    GatewayConfig, PlacerConfig, RadarConfig, WorkflowConfig, WorkflowSiteConfig,
+};
 pub use fleet_bus::{NatsConfig, NatsTls};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +28,9 @@ pub struct FleetConfig {
     /// The Radar projection (`fleet radar`).
     #[serde(default)]
     pub radar: RadarConfig,
+    /// The workflow service (`fleet workflow`): jobs.
+    #[serde(default)]
+    pub workflow: WorkflowConfig,
     /// Connector services (`fleet connector <name>`); see `connectors.rs`.
     #[serde(default)]
     pub connectors: ConnectorsConfig,
@@ -220,6 +225,7 @@ impl Default for FleetConfig {
             placer: PlacerConfig::default(),
             gateway: GatewayConfig::default(),
             radar: RadarConfig::default(),
+            workflow: WorkflowConfig::default(),
             connectors: ConnectorsConfig::default(),
             api: ApiConfig::default(),
             shutdown: ShutdownConfig::default(),

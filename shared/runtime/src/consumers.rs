@@ -112,3 +112,79 @@ impl Default for RadarConfig {
         }
     }
 }
+
+/// The workflow service (`fleet workflow`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkflowConfig {
+    /// Address of `/healthz`, `/readyz`, `/metrics`.
+    pub listen: String,
+    /// Requests (create, get, list, cancel) answered at once.
+    pub concurrency: usize,
+    /// Devices worked on at once by this replica.
+    pub workers: usize,
+    /// A JOBS message not acknowledged for this long (its worker died) is
+    /// delivered again; the next worker resumes after the last step the
+    /// device completed. A live worker extends it while it works.
+    pub ack_wait_secs: u64,
+    /// How long a hub command may take.
+    pub hub_timeout_secs: u64,
+    /// Tries of one step after transient failures (an outage, a lock
+    /// conflict) before the device fails with a retryable code.
+    pub max_attempts: u32,
+    /// Back-off between two tries of a step, doubling up to the maximum.
+    pub retry_initial_ms: u64,
+    pub retry_max_ms: u64,
+    /// How often a waiting step reads the external system again.
+    pub poll_interval_ms: u64,
+    /// How long a step may wait for the external system (a deploy, a
+    /// teardown) before the device fails with `IRONIC_TIMEOUT`.
+    pub step_timeout_secs: u64,
+    /// Largest number of devices one job may name.
+    pub max_devices_per_job: usize,
+    /// Timeout of one HTTP request to an external system.
+    pub request_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// Ironic API microversion sent with every Ironic request.
+    pub ironic_api_version: String,
+    /// Per site: how the workflows reach its systems.
+    pub sites: BTreeMap<String, WorkflowSiteConfig>,
+}
+
+impl Default for WorkflowConfig {
+    fn default() -> Self {
+        WorkflowConfig {
+            listen: "127.0.0.1:9413".into(),
+            concurrency: 64,
+            workers: 64,
+            ack_wait_secs: 30,
+            hub_timeout_secs: 10,
+            max_attempts: 5,
+            retry_initial_ms: 1000,
+            retry_max_ms: 30_000,
+            poll_interval_ms: 1000,
+            step_timeout_secs: 1800,
+            max_devices_per_job: 10_000,
+            request_timeout_ms: 10_000,
+            connect_timeout_ms: 3000,
+            ironic_api_version: "1.80".into(),
+            sites: BTreeMap::new(),
+        }
+    }
+}
+
+/// One site as the workflows see it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkflowSiteConfig {
+    /// Keystone, Ironic and Placement of the site (the same keys as
+    /// `connectors.openstack.sites.<site>`).
+    pub openstack: crate::connectors::OpenstackSiteConfig,
+    /// Image Node, Ironic-direct arm: the image written to the node's
+    /// `instance_info.image_source`, its checksum, and the public keys of
+    /// the config drive ("the per-site configured image, checksum, and
+    /// config-drive public keys").
+    pub image_source: String,
+    pub image_checksum: String,
+    pub config_drive_public_keys: Vec<String>,
+}

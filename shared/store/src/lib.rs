@@ -76,15 +76,17 @@ pub enum Role {
     Placer,
     Gateway,
     Radar,
+    Workflow,
 }
 
 impl Role {
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Hub,
         Role::Api,
         Role::Placer,
         Role::Gateway,
         Role::Radar,
+        Role::Workflow,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -94,6 +96,7 @@ impl Role {
             Role::Placer => "fleet_placer",
             Role::Gateway => "fleet_gateway",
             Role::Radar => "fleet_radar",
+            Role::Workflow => "fleet_workflow",
         }
     }
 
@@ -105,6 +108,7 @@ impl Role {
             Role::Placer => "fleet-placer",
             Role::Gateway => "fleet-gateway",
             Role::Radar => "fleet-radar",
+            Role::Workflow => "fleet-workflow",
         }
     }
 }

@@ -630,3 +630,73 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
     .await
     .unwrap();
 }
+
+pub mod ironic;
+
+/// Runs a workflow service against the environment (with `f`'s settings)
+/// until its trigger fires; returns once it answers requests.
+pub async fn start_workflow(
+    env: &TestEnv,
+    f: impl FnOnce(&mut fleet_runtime::config::WorkflowConfig),
+) -> (
+    std::sync::Arc<fleet_workflow::Workflow>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut config = env.config.clone();
+    config.workflow.listen = "127.0.0.1:0".into();
+    config.workflow.poll_interval_ms = 100;
+    config.workflow.retry_initial_ms = 100;
+    config.workflow.retry_max_ms = 1000;
+    config.workflow.ack_wait_secs = 3;
+    f(&mut config.workflow);
+    let w = fleet_workflow::Workflow::connect(config)
+        .await
+        .expect("workflow service connects");
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let x = w.clone();
+    let task = tokio::spawn(async move {
+        fleet_workflow::run_with(x, shutdown)
+            .await
+            .expect("workflow service runs");
+    });
+    let c = workflow_client(env);
+    eventually("the workflow service answers", || async {
+        (!matches!(
+            c.get_job("job_none").await,
+            Err(fleet_workflow_client::WorkflowError::Unavailable(_)
+                | fleet_workflow_client::WorkflowError::NotRunning)
+        ))
+        .then_some(())
+    })
+    .await;
+    (w, trigger, task)
+}
+
+/// A workflow client on the environment's bus.
+pub fn workflow_client(env: &TestEnv) -> fleet_workflow_client::WorkflowClient {
+    fleet_workflow_client::WorkflowClient::new(
+        env.nats.clone(),
+        env.subjects.clone(),
+        Duration::from_secs(30),
+    )
+}
+
+/// Waits until job `id` is terminal; returns it.
+pub async fn job_terminal(env: &TestEnv, id: &str, within: Duration) -> v1::Job {
+    let c = workflow_client(env);
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let j = c.get_job(id).await.expect("get_job");
+        if !matches!(j.status.as_str(), "pending" | "running") {
+            return j;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} is still {} after {within:?}: {:?}",
+            j.status,
+            j.devices
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

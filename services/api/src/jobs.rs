@@ -1,0 +1,270 @@
+//! Jobs: the workflow service's, asked over NATS request/reply
+//! (`fleet_workflow_client::WorkflowClient`). Creating one runs the
+//! eligibility pass there; its refusals answer 422 `INELIGIBLE` with one
+//! entry per device and gate, and nothing is created. No answer within
+//! `api.hub_timeout_ms` is 503.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use fleet_domain::eligibility::Workflow;
+use fleet_domain::jobs::{DeviceRunStatus, JobStatus};
+use fleet_proto::{datetime, v1};
+use fleet_workflow_client::WorkflowError;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
+use utoipa::openapi::Ref;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, Code, J, P, Q};
+use crate::{page, App};
+
+fn strings(values: impl IntoIterator<Item = &'static str>) -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(values))
+        .build()
+}
+
+pub fn workflow_schema() -> Object {
+    strings(Workflow::ALL.iter().map(|w| w.as_str()))
+}
+
+pub fn job_status_schema() -> Object {
+    strings(JobStatus::ALL.iter().map(|s| s.as_str()))
+}
+
+fn device_status_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+            Type::String,
+            Type::Null,
+        ]))
+        .description(Some(
+            "null until the device starts (seed 002: there is no pending value)",
+        ))
+        .enum_values(Some(
+            DeviceRunStatus::ALL
+                .iter()
+                .map(|s| Some(s.as_str()))
+                .chain([None]),
+        ))
+        .build()
+}
+
+fn failure_code_ref() -> Ref {
+    Ref::from_schema_name("FailureCode")
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobCreateBody {
+    #[schema(schema_with = workflow_schema)]
+    pub workflow: String,
+    pub device_ids: Vec<String>,
+    /// Move to Test Cluster's `cordon_only`.
+    #[serde(default)]
+    pub cordon_only: bool,
+}
+
+/// One device of a job (`JobDeviceStatus`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobDevice {
+    pub device_id: String,
+    #[schema(schema_with = device_status_schema)]
+    pub status: Option<String>,
+    /// The last step the device completed.
+    pub step: String,
+    /// Tries of the current step after transient failures.
+    pub attempts: i32,
+    #[schema(schema_with = failure_code_ref, nullable)]
+    pub failure_code: Option<String>,
+    /// The host-specific detail of `failure_code`.
+    pub failure_message: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Job {
+    pub id: String,
+    #[schema(schema_with = workflow_schema)]
+    pub workflow: String,
+    #[schema(schema_with = job_status_schema)]
+    pub status: String,
+    pub created_by: String,
+    pub cancel_requested: bool,
+    pub cordon_only: bool,
+    pub device_count: i32,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Every device (empty in lists).
+    pub devices: Vec<JobDevice>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobPage {
+    pub items: Vec<Job>,
+    pub next_cursor: Option<String>,
+}
+
+fn opt(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+impl Job {
+    pub fn from_proto(j: v1::Job) -> Job {
+        Job {
+            id: j.id,
+            workflow: j.workflow,
+            status: j.status,
+            created_by: j.created_by,
+            cancel_requested: j.cancel_requested,
+            cordon_only: j.cordon_only,
+            device_count: j.device_count,
+            created_at: datetime(j.created_at.as_ref()),
+            updated_at: datetime(j.updated_at.as_ref()),
+            finished_at: datetime(j.finished_at.as_ref()),
+            devices: j
+                .devices
+                .into_iter()
+                .map(|d| JobDevice {
+                    device_id: d.device_id,
+                    status: opt(d.status),
+                    step: d.step,
+                    attempts: d.attempts,
+                    failure_code: opt(d.failure_code),
+                    failure_message: opt(d.failure_message),
+                    started_at: datetime(d.started_at.as_ref()),
+                    finished_at: datetime(d.finished_at.as_ref()),
+                    updated_at: datetime(d.updated_at.as_ref()),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The workflow service's refusal as the API's error.
+pub fn error(verb: &str, e: WorkflowError) -> ApiError {
+    match e {
+        WorkflowError::Ineligible { message, refusals } => ApiError::new(Code::Ineligible, message)
+            .with_details(json!({
+                "refusals": refusals.iter().map(|r| json!({
+                    "device_id": r.device_id,
+                    "refusal": r.refusal,
+                    "detail": r.detail,
+                })).collect::<Vec<_>>()
+            })),
+        WorkflowError::Refused { code, message } => ApiError::new(code, message),
+        WorkflowError::Unavailable(m) => {
+            tracing::warn!(verb, error = %m, "workflow service unavailable");
+            ApiError::unavailable(match verb {
+                "create_job" => "the workflow service did not answer in time; the job may or may not have been created: list the jobs before retrying",
+                "cancel_job" => "the workflow service did not answer in time; cancel again (it is idempotent)",
+                _ => "the workflow service did not answer in time; retry later",
+            })
+        }
+        WorkflowError::NotRunning => {
+            tracing::warn!(verb, "no workflow service is running");
+            ApiError::unavailable(
+                "no workflow service is running; nothing was applied, retry later",
+            )
+        }
+    }
+}
+
+#[utoipa::path(post, operation_id = "create_job", path = "/api/v1/jobs/",
+    request_body = JobCreateBody,
+    responses((status = 201, body = Job), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "jobs")]
+pub async fn create(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    J(b): J<JobCreateBody>,
+) -> ApiResult<(StatusCode, Json<Job>)> {
+    let r = v1::CreateJobRequest {
+        workflow: b.workflow,
+        device_ids: b.device_ids,
+        created_by: caller.token_id.clone(),
+        cordon_only: b.cordon_only,
+    };
+    let job = app
+        .workflow
+        .create_job(&r)
+        .await
+        .map_err(|e| error("create_job", e))?;
+    Ok((StatusCode::CREATED, Json(Job::from_proto(job))))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct JobFilter {
+    #[param(schema_with = job_status_schema)]
+    pub status: Option<String>,
+    #[param(schema_with = workflow_schema)]
+    pub workflow: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+#[utoipa::path(get, operation_id = "list_jobs", path = "/api/v1/jobs/", params(JobFilter),
+    responses((status = 200, body = JobPage), (status = 400, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "jobs")]
+pub async fn list(State(app): State<App>, Q(f): Q<JobFilter>) -> ApiResult<Json<JobPage>> {
+    let limit = page::limit(&app, f.limit)?;
+    let after: Option<String> = page::decode(f.cursor.as_deref())?;
+    let r = v1::ListJobsRequest {
+        status: f.status.unwrap_or_default(),
+        workflow: f.workflow.unwrap_or_default(),
+        limit: limit as i32,
+        after: after.unwrap_or_default(),
+    };
+    let p = app
+        .workflow
+        .list_jobs(&r)
+        .await
+        .map_err(|e| error("list_jobs", e))?;
+    Ok(Json(JobPage {
+        items: p.jobs.into_iter().map(Job::from_proto).collect(),
+        next_cursor: opt(p.next_after).map(|a| page::encode(&a)),
+    }))
+}
+
+#[utoipa::path(get, operation_id = "get_job", path = "/api/v1/jobs/{id}/", params(("id" = String, Path)),
+    responses((status = 200, body = Job), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "jobs")]
+pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Job>> {
+    let job = app
+        .workflow
+        .get_job(&id)
+        .await
+        .map_err(|e| error("get_job", e))?;
+    Ok(Json(Job::from_proto(job)))
+}
+
+#[utoipa::path(post, operation_id = "cancel_job", path = "/api/v1/jobs/{id}/cancel", params(("id" = String, Path)),
+    responses((status = 200, body = Job), (status = 404, body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "jobs")]
+pub async fn cancel(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+) -> ApiResult<Json<Job>> {
+    let job = app
+        .workflow
+        .cancel_job(&id, &caller.token_id)
+        .await
+        .map_err(|e| error("cancel_job", e))?;
+    Ok(Json(Job::from_proto(job)))
+}

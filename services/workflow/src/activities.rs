@@ -1,0 +1,223 @@
+//! The activities' side of the external systems: one OpenStack session
+//! per configured site (the same client connector-openstack reads with),
+//! and how an Ironic error becomes a retry or a failure code.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fleet_connector::{ConnectorMetrics, HttpClient, SourceError};
+use fleet_domain::failure::FailureCode;
+use fleet_openstack::ironic::{error_message, Ironic, Node};
+use fleet_openstack::Session;
+use fleet_runtime::config::{WorkflowConfig, WorkflowSiteConfig};
+use fleet_runtime::connectors::PollConfig;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+/// What an external call's failure means for the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// May pass: try the step again after a back-off (an outage, a 5xx, a
+    /// node locked by a transition in flight).
+    Transient(String),
+    /// Will not pass by trying again: the device fails with this code.
+    Permanent(FailureCode, String),
+}
+
+impl CallError {
+    pub fn from_source(e: SourceError) -> Self {
+        match &e {
+            SourceError::Status { status: 404, .. } => {
+                CallError::Permanent(FailureCode::IronicNodeNotFound, e.to_string())
+            }
+            // NodeLocked: a transition of the node is in flight.
+            SourceError::Status {
+                status: 409, body, ..
+            } => CallError::Transient(format!("ironic answered 409: {}", error_message(body))),
+            SourceError::Status { status, body, .. }
+                if *status < 500 && *status != 408 && *status != 429 =>
+            {
+                CallError::Permanent(
+                    FailureCode::IronicRequestRefused,
+                    format!("ironic answered {status}: {}", error_message(body)),
+                )
+            }
+            SourceError::Config(m) => {
+                CallError::Permanent(FailureCode::SiteNotConfigured, m.clone())
+            }
+            SourceError::Auth { .. } | SourceError::Malformed { .. } | SourceError::Protocol(_) => {
+                CallError::Permanent(FailureCode::IronicRequestRefused, e.to_string())
+            }
+            SourceError::Connect { .. }
+            | SourceError::Timeout { .. }
+            | SourceError::Status { .. } => CallError::Transient(e.to_string()),
+        }
+    }
+}
+
+/// One site's systems and settings.
+pub(crate) struct Site {
+    session: Mutex<Session>,
+    pub config: WorkflowSiteConfig,
+    ironic_version: String,
+}
+
+impl Site {
+    pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
+        let mut s = self.session.lock().await;
+        let mut ironic = Ironic {
+            session: &mut s,
+            version: &self.ironic_version,
+        };
+        ironic.node(ident).await.map_err(CallError::from_source)
+    }
+
+    pub async fn patch(&self, uuid: &str, ops: &Value) -> Result<(), CallError> {
+        let mut s = self.session.lock().await;
+        let mut ironic = Ironic {
+            session: &mut s,
+            version: &self.ironic_version,
+        };
+        ironic
+            .patch(uuid, ops)
+            .await
+            .map_err(CallError::from_source)
+    }
+
+    pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
+        let mut s = self.session.lock().await;
+        let mut ironic = Ironic {
+            session: &mut s,
+            version: &self.ironic_version,
+        };
+        ironic
+            .provision(uuid, body)
+            .await
+            .map_err(CallError::from_source)
+    }
+
+    /// The bind patch of the Ironic-direct Image Node: the run's
+    /// `instance_uuid` and the site's image.
+    pub fn bind_ops(&self, instance_uuid: &str) -> Value {
+        let mut ops = vec![
+            json!({"op": "add", "path": "/instance_uuid", "value": instance_uuid}),
+            json!({"op": "add", "path": "/instance_info/image_source", "value": self.config.image_source}),
+        ];
+        if !self.config.image_checksum.trim().is_empty() {
+            ops.push(json!({"op": "add", "path": "/instance_info/image_checksum", "value": self.config.image_checksum}));
+        }
+        Value::Array(ops)
+    }
+
+    /// `{"target": "active", "configdrive": ...}` with the site's public
+    /// keys in the config drive's metadata.
+    pub fn deploy_body(&self) -> Value {
+        let keys = &self.config.config_drive_public_keys;
+        if keys.is_empty() {
+            return json!({"target": "active"});
+        }
+        let public_keys: serde_json::Map<String, Value> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (i.to_string(), Value::String(k.clone())))
+            .collect();
+        json!({"target": "active", "configdrive": {"meta_data": {"public_keys": public_keys}}})
+    }
+}
+
+/// Every configured site.
+pub(crate) struct Sites {
+    by_site: HashMap<String, Arc<Site>>,
+}
+
+impl Sites {
+    pub fn new(c: &WorkflowConfig) -> anyhow::Result<Self> {
+        let poll = PollConfig {
+            request_timeout_ms: c.request_timeout_ms,
+            connect_timeout_ms: c.connect_timeout_ms,
+            max_retries: 2,
+            backoff_initial_ms: 200,
+            backoff_max_ms: 2000,
+            ..PollConfig::default()
+        };
+        let http = HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")
+            .map_err(|e| anyhow::anyhow!("workflow http client: {e}"))?;
+        let mut by_site = HashMap::new();
+        for (site, sc) in &c.sites {
+            let key = format!("workflow.sites.{site}.openstack");
+            let session = Session::new(site, &key, &sc.openstack, http.clone())?;
+            anyhow::ensure!(
+                !sc.image_source.trim().is_empty(),
+                "configuration key workflow.sites.{site}.image_source is required (the image Image Node deploys)"
+            );
+            by_site.insert(
+                site.clone(),
+                Arc::new(Site {
+                    session: Mutex::new(session),
+                    config: sc.clone(),
+                    ironic_version: c.ironic_api_version.trim().to_string(),
+                }),
+            );
+        }
+        Ok(Sites { by_site })
+    }
+
+    pub fn get(&self, site: &str) -> Option<Arc<Site>> {
+        self.by_site.get(site).cloned()
+    }
+}
+
+/// A new `instance_uuid` (a random, version 4 UUID).
+pub(crate) fn mint_instance_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_uuids_are_version_4() {
+        let u = mint_instance_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"), "{u}");
+        assert_ne!(u, mint_instance_uuid());
+    }
+
+    #[test]
+    fn ironic_errors_are_retried_or_coded() {
+        let status = |status: u16| SourceError::Status {
+            url: "http://i/v1/nodes/x".into(),
+            status,
+            body: r#"{"error_message": "{\"faultstring\": \"Node x is locked by host h\"}"}"#
+                .into(),
+        };
+        assert!(
+            matches!(CallError::from_source(status(409)), CallError::Transient(m) if m.contains("locked"))
+        );
+        assert!(matches!(
+            CallError::from_source(status(503)),
+            CallError::Transient(_)
+        ));
+        assert!(matches!(
+            CallError::from_source(status(404)),
+            CallError::Permanent(FailureCode::IronicNodeNotFound, _)
+        ));
+        assert!(matches!(
+            CallError::from_source(status(400)),
+            CallError::Permanent(FailureCode::IronicRequestRefused, _)
+        ));
+    }
+}

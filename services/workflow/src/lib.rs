@@ -1,0 +1,80 @@
+//! The workflow service (`spec/consumers.md`, "workflow"; seed 002, "Job
+//! status", "Job device status", "Failure codes"): jobs over many devices,
+//! each device running one workflow of idempotent activities against the
+//! real external systems.
+//!
+//! - A job is created over `<root>.workflow.cmd.create_job` after one
+//!   eligibility pass over every device (`fleet_domain::eligibility`); a
+//!   refusal refuses the whole job and writes nothing.
+//! - The job, its devices and each device's last completed step are rows
+//!   in PostgreSQL owned by this service's role; each device's work is one
+//!   message on the `JOBS` work queue, written to `workflow_outbox` in the
+//!   job's transaction.
+//! - A worker that dies leaves its message unacknowledged; it is delivered
+//!   again after `workflow.ack_wait_secs` and the next worker resumes the
+//!   device from a fresh read of the external system (every decision is
+//!   taken on a read, so no write the system already shows is repeated).
+//!
+//! The API calls it through `fleet_workflow_client::WorkflowClient`.
+
+pub(crate) mod activities;
+pub(crate) mod metrics;
+pub(crate) mod service;
+pub(crate) mod store;
+pub(crate) mod worker;
+
+use std::sync::Arc;
+
+use async_nats::jetstream;
+use fleet_bus::{StreamNames, Subjects};
+use fleet_runtime::FleetConfig;
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+pub use service::{run, run_with};
+
+/// The service's outbox: device work to `JOBS`.
+pub(crate) const OUTBOX: fleet_outbox::Outbox = fleet_outbox::Outbox {
+    table: "workflow_outbox",
+    msg_id_prefix: "workflow-",
+    span: |subject| tracing::info_span!("workflow.relay", subject = %subject),
+};
+
+pub struct Workflow {
+    pub config: FleetConfig,
+    pub(crate) pool: PgPool,
+    pub(crate) nats: async_nats::Client,
+    pub(crate) js: jetstream::Context,
+    pub(crate) subjects: Subjects,
+    pub(crate) streams: StreamNames,
+    pub(crate) metrics: metrics::WorkflowMetrics,
+    pub(crate) sites: activities::Sites,
+    relay_wake: Notify,
+}
+
+impl Workflow {
+    /// Connects, checks the schema and the site configuration, and waits
+    /// for the hub's `JOBS` stream.
+    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Workflow>> {
+        let sites = activities::Sites::new(&config.workflow)?;
+        let fleet_store::Deps {
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+        } = fleet_store::Deps::connect(&config, fleet_store::Role::Workflow).await?;
+        fleet_bus::await_streams(&js, &[streams.jobs()], std::future::pending()).await;
+        Ok(Arc::new(Workflow {
+            config,
+            pool,
+            nats,
+            js,
+            subjects,
+            streams,
+            metrics: metrics::WorkflowMetrics::new(),
+            sites,
+            relay_wake: Notify::new(),
+        }))
+    }
+}

@@ -1,0 +1,379 @@
+//! The workflow service as a service: requests over core NATS
+//! request/reply (`<root>.workflow.cmd.<verb>`: create_job, get_job,
+//! list_jobs, cancel_job) through the mesh's one responder, the JOBS
+//! worker, the outbox relay, and `/healthz` `/readyz` `/metrics`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fleet_bus::{Limits, Refusal, Responder, Route};
+use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
+use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
+use fleet_proto::{v1, ErrorCode, Message};
+use fleet_runtime::{http, FleetConfig, Shutdown};
+
+use crate::{store, Workflow, OUTBOX};
+
+/// The workflows this build runs. Every other workflow of seed 002 is
+/// refused at creation, by name, instead of being accepted and never run.
+pub(crate) const RUNS: &[Kind] = &[Kind::ImageNode, Kind::UnimageNode];
+
+fn db(e: sqlx::Error) -> Refusal {
+    Refusal::unavailable("the workflow service's database is unavailable", e)
+}
+
+fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
+    M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
+}
+
+/// A refused job: the reply carries every refusal, device by device.
+struct Ineligible(Vec<v1::DeviceRefusal>);
+
+impl Workflow {
+    async fn request(
+        &self,
+        verb: &str,
+        payload: &[u8],
+    ) -> Result<Result<v1::workflow_reply::Result, Ineligible>, Refusal> {
+        use v1::workflow_reply::Result as R;
+        Ok(Ok(match verb {
+            "create_job" => {
+                let r = decode::<v1::CreateJobRequest>(payload, "CreateJobRequest")?;
+                match self.create_job(r).await? {
+                    Ok(job) => R::Job(job),
+                    Err(refused) => return Ok(Err(refused)),
+                }
+            }
+            "get_job" => {
+                let r = decode::<v1::GetJobRequest>(payload, "GetJobRequest")?;
+                R::Job(self.job(&r.job_id).await?)
+            }
+            "cancel_job" => {
+                let r = decode::<v1::CancelJobRequest>(payload, "CancelJobRequest")?;
+                if !store::cancel(&self.pool, &r.job_id).await.map_err(db)? {
+                    return Err(Refusal::new(
+                        ErrorCode::NotFound,
+                        format!("job {} not found", r.job_id),
+                    ));
+                }
+                tracing::info!(job_id = %r.job_id, requested_by = %r.requested_by, "job cancel requested");
+                R::Job(self.job(&r.job_id).await?)
+            }
+            "list_jobs" => {
+                let r = decode::<v1::ListJobsRequest>(payload, "ListJobsRequest")?;
+                R::Page(self.list(r).await?)
+            }
+            other => return Err(Refusal::invalid(format!("unknown workflow verb {other:?}"))),
+        }))
+    }
+
+    async fn job(&self, id: &str) -> Result<v1::Job, Refusal> {
+        let job = store::job(&self.pool, id)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
+        let runs = store::runs(&self.pool, id).await.map_err(db)?;
+        Ok(job.to_proto(&runs))
+    }
+
+    async fn list(&self, r: v1::ListJobsRequest) -> Result<v1::JobPage, Refusal> {
+        let status = (!r.status.is_empty()).then_some(r.status.as_str());
+        if let Some(s) = status {
+            fleet_domain::jobs::JobStatus::parse(s).map_err(|e| Refusal::invalid(e.to_string()))?;
+        }
+        let workflow = (!r.workflow.is_empty()).then_some(r.workflow.as_str());
+        if let Some(w) = workflow {
+            Kind::parse(w).map_err(|e| Refusal::invalid(e.to_string()))?;
+        }
+        let limit = r.limit.clamp(1, 1000) as i64;
+        let after = (!r.after.is_empty()).then_some(r.after.as_str());
+        let mut rows = store::list(&self.pool, status, workflow, after, limit + 1)
+            .await
+            .map_err(db)?;
+        let next_after = if rows.len() as i64 > limit {
+            rows.truncate(limit as usize);
+            rows.last().map(|j| j.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(v1::JobPage {
+            jobs: rows.iter().map(|j| j.to_proto(&[])).collect(),
+            next_after,
+        })
+    }
+
+    /// One eligibility pass over every device; any refusal refuses the job
+    /// and writes nothing. Otherwise the job, its devices and one JOBS
+    /// message per device are written in one transaction.
+    async fn create_job(
+        &self,
+        r: v1::CreateJobRequest,
+    ) -> Result<Result<v1::Job, Ineligible>, Refusal> {
+        let kind = Kind::parse(r.workflow.trim()).map_err(|e| Refusal::invalid(e.to_string()))?;
+        if !RUNS.contains(&kind) {
+            return Err(Refusal::invalid(format!(
+                "workflow {kind} is not run by this build of the workflow service (it runs {})",
+                RUNS.iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let ids: BTreeSet<String> = r.device_ids.iter().map(|d| d.trim().to_string()).collect();
+        let max = self.config.workflow.max_devices_per_job.max(1);
+        if ids.is_empty() || ids.len() > max || ids.contains("") {
+            return Err(Refusal::invalid(format!(
+                "device_ids must name 1 to {max} devices, none empty"
+            )));
+        }
+        if r.created_by.trim().is_empty() {
+            return Err(Refusal::invalid("created_by is required"));
+        }
+        let ids: Vec<String> = ids.into_iter().collect();
+        let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
+        if devices.len() != ids.len() {
+            let missing: Vec<&str> = ids
+                .iter()
+                .filter(|i| !devices.iter().any(|d| &d.id == *i))
+                .map(String::as_str)
+                .collect();
+            return Err(Refusal::new(
+                ErrorCode::NotFound,
+                format!(
+                    "{} device(s) not found: {}",
+                    missing.len(),
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let refusals = self.eligibility(kind, &r, &devices).await?;
+        if !refusals.is_empty() {
+            return Ok(Err(Ineligible(refusals)));
+        }
+
+        let job_id = format!("job_{}", ulid::Ulid::new());
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let busy = store::busy(&mut tx, &ids).await.map_err(db)?;
+        if !busy.is_empty() {
+            return Ok(Err(Ineligible(
+                busy.into_iter()
+                    .map(|(device_id, job)| v1::DeviceRefusal {
+                        device_id,
+                        refusal: "concurrent_workflow_running".into(),
+                        detail: job,
+                    })
+                    .collect(),
+            )));
+        }
+        store::insert_job(
+            &mut tx,
+            &job_id,
+            kind.as_str(),
+            r.created_by.trim(),
+            r.cordon_only,
+            &ids,
+        )
+        .await
+        .map_err(db)?;
+        let rows = ids
+            .iter()
+            .map(|d| fleet_outbox::Row {
+                subject: self.subjects.job(kind.as_str(), &job_id, d),
+                schema: fleet_proto::schema::<v1::JobDeviceWork>(),
+                payload: v1::JobDeviceWork {
+                    job_id: job_id.clone(),
+                    device_id: d.clone(),
+                    workflow: kind.as_str().into(),
+                }
+                .encode_to_vec(),
+                traceparent: None,
+            })
+            .collect();
+        OUTBOX.insert(&mut tx, rows).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        self.relay_wake.notify_one();
+        tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
+        Ok(Ok(self.job(&job_id).await?))
+    }
+
+    async fn eligibility(
+        &self,
+        kind: Kind,
+        r: &v1::CreateJobRequest,
+        devices: &[store::DeviceRow],
+    ) -> Result<Vec<v1::DeviceRefusal>, Refusal> {
+        let policy = kind.policy();
+        let types: Vec<String> = policy
+            .disqualifying_condition_types
+            .iter()
+            .chain(policy.required_condition_types.iter())
+            .map(|t| t.as_str().to_string())
+            .collect();
+        let ids: Vec<String> = devices.iter().map(|d| d.id.clone()).collect();
+        let mut conditions: HashMap<(String, String), ConditionStatus> = HashMap::new();
+        for (d, t, s) in store::conditions(&self.pool, &ids, &types)
+            .await
+            .map_err(db)?
+        {
+            if let Ok(s) = ConditionStatus::parse(&s) {
+                conditions.insert((d, t), s);
+            }
+        }
+        let options = Options {
+            cordon_only: r.cordon_only,
+        };
+        let mut out = vec![];
+        for d in devices {
+            let facts = DeviceFacts {
+                inventory_only: d.inventory_only,
+                operational_status: OperationalStatus::parse(&d.operational_status)
+                    .unwrap_or(OperationalStatus::Unknown),
+                infrastructure_ref: d.infrastructure_ref.as_deref(),
+                enrollment_validated_ref: d.enrollment_validated_ref.as_deref(),
+                ironic_maintenance: d.ironic_maintenance,
+                ironic_provision_state: d.ironic_provision_state.as_deref(),
+            };
+            let refused = eligibility::check(kind, options, &facts, |t: ConditionType| {
+                conditions
+                    .get(&(d.id.clone(), t.as_str().to_string()))
+                    .copied()
+            });
+            out.extend(refused.into_iter().map(|x| v1::DeviceRefusal {
+                device_id: d.id.clone(),
+                refusal: x.refusal.as_str().into(),
+                detail: x.detail,
+            }));
+            // The Ironic-direct arm is the one this build runs: a site with
+            // Nova and Placement needs the Nova arm (seed 002, "The backend
+            // is chosen from the site's current capability").
+            if !d.inventory_only && d.placement_enabled {
+                out.push(v1::DeviceRefusal {
+                    device_id: d.id.clone(),
+                    refusal: eligibility::Refusal::BackendNotRun.as_str().into(),
+                    detail: format!(
+                        "site {} has Nova and Placement (placement_enabled); this build runs only the Ironic-direct arm of {kind}",
+                        d.site_id
+                    ),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn relay_loop(self: Arc<Self>, mut shutdown: Shutdown) {
+        loop {
+            match OUTBOX
+                .relay_once(&self.pool, &self.js, 500, 0.0, |_| false)
+                .await
+            {
+                Ok((n, read)) if n > 0 && n == read => continue,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "workflow relay round failed; retrying"),
+            }
+            if shutdown.is_triggered() {
+                return;
+            }
+            tokio::select! {
+                _ = self.relay_wake.notified() => {},
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+                _ = shutdown.wait() => {
+                    let _ = OUTBOX.relay_once(&self.pool, &self.js, 500, 0.0, |_| false).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Responder for Workflow {
+    const SERVICE: &'static str = "workflow";
+
+    async fn respond(
+        self: Arc<Self>,
+        _route: &'static str,
+        subject: String,
+        payload: Bytes,
+    ) -> Result<Bytes, Refusal> {
+        let verb = subject.rsplit('.').next().unwrap_or("");
+        let reply = match self.request(verb, &payload).await? {
+            Ok(r) => v1::WorkflowReply {
+                error: None,
+                result: Some(r),
+            },
+            Err(Ineligible(refusals)) => v1::WorkflowReply {
+                error: Some(v1::WorkflowError {
+                    code: ErrorCode::Ineligible as i32,
+                    message: format!(
+                        "{} eligibility refusal(s); nothing was created",
+                        refusals.len()
+                    ),
+                    refusals,
+                }),
+                result: None,
+            },
+        };
+        Ok(reply.encode_to_vec().into())
+    }
+
+    fn refused(&self, _route: &'static str, code: ErrorCode, message: &str) -> Bytes {
+        v1::WorkflowReply {
+            error: Some(v1::WorkflowError {
+                code: code as i32,
+                message: message.to_string(),
+                refusals: vec![],
+            }),
+            result: None,
+        }
+        .encode_to_vec()
+        .into()
+    }
+}
+
+/// Runs the workflow service until shutdown.
+pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
+    let w = Workflow::connect(config).await?;
+    run_with(w, shutdown).await
+}
+
+pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let addr = http::serve_ops(
+        &w.config.workflow.listen,
+        "workflow.listen",
+        w.metrics.registry.clone(),
+        w.nats.clone(),
+        fleet_store::ready_check(w.pool.clone()),
+        shutdown.clone(),
+    )
+    .await?;
+    tracing::info!(%addr, "workflow service running");
+    let answers = fleet_bus::ResponderMetrics::default();
+    answers.register(&mut w.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(fleet_bus::serve(
+        w.nats.clone(),
+        w.clone(),
+        Route {
+            name: "cmd",
+            subject: w.subjects.workflow_cmd_all(),
+            queue: Some("workflow".into()),
+        },
+        Limits {
+            concurrency: w.config.workflow.concurrency.max(1),
+            deadline: Duration::from_secs(30),
+        },
+        answers,
+        shutdown.stopped(),
+    ));
+    tasks.spawn(w.clone().work_loop(shutdown.clone()));
+    let relay = tokio::spawn(w.clone().relay_loop(shutdown.clone()));
+    let grace = w.config.shutdown.grace();
+    let stopped = fleet_runtime::supervise("workflow", tasks, shutdown, grace).await;
+    if tokio::time::timeout(grace, relay).await.is_err() {
+        tracing::warn!("the workflow relay did not finish within the grace period; the rest is published at the next start");
+    }
+    w.nats.flush().await.ok();
+    tracing::info!("workflow service stopped");
+    stopped
+}

@@ -1,0 +1,303 @@
+//! Issue 16: the Ironic-direct arm of Image Node and Unimage Node (seed 002,
+//! ADR-0042) against the real Ironic with fake hardware.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_then_unimage_a_standalone_node_end_to_end() {
+    let ironic = RealIronic::connect().await;
+    let env = TestEnv::new().await;
+    standalone_site(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
+    let site = site_config(&ironic);
+    let (_w, trigger, task) = start_workflow(&env, |c| {
+        c.sites.insert("s1".into(), site.clone());
+    })
+    .await;
+    let mut devices = vec![];
+    let mut nodes = vec![];
+    for i in 0..2 {
+        let name = unique(&format!("img{i}"));
+        let uuid = ironic.available_node(&name).await;
+        devices.push(device_for(&env, "s1", &name, &uuid).await);
+        nodes.push(uuid);
+    }
+    for d in &devices {
+        mirrored(&env, d, "available").await;
+    }
+
+    let job = create(&env, "image_node", &devices)
+        .await
+        .expect("image job created");
+    assert_eq!(job.status, "pending");
+    // Seed 002: "the status is empty until Temporal starts that device".
+    assert!(
+        job.devices.iter().all(|d| d.status.is_empty()),
+        "{:?}",
+        job.devices
+    );
+    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    let mut minted = vec![];
+    for (d, uuid) in job.devices.iter().zip(&nodes) {
+        assert_eq!(d.status, "succeeded");
+        assert!(d.failure_code.is_empty());
+        let n = ironic.node(uuid).await;
+        // "drives Ironic from AVAILABLE through DEPLOYING to ACTIVE with the
+        // per-site configured image, checksum, and config-drive public keys".
+        assert_eq!(n["provision_state"], "active", "{n}");
+        let instance = n["instance_uuid"].as_str().expect("bound").to_string();
+        assert_eq!(instance.len(), 36);
+        assert_eq!(n["instance_info"]["image_source"], site.image_source);
+        assert_eq!(n["instance_info"]["image_checksum"], site.image_checksum);
+        minted.push(instance);
+    }
+    assert_ne!(
+        minted[0], minted[1],
+        "each execution mints its own instance_uuid"
+    );
+
+    // The same devices cannot be imaged again while imaged: the node is
+    // active with an instance this run did not mint.
+    mirrored(&env, &devices[0], "active").await;
+    let again = create(&env, "image_node", &devices[..1])
+        .await
+        .expect("created");
+    let again = job_terminal(&env, &again.id, Duration::from_secs(60)).await;
+    assert_eq!(again.status, "failed");
+    assert_eq!(again.devices[0].failure_code, "IRONIC_NODE_NOT_AVAILABLE");
+    assert_eq!(
+        ironic.node(&nodes[0]).await["instance_uuid"],
+        minted[0],
+        "nothing touched"
+    );
+
+    // Unimage: "ACTIVE/DEPLOYFAIL -> cleaning -> AVAILABLE, then atomically
+    // clears the node's instance_uuid/instance_info".
+    let job = create(&env, "unimage_node", &devices)
+        .await
+        .expect("unimage job created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    for uuid in &nodes {
+        let n = ironic.node(uuid).await;
+        assert_eq!(n["provision_state"], "available", "{n}");
+        assert!(n["instance_uuid"].is_null(), "binding cleared: {n}");
+        assert!(n["instance_info"].get("image_source").is_none(), "{n}");
+    }
+    // "An unbound node is already complete only when Ironic is AVAILABLE":
+    // a second unimage succeeds without a write.
+    let job = create(&env, "unimage_node", &devices[..1])
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(job.status, "succeeded");
+
+    trigger.trigger();
+    task.await.unwrap();
+    os_trigger.trigger();
+    os_task.await.unwrap().unwrap();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    ironic.cleanup().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_available_node_with_a_stale_instance_uuid_is_rejected_not_adopted() {
+    let ironic = RealIronic::connect().await;
+    let env = TestEnv::new().await;
+    standalone_site(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
+    let site = site_config(&ironic);
+    let (_w, trigger, task) = start_workflow(&env, |c| {
+        c.sites.insert("s1".into(), site.clone());
+    })
+    .await;
+    let name = unique("stale");
+    let uuid = ironic.available_node(&name).await;
+    let stale = fleet_testkit::ironic::random_uuid();
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "add", "path": "/instance_uuid", "value": stale}]),
+        )
+        .await;
+    let device = device_for(&env, "s1", &name, &uuid).await;
+    mirrored(&env, &device, "available").await;
+    let job = create(&env, "image_node", &[device])
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(job.status, "failed");
+    let d = &job.devices[0];
+    assert_eq!(d.status, "failed");
+    assert_eq!(d.failure_code, "IRONIC_STALE_INSTANCE_UUID");
+    assert!(d.failure_message.contains(&stale), "{}", d.failure_message);
+    let n = ironic.node(&uuid).await;
+    assert_eq!(n["provision_state"], "available", "not deployed: {n}");
+    assert_eq!(n["instance_uuid"], stale, "not adopted, not cleared: {n}");
+
+    trigger.trigger();
+    task.await.unwrap();
+    os_trigger.trigger();
+    os_task.await.unwrap().unwrap();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    ironic.cleanup().await;
+    env.cleanup().await;
+}
+
+/// Seed 002: "A node already tearing down (DELETING/CLEANING/CLEANWAIT/
+/// DELETED) is not re-fired"; the run waits for the teardown it found and
+/// completes on observed AVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_already_cleaning_is_not_fired_again() {
+    let ironic = RealIronic::connect().await;
+    let env = TestEnv::new().await;
+    standalone_site(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
+    let site = site_config(&ironic);
+    let (_w, trigger, task) = start_workflow(&env, |c| {
+        c.sites.insert("s1".into(), site.clone());
+    })
+    .await;
+    let name = unique("clean");
+    // Cleans for 5 s on teardown.
+    let uuid = ironic
+        .available_node_with(&name, json!({"automated_clean": true}))
+        .await;
+    let device = device_for(&env, "s1", &name, &uuid).await;
+    mirrored(&env, &device, "available").await;
+    let job = create(&env, "image_node", &[device.clone()])
+        .await
+        .expect("created");
+    assert_eq!(
+        job_terminal(&env, &job.id, Duration::from_secs(60))
+            .await
+            .status,
+        "succeeded"
+    );
+
+    // Someone else starts the teardown; the unimage job finds it cleaning.
+    let (s, v) = ironic.provision(&uuid, json!({"target": "deleted"})).await;
+    assert_eq!(s, 202, "{v}");
+    eventually("the node is cleaning", || async {
+        (ironic.node(&uuid).await["provision_state"] == "cleaning").then_some(())
+    })
+    .await;
+    let job = create(&env, "unimage_node", &[device.clone()])
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    let d = &job.devices[0];
+    // Never fired: no teardown request recorded and no refused (409) try.
+    assert_ne!(d.step, "teardown_requested", "{d:?}");
+    assert_eq!(d.attempts, 0, "{d:?}");
+    let n = ironic.node(&uuid).await;
+    assert_eq!(n["provision_state"], "available");
+    assert!(n["instance_uuid"].is_null(), "{n}");
+
+    trigger.trigger();
+    task.await.unwrap();
+    os_trigger.trigger();
+    os_task.await.unwrap().unwrap();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    ironic.cleanup().await;
+    env.cleanup().await;
+}
+
+/// "DEPLOYFAIL fails closed": a bound node in deploy failed is not
+/// re-deployed or torn down by Image Node; Unimage Node admits it ("A bound
+/// DEPLOYFAIL is admitted for this explicit cleanup") and returns it to
+/// available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
+    let ironic = RealIronic::connect().await;
+    let env = TestEnv::new().await;
+    standalone_site(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
+    let site = site_config(&ironic);
+    let (_w, trigger, task) = start_workflow(&env, |c| {
+        c.sites.insert("s1".into(), site.clone());
+    })
+    .await;
+    let name = unique("dfail");
+    let uuid = ironic.available_node(&name).await;
+    let device = device_for(&env, "s1", &name, &uuid).await;
+    mirrored(&env, &device, "available").await;
+    // Admitted while available...
+    let job = create(&env, "image_node", &[device.clone()])
+        .await
+        .expect("created");
+    let first = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(first.status, "succeeded");
+    // ... then the node is redeployed by hand with its only deploy step
+    // disabled: Ironic ends in deploy failed ("No deploy steps returned by
+    // the driver"), still bound.
+    let (s, v) = ironic.provision(&uuid, json!({"target": "deleted"})).await;
+    assert_eq!(s, 202, "{v}");
+    ironic.wait_state(&uuid, "available").await;
+    let bound = fleet_testkit::ironic::random_uuid();
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "add", "path": "/instance_uuid", "value": bound}]),
+        )
+        .await;
+    let (s, v) = ironic
+        .provision(
+            &uuid,
+            json!({"target": "active", "deploy_steps": [{"interface": "deploy", "step": "deploy", "args": {}, "priority": 0}]}),
+        )
+        .await;
+    assert_eq!(s, 202, "{v}");
+    eventually("the node is deploy failed", || async {
+        (ironic.node(&uuid).await["provision_state"] == "deploy failed").then_some(())
+    })
+    .await;
+    // The hub mirrors it as a failure state: admission refuses Image Node.
+    eventually("the hub mirrors deploy failed", || async {
+        (env.device_field(&device, "coalesce(ironic_provision_state, '')")
+            .await
+            == "deploy failed")
+            .then_some(())
+    })
+    .await;
+    let e = create(&env, "image_node", &[device.clone()])
+        .await
+        .unwrap_err();
+    let fleet_workflow_client::WorkflowError::Ineligible { refusals, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(refusals[0].refusal, "ironic_failure_state");
+    assert_eq!(refusals[0].detail, "deploy failed");
+    // Unimage admits it and cleans it up.
+    let job = create(&env, "unimage_node", &[device.clone()])
+        .await
+        .expect("admitted");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    let n = ironic.node(&uuid).await;
+    assert_eq!(n["provision_state"], "available");
+    assert!(n["instance_uuid"].is_null(), "{n}");
+
+    trigger.trigger();
+    task.await.unwrap();
+    os_trigger.trigger();
+    os_task.await.unwrap().unwrap();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    ironic.cleanup().await;
+    env.cleanup().await;
+}

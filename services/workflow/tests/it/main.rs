@@ -1,0 +1,6 @@
+//! The workflow service's integration tests, against the machine's
+//! PostgreSQL and NATS and the real Ironic (`tests/peers/ironic.sh`).
+
+mod eligibility;
+mod ironic_real;
+mod support;

@@ -1,0 +1,147 @@
+//! The workflow service's client, for the API (`/api/v1/jobs/`), the CLI
+//! and tests: core NATS request/reply on `<root>.workflow.cmd.<verb>`
+//! with a timeout; no answer in time is `UNAVAILABLE` (the API answers 503,
+//! never a guess).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fleet_bus::Subjects;
+use fleet_proto::{v1, ErrorCode, Message};
+
+/// A refusal of the workflow service, with the mesh's error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkflowError {
+    /// The job was refused at creation: one refusal per device and gate.
+    #[error("{message}")]
+    Ineligible {
+        message: String,
+        refusals: Vec<v1::DeviceRefusal>,
+    },
+    #[error("{message}")]
+    Refused { code: ErrorCode, message: String },
+    /// No answer in time, NATS away, or the service's store away.
+    #[error("{0}")]
+    Unavailable(String),
+    /// No workflow service was subscribed: nothing was applied.
+    #[error("no workflow service is running")]
+    NotRunning,
+}
+
+impl WorkflowError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            WorkflowError::Ineligible { .. } => ErrorCode::Ineligible,
+            WorkflowError::Refused { code, .. } => *code,
+            WorkflowError::Unavailable(_) | WorkflowError::NotRunning => ErrorCode::Unavailable,
+        }
+    }
+
+    pub fn from_proto(e: v1::WorkflowError) -> Self {
+        match e.code() {
+            ErrorCode::Ineligible => WorkflowError::Ineligible {
+                message: e.message,
+                refusals: e.refusals,
+            },
+            ErrorCode::Unavailable | ErrorCode::Unspecified => {
+                WorkflowError::Unavailable(e.message)
+            }
+            code => WorkflowError::Refused {
+                code,
+                message: e.message,
+            },
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct WorkflowClient {
+    nats: async_nats::Client,
+    subjects: Subjects,
+    timeout: Duration,
+}
+
+impl WorkflowClient {
+    pub fn new(nats: async_nats::Client, subjects: Subjects, timeout: Duration) -> Self {
+        WorkflowClient {
+            nats,
+            subjects,
+            timeout,
+        }
+    }
+
+    async fn call(
+        &self,
+        verb: &str,
+        payload: Vec<u8>,
+    ) -> Result<v1::workflow_reply::Result, WorkflowError> {
+        let request = self
+            .nats
+            .request(self.subjects.workflow_cmd(verb), Bytes::from(payload));
+        let msg = match tokio::time::timeout(self.timeout, request).await {
+            Err(_) => {
+                return Err(WorkflowError::Unavailable(
+                    "the workflow service did not answer in time; the request may or may not have been applied".into(),
+                ))
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(WorkflowError::NotRunning)
+            }
+            Ok(Err(e)) => {
+                return Err(WorkflowError::Unavailable(format!(
+                    "workflow request: {e}"
+                )))
+            }
+            Ok(Ok(m)) => m,
+        };
+        let reply = v1::WorkflowReply::decode(msg.payload.as_ref())
+            .map_err(|e| WorkflowError::Unavailable(format!("undecodable workflow reply: {e}")))?;
+        if let Some(e) = reply.error {
+            return Err(WorkflowError::from_proto(e));
+        }
+        reply
+            .result
+            .ok_or_else(|| WorkflowError::Unavailable("empty workflow reply".into()))
+    }
+
+    fn job(r: v1::workflow_reply::Result) -> Result<v1::Job, WorkflowError> {
+        match r {
+            v1::workflow_reply::Result::Job(j) => Ok(j),
+            _ => Err(WorkflowError::Unavailable(
+                "the workflow service answered with no job".into(),
+            )),
+        }
+    }
+
+    pub async fn create_job(&self, r: &v1::CreateJobRequest) -> Result<v1::Job, WorkflowError> {
+        Self::job(self.call("create_job", r.encode_to_vec()).await?)
+    }
+
+    pub async fn get_job(&self, job_id: &str) -> Result<v1::Job, WorkflowError> {
+        let r = v1::GetJobRequest {
+            job_id: job_id.to_string(),
+        };
+        Self::job(self.call("get_job", r.encode_to_vec()).await?)
+    }
+
+    pub async fn cancel_job(
+        &self,
+        job_id: &str,
+        requested_by: &str,
+    ) -> Result<v1::Job, WorkflowError> {
+        let r = v1::CancelJobRequest {
+            job_id: job_id.to_string(),
+            requested_by: requested_by.to_string(),
+        };
+        Self::job(self.call("cancel_job", r.encode_to_vec()).await?)
+    }
+
+    pub async fn list_jobs(&self, r: &v1::ListJobsRequest) -> Result<v1::JobPage, WorkflowError> {
+        match self.call("list_jobs", r.encode_to_vec()).await? {
+            v1::workflow_reply::Result::Page(p) => Ok(p),
+            _ => Err(WorkflowError::Unavailable(
+                "the workflow service answered with no page".into(),
+            )),
+        }
+    }
+}
