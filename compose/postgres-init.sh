@@ -9,4 +9,5 @@ psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" \
   -v placer_password="${FLEET_DB_PLACER_PASSWORD:-dev-placer}" \
   -v gateway_password="${FLEET_DB_GATEWAY_PASSWORD:-dev-gateway}" \
   -v radar_password="${FLEET_DB_RADAR_PASSWORD:-dev-radar}" \
+  -v workflow_password="${FLEET_DB_WORKFLOW_PASSWORD:-dev-workflow}" \
   -f /fleet/postgres-roles.sql

@@ -6,7 +6,7 @@
 DO $$
 DECLARE r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['fleet_hub', 'fleet_api', 'fleet_placer', 'fleet_gateway', 'fleet_radar'] LOOP
+    FOREACH r IN ARRAY ARRAY['fleet_hub', 'fleet_api', 'fleet_placer', 'fleet_gateway', 'fleet_radar', 'fleet_workflow'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', r);
         END IF;
@@ -18,3 +18,4 @@ CREATE ROLE fleet_api_login LOGIN PASSWORD :'api_password' IN ROLE fleet_api;
 CREATE ROLE fleet_placer_login LOGIN PASSWORD :'placer_password' IN ROLE fleet_placer;
 CREATE ROLE fleet_gateway_login LOGIN PASSWORD :'gateway_password' IN ROLE fleet_gateway;
 CREATE ROLE fleet_radar_login LOGIN PASSWORD :'radar_password' IN ROLE fleet_radar;
+CREATE ROLE fleet_workflow_login LOGIN PASSWORD :'workflow_password' IN ROLE fleet_workflow;

@@ -16,3 +16,4 @@ mod predicates;
 mod security;
 mod support;
 mod telemetry;
+mod workflow_crash;

@@ -164,7 +164,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    for r in ["hub", "api", "placer", "gateway", "radar"] {
+    for r in ["hub", "api", "placer", "gateway", "radar", "workflow"] {
         cmd.args(["-v", &format!("{r}_password=test-{r}")]);
     }
     let mut child = cmd
@@ -176,7 +176,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
            string_agg(r.rolname, ',' ORDER BY r.rolname) FILTER (WHERE pg_has_role(u.oid, r.oid, 'MEMBER')) \
          FROM pg_roles u CROSS JOIN pg_roles r \
          WHERE u.rolname LIKE 'fleet\\_%\\_login' AND r.rolname IN \
-           ('fleet_hub', 'fleet_api', 'fleet_placer', 'fleet_gateway', 'fleet_radar') \
+           ('fleet_hub', 'fleet_api', 'fleet_placer', 'fleet_gateway', 'fleet_radar', 'fleet_workflow') \
          GROUP BY u.rolname, u.rolcanlogin ORDER BY u.rolname;\n\
          ROLLBACK;\n"
     );
@@ -203,6 +203,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
             "fleet_hub_login true fleet_hub",
             "fleet_placer_login true fleet_placer",
             "fleet_radar_login true fleet_radar",
+            "fleet_workflow_login true fleet_workflow",
         ]
     );
     // Rolled back: no login user is left on the machine.
@@ -212,5 +213,41 @@ async fn compose_login_users_are_members_of_their_role_only() {
             .await
             .unwrap();
     assert_eq!(left, 0);
+    env.cleanup().await;
+}
+
+/// Only the workflow service's role writes its jobs (issue 15, item 3:
+/// "the workflow service its jobs").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_workflow_role_writes_jobs() {
+    let env = TestEnv::new().await;
+    for role in Role::ALL {
+        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+            .await
+            .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
+        let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(seen, 0, "{} reads jobs", role.name());
+        let expected = (role != Role::Workflow).then(|| INSUFFICIENT_PRIVILEGE.to_string());
+        assert_eq!(
+            try_as(
+                &pool,
+                "INSERT INTO jobs (id, workflow, created_by) VALUES ('job_x', 'image_node', 'intruder')"
+            )
+            .await,
+            expected,
+            "{} inserts a job",
+            role.name()
+        );
+        assert_eq!(
+            try_as(&pool, "UPDATE job_devices SET status = 'succeeded'").await,
+            expected,
+            "{} updates job devices",
+            role.name()
+        );
+        pool.close().await;
+    }
     env.cleanup().await;
 }

@@ -687,16 +687,24 @@ pub async fn job_terminal(env: &TestEnv, id: &str, within: Duration) -> v1::Job 
     let c = workflow_client(env);
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let j = c.get_job(id).await.expect("get_job");
-        if !matches!(j.status.as_str(), "pending" | "running") {
-            return j;
+        // A workflow service that is restarting answers nothing for a moment.
+        match c.get_job(id).await {
+            Ok(j) if !matches!(j.status.as_str(), "pending" | "running") => return j,
+            Ok(j) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} is still {} after {within:?}: {:?}",
+                j.status,
+                j.devices
+            ),
+            Err(
+                e @ (fleet_workflow_client::WorkflowError::NotRunning
+                | fleet_workflow_client::WorkflowError::Unavailable(_)),
+            ) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id}: the workflow service is away: {e}"
+            ),
+            Err(e) => panic!("get_job {id}: {e}"),
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job {id} is still {} after {within:?}: {:?}",
-            j.status,
-            j.devices
-        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
