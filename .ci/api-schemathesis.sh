@@ -21,6 +21,7 @@ export FLEET__HUB__LISTEN="127.0.0.1:0"
 export FLEET__API__LISTEN="127.0.0.1:0"
 export FLEET__PLACER__LISTEN="127.0.0.1:0"
 export FLEET__RADAR__LISTEN="127.0.0.1:0"
+export FLEET__WORKFLOW__LISTEN="127.0.0.1:0"
 export FLEET__API__HUB_TIMEOUT_MS=10000
 export FLEET__LOG__FILTER="warn,fleet_api=info"
 export FLEET__LOG__FORMAT=json
@@ -55,6 +56,9 @@ SQL
 $BIN hub >"$WORK/hub.log" 2>&1 & PIDS+=($!)
 # Allocations and pool capacity are answered by the placer.
 FLEET__LOG__FILTER="warn,fleet_placer=info" $BIN placer >"$WORK/placer.log" 2>&1 & PIDS+=($!)
+# Jobs are answered by the workflow service (no site configured: a job is
+# refused or fails SITE_NOT_CONFIGURED, nothing is imaged).
+FLEET__LOG__FILTER="warn,fleet_workflow=info" $BIN workflow >"$WORK/workflow.log" 2>&1 & PIDS+=($!)
 $BIN api >"$WORK/api.log" 2>&1 & PIDS+=($!)
 # Radar, for the downstream examples' Radar feed.
 FLEET__LOG__FILTER="warn" $BIN radar >"$WORK/radar.log" 2>&1 & PIDS+=($!)
@@ -71,6 +75,11 @@ for _ in $(seq 1 150); do
   sleep 0.2
 done
 grep -q 'placer running' "$WORK/placer.log" || { echo "fleet placer did not start:"; cat "$WORK/placer.log"; exit 1; }
+for _ in $(seq 1 150); do
+  grep -q 'workflow service running' "$WORK/workflow.log" && break
+  sleep 0.2
+done
+grep -q 'workflow service running' "$WORK/workflow.log" || { echo "fleet workflow did not start:"; cat "$WORK/workflow.log"; exit 1; }
 curl -fs -H "Authorization: Bearer ${TOKEN}" "http://${ADDR}/api/v1/openapi.json" >"$WORK/openapi.json"
 
 # Device routes get a real device, so the fuzzed bodies reach the hub.
