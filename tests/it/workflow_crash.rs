@@ -66,19 +66,8 @@ async fn sigkill_three_times_mid_job_every_device_ends_as_an_uninterrupted_run()
         devices.push(device_of(&reply).id);
     }
     // The hub learns each node's Ironic state from connector-openstack.
-    let mut oc = env.config.clone();
-    oc.connectors.openstack.listen = "127.0.0.1:0".into();
-    oc.connectors.openstack.poll.resync_interval_secs = 0.5;
-    oc.connectors.openstack.sites.insert(
-        "s1".into(),
-        fleet_runtime::connectors::OpenstackSiteConfig {
-            ironic_url: ironic.url.clone(),
-            placement_enabled: false,
-            ..Default::default()
-        },
-    );
-    let (os_trigger, os_shutdown) = fleet_runtime::Shutdown::new();
-    let os_task = tokio::spawn(fleet_connector_openstack::run(oc, os_shutdown));
+    let (os_trigger, os_task) =
+        fleet_testkit::ironic::start_openstack_connector(&env, &ironic, 0.5);
     eventually("every node mirrored as available", || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM devices WHERE ironic_provision_state = 'available' AND ironic_maintenance = false",

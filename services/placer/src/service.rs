@@ -162,38 +162,13 @@ impl Placer {
         Ok(impaired)
     }
 
-    /// Publishes pending allocation events; returns how many were acked.
-    pub async fn relay_once(&self) -> anyhow::Result<usize> {
-        let (acked, read) = PLACER
-            .relay_once(&self.pool, &self.js, 500, 0.0, |_| false)
-            .await?;
-        self.metrics.events_published.inc_by(acked as u64);
-        if acked < read {
-            anyhow::bail!("{} of {read} outbox rows not acknowledged", read - acked);
-        }
-        Ok(acked)
-    }
-
-    async fn relay_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        loop {
-            match self.relay_once().await {
-                Ok(n) if n > 0 => continue,
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "placer relay round failed; retrying"),
-            }
-            if shutdown.is_triggered() {
-                return;
-            }
-            tokio::select! {
-                _ = self.relay_wake.notified() => {},
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
-                _ = shutdown.wait() => {
-                    // Flush what is left, then stop.
-                    let _ = self.relay_once().await;
-                    return;
-                }
-            }
-        }
+    /// Publishes allocation events until shutdown (`fleet_outbox`'s loop).
+    async fn relay_loop(self: Arc<Self>, shutdown: Shutdown) {
+        PLACER
+            .relay_loop(&self.pool, &self.js, &self.relay_wake, shutdown, |n| {
+                self.metrics.events_published.inc_by(n as u64);
+            })
+            .await
     }
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {

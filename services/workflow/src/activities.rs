@@ -12,7 +12,6 @@ use fleet_openstack::Session;
 use fleet_runtime::config::{WorkflowConfig, WorkflowSiteConfig};
 use fleet_runtime::connectors::PollConfig;
 use serde_json::{json, Value};
-use tokio::sync::Mutex;
 
 /// What an external call's failure means for the step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,27 +56,26 @@ impl CallError {
 
 /// One site's systems and settings.
 pub(crate) struct Site {
-    session: Mutex<Session>,
+    session: Session,
     pub config: WorkflowSiteConfig,
     ironic_version: String,
 }
 
 impl Site {
-    pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
-        let mut s = self.session.lock().await;
-        let mut ironic = Ironic {
-            session: &mut s,
+    fn ironic(&self) -> Ironic<'_> {
+        Ironic {
+            session: &self.session,
             version: &self.ironic_version,
-        };
+        }
+    }
+
+    pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
+        let ironic = self.ironic();
         ironic.node(ident).await.map_err(CallError::from_source)
     }
 
     pub async fn patch(&self, uuid: &str, ops: &Value) -> Result<(), CallError> {
-        let mut s = self.session.lock().await;
-        let mut ironic = Ironic {
-            session: &mut s,
-            version: &self.ironic_version,
-        };
+        let ironic = self.ironic();
         ironic
             .patch(uuid, ops)
             .await
@@ -85,11 +83,7 @@ impl Site {
     }
 
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
-        let mut s = self.session.lock().await;
-        let mut ironic = Ironic {
-            session: &mut s,
-            version: &self.ironic_version,
-        };
+        let ironic = self.ironic();
         ironic
             .provision(uuid, body)
             .await
@@ -153,7 +147,7 @@ impl Sites {
             by_site.insert(
                 site.clone(),
                 Arc::new(Site {
-                    session: Mutex::new(session),
+                    session,
                     config: sc.clone(),
                     ironic_version: c.ironic_api_version.trim().to_string(),
                 }),

@@ -262,28 +262,11 @@ impl Workflow {
         Ok(out)
     }
 
-    async fn relay_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        loop {
-            match OUTBOX
-                .relay_once(&self.pool, &self.js, 500, 0.0, |_| false)
-                .await
-            {
-                Ok((n, read)) if n > 0 && n == read => continue,
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "workflow relay round failed; retrying"),
-            }
-            if shutdown.is_triggered() {
-                return;
-            }
-            tokio::select! {
-                _ = self.relay_wake.notified() => {},
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
-                _ = shutdown.wait() => {
-                    let _ = OUTBOX.relay_once(&self.pool, &self.js, 500, 0.0, |_| false).await;
-                    return;
-                }
-            }
-        }
+    /// Publishes device work to JOBS until shutdown (`fleet_outbox`'s loop).
+    async fn relay_loop(self: Arc<Self>, shutdown: Shutdown) {
+        OUTBOX
+            .relay_loop(&self.pool, &self.js, &self.relay_wake, shutdown, |_| {})
+            .await
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod connect;
 pub mod dlq;
+pub mod request;
 pub mod secret;
 pub mod serve;
 pub mod streams;
@@ -15,6 +16,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 
 pub use connect::{connect, connect_now, NatsConfig, NatsConfigError, NatsTls};
+pub use request::{request, RequestError};
 pub use secret::{redact_url, Secret};
 pub use serve::{serve, Limits, Refusal, Responder, ResponderMetrics, Route};
 pub use streams::{

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fleet_bus::Subjects;
+use fleet_bus::{RequestError, Subjects};
 use fleet_proto::{v1, ErrorCode, Message};
 use v1::hub_command::Command as C;
 pub use v1::hub_reply::Record;
@@ -182,22 +182,19 @@ impl HubClient {
             expected_version,
             command: Some(command),
         };
-        let request = self
-            .nats
-            .request(self.subjects.hub_cmd(verb), c.encode_to_vec().into());
-        let msg = match tokio::time::timeout(self.timeout, request).await {
-            Err(_) => return Err(HubCallError::Timeout(self.timeout.as_millis())),
-            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                return Err(HubCallError::NotRunning)
-            }
-            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
-                return Err(HubCallError::Timeout(self.timeout.as_millis()))
-            }
-            Ok(Err(e)) => return Err(HubCallError::Transport(e.to_string())),
-            Ok(Ok(m)) => m,
-        };
-        v1::HubReply::decode(msg.payload.as_ref())
-            .map_err(|e| HubCallError::BadReply(e.to_string()))
+        fleet_bus::request(
+            &self.nats,
+            self.subjects.hub_cmd(verb),
+            c.encode_to_vec(),
+            self.timeout,
+        )
+        .await
+        .map_err(|e| match e {
+            RequestError::Timeout(t) => HubCallError::Timeout(t.as_millis()),
+            RequestError::NotRunning => HubCallError::NotRunning,
+            RequestError::Transport(m) => HubCallError::Transport(m),
+            RequestError::BadReply(m) => HubCallError::BadReply(m),
+        })
     }
 }
 

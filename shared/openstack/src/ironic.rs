@@ -41,12 +41,12 @@ pub struct Node {
 
 /// Ironic at one site, at one API microversion.
 pub struct Ironic<'a> {
-    pub session: &'a mut Session,
+    pub session: &'a Session,
     pub version: &'a str,
 }
 
 impl Ironic<'_> {
-    async fn node_url(&mut self, ident: &str, tail: &str) -> Result<Url, SourceError> {
+    async fn node_url(&self, ident: &str, tail: &str) -> Result<Url, SourceError> {
         let base = self.session.endpoint("baremetal").await?;
         let mut url = nodes_url(&base);
         url.path_segments_mut()
@@ -64,14 +64,14 @@ impl Ironic<'_> {
     }
 
     /// `GET /v1/nodes/{ident}` (a uuid or a name).
-    pub async fn node(&mut self, ident: &str) -> Result<Node, SourceError> {
+    pub async fn node(&self, ident: &str) -> Result<Node, SourceError> {
         let url = self.node_url(ident, "").await?;
         let headers = self.headers();
         self.session.get_json(&url, &headers).await
     }
 
     /// `PATCH /v1/nodes/{ident}` with a JSON patch (RFC 6902).
-    pub async fn patch(&mut self, ident: &str, ops: &Value) -> Result<(), SourceError> {
+    pub async fn patch(&self, ident: &str, ops: &Value) -> Result<(), SourceError> {
         let url = self.node_url(ident, "").await?;
         let headers = self.headers();
         self.session
@@ -82,7 +82,7 @@ impl Ironic<'_> {
 
     /// `PUT /v1/nodes/{ident}/states/provision` with `body`
     /// (`{"target": "active", ...}`): accepted, not done.
-    pub async fn provision(&mut self, ident: &str, body: &Value) -> Result<(), SourceError> {
+    pub async fn provision(&self, ident: &str, body: &Value) -> Result<(), SourceError> {
         let url = self.node_url(ident, "states/provision").await?;
         let headers = self.headers();
         self.session

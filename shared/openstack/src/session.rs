@@ -18,7 +18,9 @@ pub struct Session {
     /// Configured endpoints; otherwise from the Keystone catalogue.
     ironic_url: Option<Url>,
     placement_url: Option<Url>,
-    keystone: Option<Keystone>,
+    /// The token cache: locked only to read or renew the token, so
+    /// requests of one site run at once.
+    keystone: Option<tokio::sync::Mutex<Keystone>>,
     pub http: HttpClient,
 }
 
@@ -53,13 +55,13 @@ impl Session {
                     "configuration key {key}.password is required with {key}.auth_url (value, file or env)"
                 );
                 c.password.resolve(&format!("{key}.password"))?;
-                Some(Keystone {
+                Some(tokio::sync::Mutex::new(Keystone {
                     site: site.to_string(),
                     tokens_url: tokens_url(&auth),
                     config: c.clone(),
                     password: c.password.clone(),
                     cached: None,
-                })
+                }))
             }
         };
         anyhow::ensure!(
@@ -83,16 +85,18 @@ impl Session {
     }
 
     /// The token to send, if the site authenticates; `force` re-issues it.
-    async fn token(&mut self, force: bool) -> Result<Option<String>, SourceError> {
-        match &mut self.keystone {
+    async fn token(&self, force: bool) -> Result<Option<String>, SourceError> {
+        match &self.keystone {
             None => Ok(None),
-            Some(k) => Ok(Some(k.token(&self.http, force).await?.value.clone())),
+            Some(k) => Ok(Some(
+                k.lock().await.token(&self.http, force).await?.value.clone(),
+            )),
         }
     }
 
     /// A configured endpoint, or the catalogue's (`baremetal`,
     /// `placement`).
-    pub async fn endpoint(&mut self, service_type: &str) -> Result<Url, SourceError> {
+    pub async fn endpoint(&self, service_type: &str) -> Result<Url, SourceError> {
         let configured = match service_type {
             "baremetal" => self.ironic_url.clone(),
             _ => self.placement_url.clone(),
@@ -101,11 +105,12 @@ impl Session {
             return Ok(u);
         }
         let (interface, region) = (self.config.interface.clone(), self.config.region.clone());
-        let Some(k) = &mut self.keystone else {
+        let Some(k) = &self.keystone else {
             return Err(SourceError::Config(format!(
                 "no {service_type} endpoint configured"
             )));
         };
+        let mut k = k.lock().await;
         let t = k.token(&self.http, false).await?;
         let found = endpoint(&t.catalog, service_type, &interface, &region).ok_or_else(|| {
             SourceError::Protocol(format!(
@@ -119,7 +124,7 @@ impl Session {
     /// A request with the token and `headers` (and a JSON `body`); a 401
     /// re-issues the token once. Returns the response body as text.
     pub async fn send(
-        &mut self,
+        &self,
         method: Method,
         url: &Url,
         headers: &[(&'static str, String)],
@@ -149,8 +154,8 @@ impl Session {
             match r {
                 Err(e) if e.is_unauthorized() && self.keystone.is_some() && !refreshed => {
                     tracing::info!(site = %self.site, url = %url, "token refused; re-authenticating");
-                    if let Some(k) = &mut self.keystone {
-                        k.invalidate();
+                    if let Some(k) = &self.keystone {
+                        k.lock().await.invalidate();
                     }
                     refreshed = true;
                 }
@@ -167,7 +172,7 @@ impl Session {
 
     /// GET with the token and `headers`, decoded as `T`.
     pub async fn get_json<T: DeserializeOwned>(
-        &mut self,
+        &self,
         url: &Url,
         headers: &[(&'static str, String)],
     ) -> Result<T, SourceError> {

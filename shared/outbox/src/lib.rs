@@ -223,4 +223,52 @@ impl Outbox {
         tx.commit().await?;
         Ok((acked.len(), rows.len()))
     }
+
+    /// Relays until `shutdown`: a round as soon as `wake` is notified (a
+    /// writer just committed rows), otherwise every second, the next round
+    /// at once while rounds publish a full page; a last round at shutdown.
+    /// `published` counts what each round published.
+    pub async fn relay_loop(
+        &self,
+        pool: &sqlx::PgPool,
+        js: &async_nats::jetstream::Context,
+        wake: &tokio::sync::Notify,
+        mut shutdown: fleet_runtime::Shutdown,
+        published: impl Fn(usize),
+    ) {
+        const PAGE: i64 = 500;
+        loop {
+            match self.relay_once(pool, js, PAGE, 0.0, |_| false).await {
+                Ok((acked, read)) => {
+                    published(acked);
+                    if acked < read {
+                        tracing::warn!(
+                            outbox = self.table,
+                            unacked = read - acked,
+                            "outbox rows not acknowledged; retrying"
+                        );
+                    } else if acked > 0 {
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(outbox = self.table, error = %e, "outbox relay round failed; retrying")
+                }
+            }
+            if shutdown.is_triggered() {
+                return;
+            }
+            tokio::select! {
+                _ = wake.notified() => {},
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {},
+                _ = shutdown.wait() => {
+                    // Flush what is left, then stop.
+                    if let Ok((acked, _)) = self.relay_once(pool, js, PAGE, 0.0, |_| false).await {
+                        published(acked);
+                    }
+                    return;
+                }
+            }
+        }
+    }
 }

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use fleet_bus::Subjects;
+use fleet_bus::{RequestError, Subjects};
 use fleet_proto::{v1, Message};
 
 use crate::error::PlacerError;
@@ -33,23 +32,23 @@ impl PlacerClient {
         verb: &str,
         payload: Vec<u8>,
     ) -> Result<v1::placer_reply::Result, PlacerError> {
-        let request = self
-            .nats
-            .request(self.subjects.placer_cmd(verb), Bytes::from(payload));
-        let msg = match tokio::time::timeout(self.timeout, request).await {
-            Err(_) => {
-                return Err(PlacerError::Unavailable(
-                    "the placer did not answer in time".into(),
-                ))
+        let reply: v1::PlacerReply = fleet_bus::request(
+            &self.nats,
+            self.subjects.placer_cmd(verb),
+            payload,
+            self.timeout,
+        )
+        .await
+        .map_err(|e| match e {
+            RequestError::NotRunning => PlacerError::NotRunning,
+            RequestError::Timeout(_) => {
+                PlacerError::Unavailable("the placer did not answer in time".into())
             }
-            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                return Err(PlacerError::NotRunning)
+            RequestError::Transport(m) => PlacerError::Unavailable(format!("placer request: {m}")),
+            RequestError::BadReply(m) => {
+                PlacerError::Unavailable(format!("undecodable placer reply: {m}"))
             }
-            Ok(Err(e)) => return Err(PlacerError::Unavailable(format!("placer request: {e}"))),
-            Ok(Ok(m)) => m,
-        };
-        let reply = v1::PlacerReply::decode(msg.payload.as_ref())
-            .map_err(|e| PlacerError::Unavailable(format!("undecodable placer reply: {e}")))?;
+        })?;
         if let Some(e) = &reply.error {
             return Err(PlacerError::from_proto(e));
         }

@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use fleet_bus::Subjects;
+use fleet_bus::{RequestError, Subjects};
 use fleet_proto::{v1, ErrorCode, Message};
 
 /// A refusal of the workflow service, with the mesh's error code.
@@ -75,27 +74,23 @@ impl WorkflowClient {
         verb: &str,
         payload: Vec<u8>,
     ) -> Result<v1::workflow_reply::Result, WorkflowError> {
-        let request = self
-            .nats
-            .request(self.subjects.workflow_cmd(verb), Bytes::from(payload));
-        let msg = match tokio::time::timeout(self.timeout, request).await {
-            Err(_) => {
-                return Err(WorkflowError::Unavailable(
-                    "the workflow service did not answer in time; the request may or may not have been applied".into(),
-                ))
+        let reply: v1::WorkflowReply = fleet_bus::request(
+            &self.nats,
+            self.subjects.workflow_cmd(verb),
+            payload,
+            self.timeout,
+        )
+        .await
+        .map_err(|e| match e {
+            RequestError::NotRunning => WorkflowError::NotRunning,
+            RequestError::Timeout(_) => WorkflowError::Unavailable(
+                "the workflow service did not answer in time; the request may or may not have been applied".into(),
+            ),
+            RequestError::Transport(m) => WorkflowError::Unavailable(format!("workflow request: {m}")),
+            RequestError::BadReply(m) => {
+                WorkflowError::Unavailable(format!("undecodable workflow reply: {m}"))
             }
-            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                return Err(WorkflowError::NotRunning)
-            }
-            Ok(Err(e)) => {
-                return Err(WorkflowError::Unavailable(format!(
-                    "workflow request: {e}"
-                )))
-            }
-            Ok(Ok(m)) => m,
-        };
-        let reply = v1::WorkflowReply::decode(msg.payload.as_ref())
-            .map_err(|e| WorkflowError::Unavailable(format!("undecodable workflow reply: {e}")))?;
+        })?;
         if let Some(e) = reply.error {
             return Err(WorkflowError::from_proto(e));
         }

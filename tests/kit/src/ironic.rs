@@ -238,3 +238,33 @@ async fn remove(http: &reqwest::Client, url: &str, uuids: Vec<String>) {
         let _ = call(reqwest::Method::DELETE, format!("/nodes/{uuid}"), None).await;
     }
 }
+
+/// connector-openstack reading the real Ironic for site `s1` (keyed by node
+/// name, polled every `every_secs`), so the devices' Ironic mirror reaches
+/// the hub as in production.
+pub fn start_openstack_connector(
+    env: &crate::TestEnv,
+    ironic: &RealIronic,
+    every_secs: f64,
+) -> (
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let mut config = env.config.clone();
+    let c = &mut config.connectors.openstack;
+    c.listen = "127.0.0.1:0".into();
+    c.poll.resync_interval_secs = every_secs;
+    c.poll.jitter = 0.0;
+    c.poll.resync_spread = 0.0;
+    c.sites.insert(
+        "s1".into(),
+        fleet_runtime::connectors::OpenstackSiteConfig {
+            ironic_url: ironic.url.clone(),
+            placement_enabled: false,
+            ..Default::default()
+        },
+    );
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let task = tokio::spawn(fleet_connector_openstack::run(config, shutdown));
+    (trigger, task)
+}

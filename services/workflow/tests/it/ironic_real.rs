@@ -9,16 +9,8 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_then_unimage_a_standalone_node_end_to_end() {
-    let ironic = RealIronic::connect().await;
-    let env = TestEnv::new().await;
-    standalone_site(&env).await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
-    let site = site_config(&ironic);
-    let (_w, trigger, task) = start_workflow(&env, |c| {
-        c.sites.insert("s1".into(), site.clone());
-    })
-    .await;
+    let (ironic, env, mesh) = Mesh::start().await;
+    let site = &mesh.site;
     let mut devices = vec![];
     let mut nodes = vec![];
     for i in 0..2 {
@@ -98,28 +90,12 @@ async fn image_then_unimage_a_standalone_node_end_to_end() {
     let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
     assert_eq!(job.status, "succeeded");
 
-    trigger.trigger();
-    task.await.unwrap();
-    os_trigger.trigger();
-    os_task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
-    ironic.cleanup().await;
-    env.cleanup().await;
+    mesh.stop(ironic, env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_available_node_with_a_stale_instance_uuid_is_rejected_not_adopted() {
-    let ironic = RealIronic::connect().await;
-    let env = TestEnv::new().await;
-    standalone_site(&env).await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
-    let site = site_config(&ironic);
-    let (_w, trigger, task) = start_workflow(&env, |c| {
-        c.sites.insert("s1".into(), site.clone());
-    })
-    .await;
+    let (ironic, env, mesh) = Mesh::start().await;
     let name = unique("stale");
     let uuid = ironic.available_node(&name).await;
     let stale = fleet_testkit::ironic::random_uuid();
@@ -144,14 +120,7 @@ async fn an_available_node_with_a_stale_instance_uuid_is_rejected_not_adopted() 
     assert_eq!(n["provision_state"], "available", "not deployed: {n}");
     assert_eq!(n["instance_uuid"], stale, "not adopted, not cleared: {n}");
 
-    trigger.trigger();
-    task.await.unwrap();
-    os_trigger.trigger();
-    os_task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
-    ironic.cleanup().await;
-    env.cleanup().await;
+    mesh.stop(ironic, env).await;
 }
 
 /// Seed 002: "A node already tearing down (DELETING/CLEANING/CLEANWAIT/
@@ -159,16 +128,7 @@ async fn an_available_node_with_a_stale_instance_uuid_is_rejected_not_adopted() 
 /// completes on observed AVAILABLE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_already_cleaning_is_not_fired_again() {
-    let ironic = RealIronic::connect().await;
-    let env = TestEnv::new().await;
-    standalone_site(&env).await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
-    let site = site_config(&ironic);
-    let (_w, trigger, task) = start_workflow(&env, |c| {
-        c.sites.insert("s1".into(), site.clone());
-    })
-    .await;
+    let (ironic, env, mesh) = Mesh::start().await;
     let name = unique("clean");
     // Cleans for 5 s on teardown.
     let uuid = ironic
@@ -206,14 +166,7 @@ async fn a_node_already_cleaning_is_not_fired_again() {
     assert_eq!(n["provision_state"], "available");
     assert!(n["instance_uuid"].is_null(), "{n}");
 
-    trigger.trigger();
-    task.await.unwrap();
-    os_trigger.trigger();
-    os_task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
-    ironic.cleanup().await;
-    env.cleanup().await;
+    mesh.stop(ironic, env).await;
 }
 
 /// "DEPLOYFAIL fails closed": a bound node in deploy failed is not
@@ -222,16 +175,7 @@ async fn a_node_already_cleaning_is_not_fired_again() {
 /// available.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
-    let ironic = RealIronic::connect().await;
-    let env = TestEnv::new().await;
-    standalone_site(&env).await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (os_trigger, os_task) = start_openstack_connector(&env, &ironic);
-    let site = site_config(&ironic);
-    let (_w, trigger, task) = start_workflow(&env, |c| {
-        c.sites.insert("s1".into(), site.clone());
-    })
-    .await;
+    let (ironic, env, mesh) = Mesh::start().await;
     let name = unique("dfail");
     let uuid = ironic.available_node(&name).await;
     let device = device_for(&env, "s1", &name, &uuid).await;
@@ -292,12 +236,5 @@ async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
     assert_eq!(n["provision_state"], "available");
     assert!(n["instance_uuid"].is_null(), "{n}");
 
-    trigger.trigger();
-    task.await.unwrap();
-    os_trigger.trigger();
-    os_task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
-    ironic.cleanup().await;
-    env.cleanup().await;
+    mesh.stop(ironic, env).await;
 }

@@ -64,34 +64,6 @@ pub async fn create(
         .await
 }
 
-/// connector-openstack reading the real Ironic for site `s1` (keyed by node
-/// name), so the devices' Ironic mirror reaches the hub as in production.
-pub fn start_openstack_connector(
-    env: &TestEnv,
-    ironic: &RealIronic,
-) -> (
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.openstack;
-    c.listen = "127.0.0.1:0".into();
-    c.poll.resync_interval_secs = 0.3;
-    c.poll.jitter = 0.0;
-    c.poll.resync_spread = 0.0;
-    c.sites.insert(
-        "s1".into(),
-        fleet_runtime::connectors::OpenstackSiteConfig {
-            ironic_url: ironic.url.clone(),
-            placement_enabled: false,
-            ..Default::default()
-        },
-    );
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
-    let task = tokio::spawn(fleet_connector_openstack::run(config, shutdown));
-    (trigger, task)
-}
-
 /// Waits until the hub mirrors `device`'s node in `state`, out of
 /// maintenance.
 pub async fn mirrored(env: &TestEnv, device: &str, state: &str) {
@@ -106,4 +78,52 @@ pub async fn mirrored(env: &TestEnv, device: &str, state: &str) {
         (s == want && m == "false").then_some(())
     })
     .await;
+}
+
+/// What every Ironic test runs: the real Ironic, a test environment whose
+/// `s1` is a standalone-Ironic site, the hub, connector-openstack reading
+/// that Ironic, and the workflow service configured for it.
+pub struct Mesh {
+    pub site: fleet_runtime::config::WorkflowSiteConfig,
+    stops: Vec<(
+        fleet_runtime::shutdown::ShutdownTrigger,
+        tokio::task::JoinHandle<()>,
+    )>,
+}
+
+impl Mesh {
+    pub async fn start() -> (RealIronic, TestEnv, Mesh) {
+        let ironic = RealIronic::connect().await;
+        let env = TestEnv::new().await;
+        standalone_site(&env).await;
+        let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+        let (os_trigger, os_task) =
+            fleet_testkit::ironic::start_openstack_connector(&env, &ironic, 0.3);
+        let os_task = tokio::spawn(async move {
+            os_task.await.unwrap().expect("connector-openstack runs");
+        });
+        let site = site_config(&ironic);
+        let s = site.clone();
+        let (_w, trigger, task) = start_workflow(&env, |c| {
+            c.sites.insert("s1".into(), s);
+        })
+        .await;
+        let stops = vec![
+            (trigger, task),
+            (os_trigger, os_task),
+            (hub_trigger, hub_task),
+        ];
+        (ironic, env, Mesh { site, stops })
+    }
+
+    /// Stops the services (the workflow service first), removes the
+    /// test's nodes and its environment.
+    pub async fn stop(self, ironic: RealIronic, env: TestEnv) {
+        for (trigger, task) in self.stops {
+            trigger.trigger();
+            task.await.unwrap();
+        }
+        ironic.cleanup().await;
+        env.cleanup().await;
+    }
 }

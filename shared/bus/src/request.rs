@@ -1,0 +1,47 @@
+//! The caller's side of the one request/reply layer: every client crate
+//! (`fleet-hub-client`, `fleet-placer-client`, `fleet-workflow-client`)
+//! sends through [`request`], so "no answer in time", "nobody is
+//! subscribed" and "the reply does not decode" mean the same everywhere.
+
+use std::time::Duration;
+
+use fleet_proto::Message;
+
+/// Why a request has no reply to read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// No answer within the timeout: it may or may not have been applied.
+    #[error("no answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    /// Nobody is subscribed: nothing was sent, nothing applied.
+    #[error("no responder is running")]
+    NotRunning,
+    /// NATS itself failed the request.
+    #[error("request: {0}")]
+    Transport(String),
+    /// The answer is not the reply message it should be.
+    #[error("undecodable reply: {0}")]
+    BadReply(String),
+}
+
+/// Sends `payload` to `subject` and decodes the reply as `M`.
+pub async fn request<M: Message + Default>(
+    nats: &async_nats::Client,
+    subject: String,
+    payload: Vec<u8>,
+    timeout: Duration,
+) -> Result<M, RequestError> {
+    let sent = nats.request(subject, payload.into());
+    let msg = match tokio::time::timeout(timeout, sent).await {
+        Err(_) => return Err(RequestError::Timeout(timeout)),
+        Ok(Err(e)) => {
+            return Err(match e.kind() {
+                async_nats::RequestErrorKind::NoResponders => RequestError::NotRunning,
+                async_nats::RequestErrorKind::TimedOut => RequestError::Timeout(timeout),
+                _ => RequestError::Transport(e.to_string()),
+            })
+        }
+        Ok(Ok(m)) => m,
+    };
+    M::decode(msg.payload.as_ref()).map_err(|e| RequestError::BadReply(e.to_string()))
+}
