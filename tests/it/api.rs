@@ -1142,12 +1142,21 @@ async fn api_filters_and_pagination_over_thousands() {
     env.cleanup().await;
 }
 
-/// Impairment events: the hold quarantines and freezes; clearing removes
-/// it and the hub re-derives; Placement trait work is recorded pending.
+/// Impairment events through the API: the workflow service records the
+/// event and runs each device's cordon (the hub's hold quarantines and
+/// freezes; the customer-ready trait leaves Placement); clearing runs the
+/// release (the trait back for the pre-hold in_use host, the hold removed,
+/// the status re-derived).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_impairment_event_cordon_and_clear() {
     let env = TestEnv::new().await;
+    let placement = fleet_testkit::placement::FakePlacement::start().await;
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let site = placement.site_config();
+    let (_w, w_trigger, w_task) = start_workflow(&env, |c| {
+        c.sites.insert("s1".into(), site);
+    })
+    .await;
     let (addr, trigger) = start_api(&api_config(&env)).await;
     let ops = token(
         &env,
@@ -1158,8 +1167,14 @@ async fn api_impairment_event_cordon_and_clear() {
         ],
     )
     .await;
-    let a = env.create_device("s1", "gpu-i-01").await;
-    let b = env.create_device("s1", "gpu-i-02").await;
+    let (ua, ub) = (
+        "0a000000-0000-4000-8000-00000000000a",
+        "0b000000-0000-4000-8000-00000000000b",
+    );
+    let a = create_device_with_ref(&env, "gpu-i-01", ua).await;
+    let b = create_device_with_ref(&env, "gpu-i-02", ub).await;
+    placement.provider(ua, &["CUSTOM_CUSTOMER_READY"]);
+    placement.provider(ub, &["CUSTOM_CUSTOMER_READY"]);
     assert_eq!(
         apply_openstack(addr, &ops, &a, true, true).await.status,
         200
@@ -1191,8 +1206,15 @@ async fn api_impairment_event_cordon_and_clear() {
     assert_eq!(r.status, 201, "{}", r.body);
     let ev = r.json();
     let id = ev["id"].as_str().unwrap().to_string();
-    assert_eq!(ev["status"], "cordoned");
+    assert_eq!(ev["status"], "accepted");
     insta::assert_json_snapshot!("impairment_created", snap(ev.clone()));
+    let path = format!("/api/v1/operations/impairment-events/{id}/");
+    let cordoned = eventually("the event cordoned", || async {
+        let e = get(addr, &path, &ops).await.json();
+        (e["status"] == "cordoned").then_some(e)
+    })
+    .await;
+    insta::assert_json_snapshot!("impairment_cordoned", snap(cordoned));
     for d in [&a, &b] {
         assert_eq!(
             env.device_field(d, "operational_status").await,
@@ -1200,6 +1222,7 @@ async fn api_impairment_event_cordon_and_clear() {
         );
         assert_eq!(env.device_field(d, "impairment_hold").await, id);
     }
+    assert_eq!(placement.traits(ua).unwrap(), Vec::<String>::new());
     // The hold freezes the status while conditions still update.
     assert_eq!(
         apply_openstack(addr, &ops, &a, true, true).await.json()["device"]["operational_status"],
@@ -1233,8 +1256,12 @@ async fn api_impairment_event_cordon_and_clear() {
     )
     .await;
     assert_eq!(c.status, 200, "{}", c.body);
-    let cleared = c.json();
-    assert_eq!(cleared["status"], "cleared");
+    assert_eq!(c.json()["status"], "release_pending");
+    let cleared = eventually("the event cleared", || async {
+        let e = get(addr, &path, &ops).await.json();
+        (e["status"] == "cleared").then_some(e)
+    })
+    .await;
     insta::assert_json_snapshot!("impairment_cleared", snap(cleared.clone()));
     // Re-derived: a was in_use before the hold, b unknown.
     assert_eq!(env.device_field(&a, "operational_status").await, "in_use");
@@ -1242,9 +1269,18 @@ async fn api_impairment_event_cordon_and_clear() {
     let devs = cleared["devices"].as_array().unwrap();
     let da = devs.iter().find(|d| d["device_id"] == a.as_str()).unwrap();
     assert_eq!(da["placement_action"], "restore_customer_ready_trait");
-    assert_eq!(da["placement_status"], "pending");
+    assert_eq!(da["placement_status"], "done");
+    assert_eq!(
+        placement.traits(ua).unwrap(),
+        vec!["CUSTOM_CUSTOMER_READY".to_string()]
+    );
     let db = devs.iter().find(|d| d["device_id"] == b.as_str()).unwrap();
     assert!(db["placement_action"].is_null());
+    assert_eq!(
+        placement.traits(ub).unwrap(),
+        Vec::<String>::new(),
+        "b was not available or in_use before the hold"
+    );
     let twice = http_raw(
         addr,
         "POST",
@@ -1256,9 +1292,28 @@ async fn api_impairment_event_cordon_and_clear() {
     .await;
     assert_eq!(twice.code(), "INVALID_STATE");
     trigger.trigger();
+    w_trigger.trigger();
+    w_task.await.unwrap();
     hub_trigger.trigger();
     hub_task.await.unwrap();
     env.cleanup().await;
+}
+
+async fn create_device_with_ref(env: &TestEnv, name: &str, infrastructure_ref: &str) -> String {
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            fleet_proto::v1::hub_command::Command::CreateDevice(fleet_proto::v1::CreateDevice {
+                site: "s1".into(),
+                name: name.into(),
+                infrastructure_ref: infrastructure_ref.into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
+    device_of(&reply).id
 }
 
 /// Without a hub (and without NATS at all) mutations answer 503 and
@@ -1298,8 +1353,13 @@ async fn api_mutations_503_when_hub_or_nats_down() {
             json!({"device_ids": ["dev_x"], "reason": "r"}),
         )
         .await;
-        assert_eq!(r.status, 503, "{what}: {}", r.body);
-        assert_eq!(r.json()["error"]["details"]["status"], "failed");
+        // No workflow service answers: nothing was recorded.
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (503, "UNAVAILABLE"),
+            "{what}: {}",
+            r.body
+        );
         let r = get(addr, "/api/v1/devices/dev_x/", &t).await;
         assert_eq!(r.status, 200, "{what}: reads work");
         assert_eq!(r.json()["cordoned"], false);

@@ -90,6 +90,12 @@ async fn devices_and_impairments_through_the_cli() {
 
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
+    // A standalone-Ironic site: the cordon is the hub's hold alone.
+    sqlx::query("UPDATE sites SET placement_enabled = false WHERE id = 's1'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let (_w, w_trigger, w_task) = crate::support::start_workflow(&env, |_| {}).await;
     let id = env.create_device("s1", "gpu-cli-01").await;
     let (addr, api_trigger) = start_api(&env.config).await;
     let t = token(
@@ -133,16 +139,30 @@ async fn devices_and_impairments_through_the_cli() {
     let (ok, out, err) = cli(
         addr,
         &t,
-        &["impairments", "create", &id, "--reason", "cli test"],
+        &[
+            "impairments",
+            "create",
+            &id,
+            "--reason",
+            "cli test",
+            "--watch",
+        ],
     )
     .await;
     assert!(ok, "{err}");
-    assert!(out.contains("1 device(s), cli test"), "{out}");
+    assert!(out.contains("accepted: 1 device(s), cli test"), "{out}");
+    assert!(
+        out.contains("cordoned: 1 device(s), cli test"),
+        "--watch follows it: {out}"
+    );
+    assert!(out.contains("DEVICE") && out.contains(&id), "{out}");
     let (ok, out, err) = cli(addr, &t, &["impairments", "list"]).await;
     assert!(ok, "{err}");
     assert!(out.starts_with("ID") && out.contains("cli test"), "{out}");
 
     api_trigger.trigger();
+    w_trigger.trigger();
+    let _ = w_task.await;
     hub_trigger.trigger();
     let _ = hub_task.await;
     env.cleanup().await;

@@ -166,6 +166,8 @@ pub fn error(verb: &str, e: WorkflowError) -> ApiError {
             ApiError::unavailable(match verb {
                 "create_job" => "the workflow service did not answer in time; the job may or may not have been created: list the jobs before retrying",
                 "cancel_job" => "the workflow service did not answer in time; cancel again (it is idempotent)",
+                "create_impairment" => "the workflow service did not answer in time; the event may or may not have been created: list the impairment events before retrying",
+                "clear_impairment" => "the workflow service did not answer in time; read the event, and clear again if it is not being released",
                 _ => "the workflow service did not answer in time; retry later",
             })
         }

@@ -57,32 +57,26 @@ pub fn slurm_states_schema() -> utoipa::openapi::schema::Array {
         .build()
 }
 
-pub const EVENT_STATUSES: &[&str] = &[
-    "accepted",
-    "cordoned",
-    "cleared",
-    "partially_failed",
-    "failed",
-    "release_pending",
-    "release_retrying",
-    "release_failed",
-];
-pub const EVENT_DEVICE_STATUSES: &[&str] = &[
-    "pending",
-    "cordoned",
-    "cleared",
-    "failed",
-    "retrying",
-    "release_pending",
-    "release_retrying",
-    "release_failed",
-];
-
 pub fn event_status_schema() -> Object {
-    enum_schema(EVENT_STATUSES.iter().copied())
+    enum_schema(
+        fleet_domain::impairment::EventStatus::ALL
+            .iter()
+            .map(|s| s.as_str()),
+    )
 }
 pub fn event_device_status_schema() -> Object {
-    enum_schema(EVENT_DEVICE_STATUSES.iter().copied())
+    enum_schema(
+        fleet_domain::impairment::EventDeviceStatus::ALL
+            .iter()
+            .map(|s| s.as_str()),
+    )
+}
+fn placement_action_schema() -> Object {
+    enum_schema(
+        fleet_domain::impairment::PlacementAction::ALL
+            .iter()
+            .map(|s| s.as_str()),
+    )
 }
 
 /// One device in a list: every status axis and the derived predicates.
@@ -326,8 +320,10 @@ pub struct ImpairmentEventDevice {
     pub status: String,
     #[schema(schema_with = operational_status_schema)]
     pub pre_hold_operational_status: String,
-    /// Placement trait work for the workflow service (not built yet): the
-    /// action and `pending` until something carries it out.
+    /// The Placement trait work of the device's current phase (null at a
+    /// standalone-Ironic site, or with nothing to restore) and its outcome:
+    /// `pending`, `done`, `failed`.
+    #[schema(schema_with = placement_action_schema, nullable)]
     pub placement_action: Option<String>,
     pub placement_status: Option<String>,
     pub error_code: Option<String>,

@@ -144,17 +144,30 @@ pub enum ImpairmentsCommand {
         /// The ticket that tracks it.
         #[arg(long)]
         ticket_url: Option<String>,
+        /// Follow the event until its cordon is done.
+        #[arg(long)]
+        watch: bool,
     },
     /// List impairment events.
     List {
-        /// `active` or `cleared`.
+        /// An event status (`accepted`, `cordoned`, `partially_failed`,
+        /// `failed`, `release_pending`, `release_retrying`,
+        /// `release_failed`, `cleared`).
         #[arg(long)]
         status: Option<String>,
     },
-    /// Clear an impairment event.
+    /// One event with every device's status and Placement work.
+    Show {
+        /// The id, as `list` shows it.
+        id: String,
+    },
+    /// Clear an impairment event: release every device not cleared yet.
     Clear {
         /// The id, as `list` shows it.
         id: String,
+        /// Follow the event until its release is done.
+        #[arg(long)]
+        watch: bool,
     },
 }
 
@@ -183,7 +196,7 @@ impl std::fmt::Display for ApiError {
             Some(E::Conflict) => " (the device changed meanwhile; run the command again)",
             Some(E::InvalidState) => " (the device's state does not allow this now)",
             Some(E::Unavailable) => {
-                " (the hub, the placer, NATS or PostgreSQL is not answering; retry shortly)"
+                " (the hub, the placer, the workflow service, NATS or PostgreSQL is not answering; retry shortly)"
             }
             _ => "",
         };
@@ -596,18 +609,20 @@ fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
 pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<()> {
     let api = Api::new(&t.api_url, t.token.as_deref())?;
     let json_out = t.output == Output::Json;
-    let v = match what {
+    let (v, watch) = match what {
         ImpairmentsCommand::Create {
             ids,
             reason,
             ticket_url,
-        } => {
+            watch,
+        } => (
             api.post(
                 "/api/v1/operations/impairment-events/",
                 json!({"device_ids": ids, "reason": reason, "ticket_url": ticket_url}),
             )
-            .await?
-        }
+            .await?,
+            watch,
+        ),
         ImpairmentsCommand::List { status } => {
             let q: Vec<(&str, String)> = status.map(|st| ("status", st)).into_iter().collect();
             let events: Vec<ImpairmentEvent> = api
@@ -634,25 +649,98 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
             );
             return Ok(());
         }
-        ImpairmentsCommand::Clear { id } => {
+        ImpairmentsCommand::Show { id } => (
+            api.get(&format!("/api/v1/operations/impairment-events/{id}/"), &[])
+                .await?,
+            false,
+        ),
+        ImpairmentsCommand::Clear { id, watch } => (
             api.post(
                 &format!("/api/v1/operations/impairment-events/{id}/clear"),
                 json!({}),
             )
-            .await?
-        }
+            .await?,
+            watch,
+        ),
     };
     let d: ImpairmentEventDetail = serde_json::from_value(v)
         .context("the API's impairment event is not what this CLI reads")?;
+    if watch {
+        return watch_impairment(&api, &d.event.id, json_out).await;
+    }
     if json_out {
         print_json(&d)
     } else {
-        let e = &d.event;
-        println!(
-            "{} {}: {} device(s), {}",
-            e.id, e.status, e.device_count, e.reason
-        );
+        print!("{}", impairment_text(&d));
         Ok(())
+    }
+}
+
+fn impairment_text(d: &ImpairmentEventDetail) -> String {
+    let e = &d.event;
+    let mut out = format!(
+        "{} {}: {} device(s), {}\n",
+        e.id, e.status, e.device_count, e.reason
+    );
+    let rows: Vec<Vec<String>> = d
+        .devices
+        .iter()
+        .map(|x| {
+            vec![
+                x.device_id.clone(),
+                x.status.clone(),
+                x.pre_hold_operational_status.clone(),
+                x.placement_action.clone().unwrap_or_default(),
+                x.placement_status.clone().unwrap_or_default(),
+                x.error_code.clone().unwrap_or_default(),
+                x.error_message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "DEVICE",
+            "STATUS",
+            "PRE-HOLD",
+            "PLACEMENT",
+            "PLACEMENT-STATUS",
+            "ERROR",
+            "MESSAGE",
+        ],
+        &rows,
+    ));
+    out
+}
+
+/// Follows an event until no device is left to work on.
+async fn watch_impairment(api: &Api, id: &str, json_out: bool) -> anyhow::Result<()> {
+    use fleet_domain::impairment::EventStatus as S;
+    let mut last = String::new();
+    loop {
+        let v = api
+            .get(&format!("/api/v1/operations/impairment-events/{id}/"), &[])
+            .await?;
+        let d: ImpairmentEventDetail = serde_json::from_value(v)
+            .context("the API's impairment event is not what this CLI reads")?;
+        let settled = !matches!(
+            S::parse(&d.event.status),
+            Ok(S::Accepted | S::ReleasePending | S::ReleaseRetrying)
+        );
+        if json_out {
+            if settled {
+                return print_json(&d);
+            }
+        } else {
+            let text = impairment_text(&d);
+            if text != last {
+                print!("{text}");
+                last = text;
+            }
+            if settled {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! The activities' side of the external systems: one OpenStack session
 //! per configured site (the same client connector-openstack reads with),
-//! and how an Ironic error becomes a retry or a failure code.
+//! and how an Ironic or Placement error becomes a retry or a failure code.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use fleet_connector::{ConnectorMetrics, HttpClient, SourceError};
 use fleet_domain::failure::FailureCode;
 use fleet_openstack::ironic::{error_message, Ironic, Node};
+use fleet_openstack::placement::{Placement, Traits};
 use fleet_openstack::Session;
 use fleet_runtime::config::{WorkflowConfig, WorkflowSiteConfig};
 use fleet_runtime::connectors::PollConfig;
@@ -17,39 +18,68 @@ use serde_json::{json, Value};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CallError {
     /// May pass: try the step again after a back-off (an outage, a 5xx, a
-    /// node locked by a transition in flight).
-    Transient(String),
+    /// node locked by a transition in flight); once the tries are spent the
+    /// device fails with this (retryable) code.
+    Transient(FailureCode, String),
     /// Will not pass by trying again: the device fails with this code.
     Permanent(FailureCode, String),
 }
 
+/// The external system a call went to: which codes its failures carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum System {
+    Ironic,
+    Placement,
+}
+
 impl CallError {
-    pub fn from_source(e: SourceError) -> Self {
+    pub fn from_source(e: SourceError, system: System) -> Self {
+        use FailureCode as F;
+        let (not_found, refused, unavailable, name) = match system {
+            System::Ironic => (
+                F::IronicNodeNotFound,
+                F::IronicRequestRefused,
+                F::IronicUnavailable,
+                "ironic",
+            ),
+            System::Placement => (
+                F::PlacementResourceProviderNotFound,
+                F::PlacementRequestRefused,
+                F::PlacementUnavailable,
+                "placement",
+            ),
+        };
+        let message = |body: &str| match system {
+            System::Ironic => error_message(body),
+            System::Placement => fleet_openstack::placement::error_message(body),
+        };
         match &e {
             SourceError::Status { status: 404, .. } => {
-                CallError::Permanent(FailureCode::IronicNodeNotFound, e.to_string())
+                CallError::Permanent(not_found, e.to_string())
             }
-            // NodeLocked: a transition of the node is in flight.
+            // Ironic: NodeLocked, a transition of the node is in flight.
+            // Placement: the provider's generation moved on; read again.
             SourceError::Status {
                 status: 409, body, ..
-            } => CallError::Transient(format!("ironic answered 409: {}", error_message(body))),
+            } => CallError::Transient(
+                unavailable,
+                format!("{name} answered 409: {}", message(body)),
+            ),
             SourceError::Status { status, body, .. }
                 if *status < 500 && *status != 408 && *status != 429 =>
             {
                 CallError::Permanent(
-                    FailureCode::IronicRequestRefused,
-                    format!("ironic answered {status}: {}", error_message(body)),
+                    refused,
+                    format!("{name} answered {status}: {}", message(body)),
                 )
             }
-            SourceError::Config(m) => {
-                CallError::Permanent(FailureCode::SiteNotConfigured, m.clone())
-            }
+            SourceError::Config(m) => CallError::Permanent(F::SiteNotConfigured, m.clone()),
             SourceError::Auth { .. } | SourceError::Malformed { .. } | SourceError::Protocol(_) => {
-                CallError::Permanent(FailureCode::IronicRequestRefused, e.to_string())
+                CallError::Permanent(refused, e.to_string())
             }
             SourceError::Connect { .. }
             | SourceError::Timeout { .. }
-            | SourceError::Status { .. } => CallError::Transient(e.to_string()),
+            | SourceError::Status { .. } => CallError::Transient(unavailable, e.to_string()),
         }
     }
 }
@@ -59,6 +89,7 @@ pub(crate) struct Site {
     session: Session,
     pub config: WorkflowSiteConfig,
     ironic_version: String,
+    placement_version: String,
 }
 
 impl Site {
@@ -71,7 +102,10 @@ impl Site {
 
     pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
         let ironic = self.ironic();
-        ironic.node(ident).await.map_err(CallError::from_source)
+        ironic
+            .node(ident)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
     pub async fn patch(&self, uuid: &str, ops: &Value) -> Result<(), CallError> {
@@ -79,7 +113,7 @@ impl Site {
         ironic
             .patch(uuid, ops)
             .await
-            .map_err(CallError::from_source)
+            .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
@@ -87,7 +121,33 @@ impl Site {
         ironic
             .provision(uuid, body)
             .await
-            .map_err(CallError::from_source)
+            .map_err(|e| CallError::from_source(e, System::Ironic))
+    }
+
+    fn placement(&self) -> Placement<'_> {
+        Placement {
+            session: &self.session,
+            version: &self.placement_version,
+        }
+    }
+
+    /// The resource provider's traits with their generation.
+    pub async fn traits(&self, uuid: &str) -> Result<Traits, CallError> {
+        let placement = self.placement();
+        placement
+            .traits(uuid)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Placement))
+    }
+
+    /// Replaces the provider's traits under the generation they were read
+    /// at (a 409 is transient: the caller reads again).
+    pub async fn put_traits(&self, uuid: &str, t: &Traits) -> Result<(), CallError> {
+        let placement = self.placement();
+        placement
+            .put_traits(uuid, t)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Placement))
     }
 
     /// The bind patch of the Ironic-direct Image Node: the run's
@@ -140,16 +200,13 @@ impl Sites {
         for (site, sc) in &c.sites {
             let key = format!("workflow.sites.{site}.openstack");
             let session = Session::new(site, &key, &sc.openstack, http.clone())?;
-            anyhow::ensure!(
-                !sc.image_source.trim().is_empty(),
-                "configuration key workflow.sites.{site}.image_source is required (the image Image Node deploys)"
-            );
             by_site.insert(
                 site.clone(),
                 Arc::new(Site {
                     session,
                     config: sc.clone(),
                     ironic_version: c.ironic_api_version.trim().to_string(),
+                    placement_version: format!("placement {}", c.placement_api_version.trim()),
                 }),
             );
         }
@@ -199,18 +256,18 @@ mod tests {
                 .into(),
         };
         assert!(
-            matches!(CallError::from_source(status(409)), CallError::Transient(m) if m.contains("locked"))
+            matches!(CallError::from_source(status(409), System::Ironic), CallError::Transient(FailureCode::IronicUnavailable, m) if m.contains("locked"))
         );
         assert!(matches!(
-            CallError::from_source(status(503)),
-            CallError::Transient(_)
+            CallError::from_source(status(503), System::Ironic),
+            CallError::Transient(FailureCode::IronicUnavailable, _)
         ));
         assert!(matches!(
-            CallError::from_source(status(404)),
+            CallError::from_source(status(404), System::Ironic),
             CallError::Permanent(FailureCode::IronicNodeNotFound, _)
         ));
         assert!(matches!(
-            CallError::from_source(status(400)),
+            CallError::from_source(status(400), System::Ironic),
             CallError::Permanent(FailureCode::IronicRequestRefused, _)
         ));
     }

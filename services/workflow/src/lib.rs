@@ -15,9 +15,14 @@
 //!   device from a fresh read of the external system (every decision is
 //!   taken on a read, so no write the system already shows is repeated).
 //!
+//! - Impairment events (`impairment`): the cordon and release of seed 002,
+//!   each device one unit of work on `JOBS` like a job's.
+//!
 //! The API calls it through `fleet_workflow_client::WorkflowClient`.
 
 pub(crate) mod activities;
+pub(crate) mod impairment;
+pub(crate) mod impairment_store;
 pub(crate) mod metrics;
 pub(crate) mod service;
 pub(crate) mod store;
@@ -49,6 +54,8 @@ pub struct Workflow {
     pub(crate) streams: StreamNames,
     pub(crate) metrics: metrics::WorkflowMetrics,
     pub(crate) sites: activities::Sites,
+    /// Holds and releases through the hub's commands.
+    pub(crate) hub: fleet_hub_client::HubClient,
     relay_wake: Notify,
 }
 
@@ -65,6 +72,11 @@ impl Workflow {
             streams,
         } = fleet_store::Deps::connect(&config, fleet_store::Role::Workflow).await?;
         fleet_bus::await_streams(&js, &[streams.jobs()], std::future::pending()).await;
+        let hub = fleet_hub_client::HubClient::new(
+            nats.clone(),
+            subjects.clone(),
+            std::time::Duration::from_secs(config.workflow.hub_timeout_secs.max(1)),
+        );
         Ok(Arc::new(Workflow {
             config,
             pool,
@@ -74,7 +86,13 @@ impl Workflow {
             streams,
             metrics: metrics::WorkflowMetrics::new(),
             sites,
+            hub,
             relay_wake: Notify::new(),
         }))
+    }
+
+    /// The relay publishes what a transaction just queued.
+    pub(crate) fn wake_relay(&self) {
+        self.relay_wake.notify_one();
     }
 }

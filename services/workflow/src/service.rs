@@ -1,6 +1,6 @@
 //! The workflow service as a service: requests over core NATS
 //! request/reply (`<root>.workflow.cmd.<verb>`: create_job, get_job,
-//! list_jobs, cancel_job) through the mesh's one responder, the JOBS
+//! list_jobs, cancel_job, create_impairment, clear_impairment) through the mesh's one responder, the JOBS
 //! worker, the outbox relay, and `/healthz` `/readyz` `/metrics`.
 
 use std::collections::{BTreeSet, HashMap};
@@ -64,6 +64,9 @@ impl Workflow {
             "list_jobs" => {
                 let r = decode::<v1::ListJobsRequest>(payload, "ListJobsRequest")?;
                 R::Page(self.list(r).await?)
+            }
+            "create_impairment" | "clear_impairment" => {
+                R::Impairment(self.impairment_request(verb, payload).await?)
             }
             other => return Err(Refusal::invalid(format!("unknown workflow verb {other:?}"))),
         }))
@@ -193,7 +196,7 @@ impl Workflow {
             .collect();
         OUTBOX.insert(&mut tx, rows).await.map_err(db)?;
         tx.commit().await.map_err(db)?;
-        self.relay_wake.notify_one();
+        self.wake_relay();
         tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
         Ok(Ok(self.job(&job_id).await?))
     }

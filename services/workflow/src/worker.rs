@@ -134,8 +134,17 @@ impl Workflow {
             })
         };
         self.metrics.running.inc();
+        let run = async {
+            match crate::impairment::Phase::of(&work.workflow) {
+                Some(phase) => {
+                    self.impairment_device(phase, &work.job_id, &work.device_id)
+                        .await
+                }
+                None => self.run_device(&work.job_id, &work.device_id).await,
+            }
+        };
         let done = tokio::select! {
-            r = self.run_device(&work.job_id, &work.device_id) => Some(r),
+            r = run => Some(r),
             _ = stop.stopped() => None,
         };
         self.metrics.running.dec();
@@ -235,6 +244,15 @@ impl Workflow {
                 format!("workflow.sites.{} is not configured", device.site_id),
             ));
         };
+        if kind == Kind::ImageNode && site.config.image_source.trim().is_empty() {
+            return Ok(Outcome::Failed(
+                FailureCode::SiteNotConfigured,
+                format!(
+                    "workflow.sites.{}.image_source is not configured (the image Image Node deploys)",
+                    device.site_id
+                ),
+            ));
+        }
         // The node: the device's infrastructure_ref (its Ironic uuid), or
         // its name before one is known.
         let ident = device
@@ -265,20 +283,16 @@ impl Workflow {
                 Err(CallError::Permanent(code, message)) => {
                     return Ok(Outcome::Failed(code, message))
                 }
-                Err(CallError::Transient(message)) => {
+                Err(CallError::Transient(code, message)) => {
                     attempts += 1;
                     store::attempt(&self.pool, job_id, device_id, attempts).await?;
                     if attempts >= c.max_attempts.max(1) {
                         return Ok(Outcome::Failed(
-                            FailureCode::IronicUnavailable,
+                            code,
                             format!("{message} (after {attempts} attempts)"),
                         ));
                     }
-                    let wait = Duration::from_millis(
-                        c.retry_initial_ms
-                            .saturating_mul(1 << attempts.min(16))
-                            .min(c.retry_max_ms.max(c.retry_initial_ms)),
-                    );
+                    let wait = self.backoff(attempts);
                     tracing::info!(job_id, device_id, attempts, wait_ms = wait.as_millis() as u64, error = %message, "step failed; retrying");
                     tokio::time::sleep(wait).await;
                     continue;
@@ -307,6 +321,17 @@ impl Workflow {
                 }
             }
         }
+    }
+
+    /// The back-off before try `attempts + 1` of a step: doubling from
+    /// `retry_initial_ms` up to `retry_max_ms`.
+    pub(crate) fn backoff(&self, attempts: u32) -> Duration {
+        let c = &self.config.workflow;
+        Duration::from_millis(
+            c.retry_initial_ms
+                .saturating_mul(1 << attempts.min(16))
+                .min(c.retry_max_ms.max(c.retry_initial_ms)),
+        )
     }
 
     /// One read of the node, one decision, at most one write.

@@ -222,6 +222,11 @@ pub fn has_enrollment_proof(r: &DeviceRecord) -> bool {
 pub fn impairment_hold(r: &mut DeviceRecord, event_id: &str, set: bool) -> Result<(), DomainError> {
     let event_id = non_empty("event_id", event_id)?;
     if set {
+        if let Some(other) = r.impairment_hold.as_deref().filter(|h| *h != event_id) {
+            return Err(DomainError::InvalidState(format!(
+                "device already carries impairment event {other}'s hold"
+            )));
+        }
         r.impairment_hold = Some(event_id);
         r.operational_status = OperationalStatus::Quarantine;
     } else if r.impairment_hold.as_deref() == Some(event_id.as_str()) {

@@ -46,6 +46,11 @@ vocab!(
     IronicTimeout => "IRONIC_TIMEOUT",
     SiteNotConfigured => "SITE_NOT_CONFIGURED",
     WorkflowInternalError => "WORKFLOW_INTERNAL_ERROR",
+    PlacementUnavailable => "PLACEMENT_UNAVAILABLE",
+    PlacementResourceProviderNotFound => "PLACEMENT_RESOURCE_PROVIDER_NOT_FOUND",
+    PlacementRequestRefused => "PLACEMENT_REQUEST_REFUSED",
+    HubUnavailable => "HUB_UNAVAILABLE",
+    ImpairmentHoldRefused => "IMPAIRMENT_HOLD_REFUSED",
 });
 
 /// One row of the taxonomy.
@@ -203,6 +208,38 @@ impl FailureCode {
                  unavailable past the retries): re-run the job.",
                 O::FleetManager,
                 true,
+            ),
+            F::PlacementUnavailable => (
+                "Placement (or Keystone) could not be reached or answered 5xx after the step's \
+                 retries, or kept answering a generation conflict: an outage, clear or create \
+                 the event again.",
+                O::FleetManager,
+                true,
+            ),
+            F::PlacementResourceProviderNotFound => (
+                "Placement has no resource provider for the device's infrastructure_ref (its \
+                 Ironic node uuid), or the device has no infrastructure_ref yet: the \
+                 customer-ready trait cannot be removed or restored.",
+                O::BareMetal,
+                false,
+            ),
+            F::PlacementRequestRefused => (
+                "Placement refused a trait write (4xx other than a generation conflict): the \
+                 message carries Placement's own error.",
+                O::BareMetal,
+                false,
+            ),
+            F::HubUnavailable => (
+                "The hub did not answer a hold, latch or proof command after the step's \
+                 retries: an outage of the mesh, re-run the work.",
+                O::FleetManager,
+                true,
+            ),
+            F::ImpairmentHoldRefused => (
+                "The hub refused the impairment hold: the device is gone, or it already \
+                 carries another event's hold (one hold per device).",
+                O::Operations,
+                false,
             ),
         };
         Entry {

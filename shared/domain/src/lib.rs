@@ -10,6 +10,7 @@ pub mod eligibility;
 pub mod error;
 pub mod failure;
 pub mod hardware;
+pub mod impairment;
 pub mod ironic;
 pub mod ironic_direct;
 pub mod jobs;

@@ -147,6 +147,12 @@ pub struct WorkflowConfig {
     pub connect_timeout_ms: u64,
     /// Ironic API microversion sent with every Ironic request.
     pub ironic_api_version: String,
+    /// Placement API microversion of the trait calls (1.6 or later).
+    pub placement_api_version: String,
+    /// The trait an impairment cordon removes from a device's resource
+    /// provider and its release restores (the one
+    /// `connectors.openstack.customer_ready_trait` reads).
+    pub customer_ready_trait: String,
     /// Per site: how the workflows reach its systems.
     pub sites: BTreeMap<String, WorkflowSiteConfig>,
 }
@@ -168,6 +174,8 @@ impl Default for WorkflowConfig {
             request_timeout_ms: 10_000,
             connect_timeout_ms: 3000,
             ironic_api_version: "1.80".into(),
+            placement_api_version: "1.18".into(),
+            customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
             sites: BTreeMap::new(),
         }
     }

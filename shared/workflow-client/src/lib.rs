@@ -1,5 +1,5 @@
-//! The workflow service's client, for the API (`/api/v1/jobs/`), the CLI
-//! and tests: core NATS request/reply on `<root>.workflow.cmd.<verb>`
+//! The workflow service's client, for the API (`/api/v1/jobs/`,
+//! `/api/v1/operations/impairment-events/`), the CLI and tests: core NATS request/reply on `<root>.workflow.cmd.<verb>`
 //! with a timeout; no answer in time is `UNAVAILABLE` (the API answers 503,
 //! never a guess).
 
@@ -138,5 +138,35 @@ impl WorkflowClient {
                 "the workflow service answered with no page".into(),
             )),
         }
+    }
+
+    fn impairment(r: v1::workflow_reply::Result) -> Result<v1::ImpairmentAccepted, WorkflowError> {
+        match r {
+            v1::workflow_reply::Result::Impairment(a) => Ok(a),
+            _ => Err(WorkflowError::Unavailable(
+                "the workflow service answered with no impairment event".into(),
+            )),
+        }
+    }
+
+    /// Records an impairment event and queues each device's cordon.
+    pub async fn create_impairment(
+        &self,
+        r: &v1::CreateImpairmentRequest,
+    ) -> Result<v1::ImpairmentAccepted, WorkflowError> {
+        Self::impairment(self.call("create_impairment", r.encode_to_vec()).await?)
+    }
+
+    /// Queues the release of every device of the event not yet cleared.
+    pub async fn clear_impairment(
+        &self,
+        event_id: &str,
+        requested_by: &str,
+    ) -> Result<v1::ImpairmentAccepted, WorkflowError> {
+        let r = v1::ClearImpairmentRequest {
+            event_id: event_id.to_string(),
+            requested_by: requested_by.to_string(),
+        };
+        Self::impairment(self.call("clear_impairment", r.encode_to_vec()).await?)
     }
 }

@@ -219,7 +219,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
 /// Only the workflow service's role writes its jobs (issue 15, item 3:
 /// "the workflow service its jobs").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_workflow_role_writes_jobs() {
+async fn only_the_workflow_role_writes_jobs_and_impairment_events() {
     let env = TestEnv::new().await;
     for role in Role::ALL {
         let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
@@ -245,6 +245,28 @@ async fn only_the_workflow_role_writes_jobs() {
             try_as(&pool, "UPDATE job_devices SET status = 'succeeded'").await,
             expected,
             "{} updates job devices",
+            role.name()
+        );
+        // Impairment events are the workflow service's too (the API asks
+        // it; it no longer writes them itself).
+        assert_eq!(
+            try_as(
+                &pool,
+                "INSERT INTO impairment_events (id, status, reason, created_by) VALUES ('imp_x', 'accepted', 'r', 'intruder')"
+            )
+            .await,
+            expected,
+            "{} inserts an impairment event",
+            role.name()
+        );
+        assert_eq!(
+            try_as(
+                &pool,
+                "UPDATE impairment_event_devices SET status = 'cleared'"
+            )
+            .await,
+            expected,
+            "{} updates impairment event devices",
             role.name()
         );
         pool.close().await;

@@ -632,6 +632,7 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
 }
 
 pub mod ironic;
+pub mod placement;
 
 /// Runs a workflow service against the environment (with `f`'s settings)
 /// until its trigger fires; returns once it answers requests.
@@ -705,6 +706,60 @@ pub async fn job_terminal(env: &TestEnv, id: &str, within: Duration) -> v1::Job 
             ),
             Err(e) => panic!("get_job {id}: {e}"),
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One impairment event as the tests read it: its status and, per device,
+/// `(device_id, status, placement_action, placement_status, error_code)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImpairmentRead {
+    pub status: String,
+    pub devices: Vec<(
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    )>,
+}
+
+pub async fn impairment(env: &TestEnv, id: &str) -> ImpairmentRead {
+    let status: String = sqlx::query_scalar("SELECT status FROM impairment_events WHERE id = $1")
+        .bind(id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    let devices = sqlx::query_as(
+        "SELECT device_id, status, placement_action, placement_status, error_code \
+         FROM impairment_event_devices WHERE event_id = $1 ORDER BY device_id",
+    )
+    .bind(id)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    ImpairmentRead { status, devices }
+}
+
+/// Waits until impairment event `id` has one of `statuses`; returns it.
+pub async fn impairment_in(
+    env: &TestEnv,
+    id: &str,
+    statuses: &[&str],
+    within: Duration,
+) -> ImpairmentRead {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let e = impairment(env, id).await;
+        if statuses.contains(&e.status.as_str()) {
+            return e;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "impairment event {id} is still {} after {within:?}, not one of {statuses:?}: {:?}",
+            e.status,
+            e.devices
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

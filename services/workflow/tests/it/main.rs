@@ -2,5 +2,6 @@
 //! PostgreSQL and NATS and the real Ironic (`tests/peers/ironic.sh`).
 
 mod eligibility;
+mod impairment;
 mod ironic_real;
 mod support;
