@@ -78,3 +78,14 @@ fn the_api_benchmark_runs() {
         "p99",
     );
 }
+
+/// The workflow benchmark runs end to end on a small fleet: every event
+/// cordoned and cleared, or it exits non-zero (it checks the simulated
+/// Placement and the hub's rows itself).
+#[test]
+fn the_workflow_benchmark_runs() {
+    bench(
+        &["workflow", "--devices", "120", "--per-event", "50"],
+        "devices/s",
+    );
+}

@@ -160,6 +160,7 @@ impl DevMesh {
                 ("placer", url(&c.placer.listen)),
                 ("gateway", url(&c.gateway.listen)),
                 ("radar", url(&c.radar.listen)),
+                ("workflow", url(&c.workflow.listen)),
             ]);
         }
         all.extend([
@@ -246,6 +247,7 @@ impl DevMesh {
         config.placer.listen = free_addr()?;
         config.gateway.listen = free_addr()?;
         config.radar.listen = free_addr()?;
+        config.workflow.listen = free_addr()?;
         // Three missed reads before a row goes stale, as in production, and
         // never under 15 s, so a hub lagging on a loaded machine does not
         // read its own backlog as silent sources.
@@ -432,6 +434,9 @@ impl DevMesh {
             });
             spawn("radar", &mut tasks, false, |c, s| {
                 Box::pin(fleet_radar::run(c, s))
+            });
+            spawn("workflow", &mut tasks, false, |c, s| {
+                Box::pin(fleet_workflow::run(c, s))
             });
         }
         spawn("connector-netbox", &mut tasks, false, |c, s| {

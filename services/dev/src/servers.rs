@@ -216,6 +216,10 @@ fn openstack(app: App) -> Router {
         .route("/{site}/identity/v3/auth/tokens", post(keystone_tokens))
         .route("/{site}/ironic/v1/nodes", get(ironic_nodes))
         .route("/{site}/placement/resource_providers", get(placement_rps))
+        .route(
+            "/{site}/placement/resource_providers/{uuid}/traits",
+            get(placement_traits).put(placement_put_traits),
+        )
         .with_state(app)
 }
 
@@ -360,6 +364,83 @@ async fn placement_rps(
         .map(|d| json!({"uuid": d.uuid, "name": d.uuid, "generation": 2, "root_provider_uuid": d.uuid, "parent_provider_uuid": null}))
         .collect();
     body(StatusCode::OK, json!({ "resource_providers": rps }))
+}
+
+/// The traits every simulated provider carries besides customer-ready.
+const HARDWARE_TRAIT: &str = "CUSTOM_GPU_H100";
+
+fn placement_error(status: StatusCode, detail: &str) -> Response {
+    body(
+        status,
+        json!({"errors": [{"status": status.as_u16(), "title": status.canonical_reason(), "detail": detail}]}),
+    )
+}
+
+fn traits_of(d: &crate::engine::SimDevice) -> Value {
+    let mut t = vec![HARDWARE_TRAIT];
+    if d.customer_ready {
+        t.insert(0, CUSTOMER_READY_TRAIT);
+    }
+    json!({"traits": t, "resource_provider_generation": d.placement_generation})
+}
+
+/// `GET /resource_providers/{uuid}/traits` (placement 1.6+).
+async fn placement_traits(
+    State(app): State<App>,
+    Path((site, uuid)): Path<(String, String)>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
+        return placement_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    match s.by_uuid_mut(&uuid).filter(|d| d.site == site) {
+        Some(d) => body(StatusCode::OK, traits_of(d)),
+        None => placement_error(
+            StatusCode::NOT_FOUND,
+            &format!("No resource provider with uuid {uuid} found"),
+        ),
+    }
+}
+
+/// `PUT /resource_providers/{uuid}/traits`: the whole list under the
+/// generation it was read at (409 when it moved on). The customer-ready
+/// trait is what the scenario keeps; the others are fixed.
+async fn placement_put_traits(
+    State(app): State<App>,
+    Path((site, uuid)): Path<(String, String)>,
+    h: HeaderMap,
+    axum::Json(req): axum::Json<Value>,
+) -> Response {
+    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
+        return placement_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    let (Some(traits), Some(generation)) = (
+        req["traits"].as_array(),
+        req["resource_provider_generation"].as_i64(),
+    ) else {
+        return placement_error(
+            StatusCode::BAD_REQUEST,
+            "traits and resource_provider_generation are required",
+        );
+    };
+    let ready = traits.iter().any(|t| t == CUSTOMER_READY_TRAIT);
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(d) = s.by_uuid_mut(&uuid).filter(|d| d.site == site) else {
+        return placement_error(
+            StatusCode::NOT_FOUND,
+            &format!("No resource provider with uuid {uuid} found"),
+        );
+    };
+    if d.placement_generation != generation {
+        return placement_error(
+            StatusCode::CONFLICT,
+            "resource provider generation conflict",
+        );
+    }
+    d.customer_ready = ready;
+    d.placement_generation += 1;
+    body(StatusCode::OK, traits_of(d))
 }
 
 // ---- slurmrestd v0.0.38, per site under /<site>/ ----

@@ -61,6 +61,26 @@ pub(crate) fn wire_connectors(
         })
         .collect();
 
+    // The workflow service reaches the same Keystone, Ironic and Placement
+    // (impairment cordons and releases write the simulated Placement's
+    // traits).
+    config.workflow.customer_ready_trait = engine::CUSTOMER_READY_TRAIT.into();
+    config.workflow.sites = config
+        .connectors
+        .openstack
+        .sites
+        .iter()
+        .map(|(s, os)| {
+            (
+                s.clone(),
+                fleet_runtime::config::WorkflowSiteConfig {
+                    openstack: os.clone(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+
     let h = &mut config.connectors.health;
     h.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     h.poll = fast_poll(resync);

@@ -92,6 +92,8 @@ pub struct SimDevice {
     pub credential_rotation: u32,
     /// A simulated node agent runs on the device.
     pub has_agent: bool,
+    /// The resource provider's generation: every trait write bumps it.
+    pub placement_generation: i64,
     /// The scenario wants its session open (false: the agent closed it,
     /// a reboot or an agent upgrade).
     pub agent_wanted: bool,

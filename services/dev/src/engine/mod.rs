@@ -25,6 +25,8 @@ pub struct Scenario {
     /// Device indices per rack (racks never change).
     pub racks: BTreeMap<String, Vec<usize>>,
     pub outages: Outages,
+    /// Device index by Ironic node (and Placement resource provider) uuid.
+    by_uuid: HashMap<String, usize>,
     outage_ticks_left: u32,
     pub activity: Activity,
     rng: StdRng,
@@ -82,6 +84,7 @@ impl Scenario {
                     pending: None,
                     credential_rotation: 0,
                     has_agent: false,
+                    placement_generation: 1,
                     agent_wanted: true,
                     agent_session: None,
                 };
@@ -142,15 +145,23 @@ impl Scenario {
         for d in &devices {
             racks.entry(d.rack.clone()).or_default().push(d.index);
         }
+        let by_uuid = devices.iter().map(|d| (d.uuid.clone(), d.index)).collect();
         Scenario {
             sites: sites.to_vec(),
             devices,
+            by_uuid,
             racks,
             outages: Outages::default(),
             outage_ticks_left: 0,
             activity,
             rng,
         }
+    }
+
+    /// The device whose node (and resource provider) is `uuid`.
+    pub fn by_uuid_mut(&mut self, uuid: &str) -> Option<&mut SimDevice> {
+        let i = *self.by_uuid.get(uuid)?;
+        self.devices.get_mut(i)
     }
 
     /// One step of evolution: about `rate` of the fleet changes, and now
