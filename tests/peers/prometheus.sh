@@ -146,8 +146,12 @@ scrape_configs:
 EOF
 promtool check config "$DIR/prometheus.yml" >/dev/null 2>&1 || die "promtool check config $DIR/prometheus.yml failed"
 
+# The system python where there is one: a version manager's shim (pyenv)
+# execs through a chain of scripts, and a pid read mid-exec shows no
+# command line for a moment.
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 start_bg "$DIR/textfile.pid" "$DIR/textfile.log" \
-  python3 -m http.server "$TPORT" --bind 127.0.0.1 --directory "$DIR/textfile"
+  "$PY" -m http.server "$TPORT" --bind 127.0.0.1 --directory "$DIR/textfile"
 start_bg "$DIR/prometheus.pid" "$LOG" \
   prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/data" \
   --web.listen-address="127.0.0.1:$PORT" --web.enable-lifecycle --web.enable-admin-api \
@@ -157,7 +161,8 @@ STARTED=1
 for _ in $(seq 1 150); do
   prom_ready && series_ok && break
   alive "$DIR/prometheus.pid" prometheus || die "prometheus exited during startup (log: $LOG)"
-  alive "$DIR/textfile.pid" http.server || { tail -n 5 "$DIR/textfile.log" >&2 || true; die "the textfile http.server exited (port $TPORT?)"; }
+  alive "$DIR/textfile.pid" http.server || { sleep 0.5; alive "$DIR/textfile.pid" http.server; } \
+    || { tail -n 5 "$DIR/textfile.log" >&2 || true; die "the textfile http.server exited (port $TPORT?)"; }
   sleep 0.2
 done
 series_ok || die "no scraped series from http://127.0.0.1:$TPORT/metrics after 30 s"
