@@ -22,6 +22,67 @@ pub mod hub;
 pub mod placer;
 pub mod workflow;
 
+/// A benchmark's own database, subject root and stream prefix, removed at
+/// the end unless the run is kept.
+pub(crate) struct Fresh {
+    pub config: FleetConfig,
+    db_name: String,
+    admin_url: String,
+}
+
+impl Fresh {
+    /// `base` pointed at a new database `fleet_bench_<what>_<id>` (migrated)
+    /// and a subject root and stream prefix of its own.
+    pub async fn new(base: &FleetConfig, what: &str) -> anyhow::Result<Fresh> {
+        use anyhow::Context;
+        let id = ulid::Ulid::new().to_string().to_lowercase();
+        let mut config = base.clone();
+        let db_name = format!("fleet_bench_{what}_{id}");
+        let (prefix, _) = base
+            .database
+            .url
+            .rsplit_once('/')
+            .context("database.url has no database name")?;
+        config.database.url = format!("{prefix}/{db_name}");
+        config.database.max_connections = config.database.max_connections.max(24);
+        config.nats.subject_root = format!("bench{id}.fleet");
+        config.nats.radar_root = format!("bench{id}.radar");
+        config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
+        crate::migrate(&config).await?;
+        Ok(Fresh {
+            config,
+            db_name,
+            admin_url: format!("{prefix}/postgres"),
+        })
+    }
+
+    /// Deletes the mesh's streams (and `extra`) and drops the database.
+    pub async fn remove(&self, extra: &[String]) {
+        if let Ok(nats) = fleet_bus::connect_now(&self.config.nats, "fleet-bench").await {
+            let js = async_nats::jetstream::new(nats);
+            let names = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
+            let mesh = [
+                names.observations(),
+                names.status(),
+                names.radar(),
+                names.jobs(),
+                names.dlq(),
+            ];
+            for s in mesh.iter().chain(extra) {
+                let _ = js.delete_stream(s).await;
+            }
+        }
+        if let Ok(admin) = fleet_store::connect(&self.admin_url, 1).await {
+            let _ = sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.db_name
+            ))
+            .execute(&admin)
+            .await;
+        }
+    }
+}
+
 pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> {
     match what {
         BenchCommand::Hub(b) => hub::run(config, b).await,

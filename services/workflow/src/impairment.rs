@@ -18,7 +18,6 @@
 //! failures retry with back-off (`retrying`, `release_retrying`); the
 //! device fails with a code from the taxonomy once the tries are spent.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use fleet_bus::Refusal;
@@ -146,14 +145,7 @@ impl Workflow {
         if r.created_by.trim().is_empty() {
             return Err(Refusal::invalid("created_by is required"));
         }
-        let ids: BTreeSet<String> = r.device_ids.iter().map(|d| d.trim().to_string()).collect();
-        let max = self.config.workflow.max_devices_per_job.max(1);
-        if ids.is_empty() || ids.len() > max || ids.contains("") {
-            return Err(Refusal::invalid(format!(
-                "device_ids must name 1 to {max} devices, none empty"
-            )));
-        }
-        let ids: Vec<String> = ids.into_iter().collect();
+        let ids = self.device_ids(&r.device_ids)?;
         let event_id = format!("imp_{}", ulid::Ulid::new());
         let mut tx = self.pool.begin().await.map_err(db)?;
         let found = store::lock_and_read(&mut tx, &ids).await.map_err(db)?;

@@ -124,17 +124,10 @@ impl Workflow {
                     .join(", ")
             )));
         }
-        let ids: BTreeSet<String> = r.device_ids.iter().map(|d| d.trim().to_string()).collect();
-        let max = self.config.workflow.max_devices_per_job.max(1);
-        if ids.is_empty() || ids.len() > max || ids.contains("") {
-            return Err(Refusal::invalid(format!(
-                "device_ids must name 1 to {max} devices, none empty"
-            )));
-        }
+        let ids = self.device_ids(&r.device_ids)?;
         if r.created_by.trim().is_empty() {
             return Err(Refusal::invalid("created_by is required"));
         }
-        let ids: Vec<String> = ids.into_iter().collect();
         let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
         if devices.len() != ids.len() {
             let missing: Vec<&str> = ids
@@ -199,6 +192,19 @@ impl Workflow {
         self.wake_relay();
         tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
         Ok(Ok(self.job(&job_id).await?))
+    }
+
+    /// The request's device ids, trimmed, de-duplicated and sorted: 1 to
+    /// `workflow.max_devices_per_job` of them, none empty.
+    pub(crate) fn device_ids(&self, raw: &[String]) -> Result<Vec<String>, Refusal> {
+        let ids: BTreeSet<String> = raw.iter().map(|d| d.trim().to_string()).collect();
+        let max = self.config.workflow.max_devices_per_job.max(1);
+        if ids.is_empty() || ids.len() > max || ids.contains("") {
+            return Err(Refusal::invalid(format!(
+                "device_ids must name 1 to {max} devices, none empty"
+            )));
+        }
+        Ok(ids.into_iter().collect())
     }
 
     async fn eligibility(

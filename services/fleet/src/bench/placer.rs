@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_placer::{AllocateRequest, Placer};
 use fleet_placer_client::{PlacerClient, PlacerError};
@@ -73,45 +72,12 @@ impl Path {
 }
 
 pub async fn run(base: FleetConfig, args: PlacerBench) -> anyhow::Result<()> {
-    let id = ulid::Ulid::new().to_string().to_lowercase();
-    let mut config = base.clone();
-    let db_name = format!("fleet_bench_placer_{id}");
-    let (prefix, _) = base
-        .database
-        .url
-        .rsplit_once('/')
-        .context("database.url has no database name")?;
-    config.database.url = format!("{prefix}/{db_name}");
-    config.database.max_connections = config.database.max_connections.max(24);
-    let admin_url = format!("{prefix}/postgres");
-    config.nats.subject_root = format!("bench{id}.fleet");
-    config.nats.radar_root = format!("bench{id}.radar");
-    config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
-    config.placer.listen = "127.0.0.1:0".into();
-    crate::migrate(&config).await?;
-    let result = bench(&config, &args).await;
+    let mut fresh = crate::bench::Fresh::new(&base, "placer").await?;
+    fresh.config.placer.listen = "127.0.0.1:0".into();
+    let result = bench(&fresh.config, &args).await;
     if !args.keep {
-        if let Ok(nats) = fleet_bus::connect_now(&config.nats, "fleet-bench").await {
-            let js = async_nats::jetstream::new(nats);
-            let names = StreamNames::new(&config.nats.stream_prefix);
-            for s in [
-                names.observations(),
-                names.status(),
-                names.radar(),
-                names.jobs(),
-                names.dlq(),
-                fleet_placer::events_stream(&names),
-            ] {
-                let _ = js.delete_stream(&s).await;
-            }
-        }
-        if let Ok(admin) = fleet_store::connect(&admin_url, 1).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
-            ))
-            .execute(&admin)
-            .await;
-        }
+        let names = StreamNames::new(&fresh.config.nats.stream_prefix);
+        fresh.remove(&[fleet_placer::events_stream(&names)]).await;
     }
     println!("{}", result?);
     Ok(())

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fleet_bus::{StreamNames, Subjects};
+use fleet_bus::Subjects;
 use fleet_proto::{v1, Message};
 use fleet_runtime::{FleetConfig, Shutdown};
 use fleet_workflow_client::WorkflowClient;
@@ -37,47 +37,15 @@ pub struct WorkflowBench {
 }
 
 pub async fn run(base: FleetConfig, args: WorkflowBench) -> anyhow::Result<()> {
-    let id = ulid::Ulid::new().to_string().to_lowercase();
-    let mut config = base.clone();
-    let db_name = format!("fleet_bench_workflow_{id}");
-    let (prefix, _) = base
-        .database
-        .url
-        .rsplit_once('/')
-        .context("database.url has no database name")?;
-    config.database.url = format!("{prefix}/{db_name}");
-    config.database.max_connections = config.database.max_connections.max(24);
-    let admin_url = format!("{prefix}/postgres");
-    config.nats.subject_root = format!("bench{id}.fleet");
-    config.nats.radar_root = format!("bench{id}.radar");
-    config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
+    let mut fresh = crate::bench::Fresh::new(&base, "workflow").await?;
+    let config = &mut fresh.config;
     config.hub.listen = "127.0.0.1:0".into();
     config.workflow.listen = "127.0.0.1:0".into();
     config.workflow.workers = args.workers.max(1);
     config.workflow.max_devices_per_job = args.per_event.max(1);
-    crate::migrate(&config).await?;
-    let result = bench(&mut config, &args).await;
+    let result = bench(config, &args).await;
     if !args.keep {
-        if let Ok(nats) = fleet_bus::connect_now(&config.nats, "fleet-bench").await {
-            let js = async_nats::jetstream::new(nats);
-            let names = StreamNames::new(&config.nats.stream_prefix);
-            for s in [
-                names.observations(),
-                names.status(),
-                names.radar(),
-                names.jobs(),
-                names.dlq(),
-            ] {
-                let _ = js.delete_stream(&s).await;
-            }
-        }
-        if let Ok(admin) = fleet_store::connect(&admin_url, 1).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS \"{db_name}\" WITH (FORCE)"
-            ))
-            .execute(&admin)
-            .await;
-        }
+        fresh.remove(&[]).await;
     }
     println!("{}", result?);
     Ok(())
