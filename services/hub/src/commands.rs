@@ -178,6 +178,7 @@ impl Hub {
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
             C::CreateDevices(d) => self.create_devices(d.devices, &cause).await,
+            C::ImpairmentHolds(h) => self.impairment_holds(h, &cause, now).await,
             C::Join(j) => self.join(j, &cause).await,
             C::ApplySnapshot(s) => self.apply_snapshot_command(s, c.expected_version).await,
             C::Triage(t) => {
@@ -322,6 +323,68 @@ impl Hub {
             Record::Device(reply::device(&t.after)),
             t.after.record.version,
         ))
+    }
+}
+
+impl Hub {
+    /// One event's hold on many devices in one transaction: each device is
+    /// applied or refused on its own (unknown, or held by another event),
+    /// and only the applied ones change.
+    async fn impairment_holds(
+        &self,
+        h: v1::ImpairmentHolds,
+        cause: &str,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<v1::HubReply, CommandError> {
+        if h.event_id.trim().is_empty() {
+            return Err(invalid("event_id is required"));
+        }
+        if h.device_ids.is_empty() || h.device_ids.len() > 1000 {
+            return Err(invalid("device_ids must name 1 to 1000 devices"));
+        }
+        let mut ids: Vec<String> = h.device_ids.clone();
+        ids.sort();
+        ids.dedup();
+        let mut tx = self.pool.begin().await?;
+        let mut work = Work::lock(&mut tx, &ids).await?;
+        let refuse = |e: DomainError| {
+            let e = CommandError::Domain(e);
+            Some(v1::HubError {
+                code: e.code() as i32,
+                message: e.public(),
+            })
+        };
+        let results: Vec<v1::HoldResult> = h
+            .device_ids
+            .iter()
+            .map(|id| {
+                let error = match work.device(id, cause, None) {
+                    None => refuse(DomainError::NotFound(format!("device {id}"))),
+                    Some(s) => {
+                        // Applied to a copy, kept only when it passes: a
+                        // refused device is left exactly as it was.
+                        let mut r = s.record.clone();
+                        match cmd::impairment_hold(&mut r, &h.event_id, h.set) {
+                            Ok(()) => {
+                                s.record = r;
+                                None
+                            }
+                            Err(e) => refuse(e),
+                        }
+                    }
+                };
+                v1::HoldResult {
+                    device_id: id.clone(),
+                    error,
+                }
+            })
+            .collect();
+        let (_, mut work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
+        Ok(reply::ok(Record::Holds(v1::HoldResults { results }), 0))
     }
 }
 
@@ -526,6 +589,7 @@ fn device_id(c: &C) -> &str {
         C::Join(_) => "",
         C::CreateDevice(_)
         | C::CreateDevices(_)
+        | C::ImpairmentHolds(_)
         | C::Triage(_)
         | C::WriteCondition(_)
         | C::ApplySnapshot(_) => "",
@@ -580,6 +644,7 @@ fn apply_device_command(
         )),
         C::CreateDevice(_)
         | C::CreateDevices(_)
+        | C::ImpairmentHolds(_)
         | C::Triage(_)
         | C::WriteCondition(_)
         | C::ApplySnapshot(_) => Err(DomainError::InvalidArgument(

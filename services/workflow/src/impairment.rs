@@ -28,7 +28,6 @@ use fleet_domain::impairment::{
 use fleet_domain::OperationalStatus;
 use fleet_hub_client::HubCallError;
 use fleet_proto::{v1, ErrorCode, Message};
-use v1::hub_command::Command as C;
 
 use crate::activities::CallError;
 use crate::impairment_store as store;
@@ -271,7 +270,7 @@ impl Workflow {
         event: &str,
         device_id: &str,
     ) -> Result<(), sqlx::Error> {
-        let Some(row) = store::device(&self.pool, event, device_id).await? else {
+        let Some(mut row) = store::device(&self.pool, event, device_id).await? else {
             tracing::warn!(
                 event,
                 device_id,
@@ -310,6 +309,10 @@ impl Workflow {
                     let wait = self.backoff(attempts);
                     tracing::info!(event, device_id, phase = phase.as_str(), attempts, wait_ms = wait.as_millis() as u64, error = %message, "impairment step failed; retrying");
                     tokio::time::sleep(wait).await;
+                    // Read the device again: a try decides on fresh facts.
+                    if let Some(again) = store::device(&self.pool, event, device_id).await? {
+                        row = again;
+                    }
                 }
             }
         };
@@ -379,47 +382,30 @@ impl Workflow {
         row: &store::EventDevice,
     ) -> Result<(), CallError> {
         let actor = format!("workflow:{}:{event}", phase.as_str());
-        let hold = |set: bool| {
-            C::ImpairmentHold(v1::ImpairmentHold {
-                device_id: row.device_id.clone(),
-                event_id: event.to_string(),
-                set,
-            })
-        };
+        let hold = |set: bool| self.holds.hold(&actor, event, &row.device_id, set);
         let action = row
             .placement_action
             .as_deref()
             .and_then(|a| PlacementAction::parse(a).ok());
         match phase {
             Phase::Cordon => {
-                self.hub
-                    .call(&actor, 0, hold(true))
-                    .await
-                    .map_err(hub_error)?;
+                hold(true).await.map_err(hub_error)?;
                 if action == Some(PlacementAction::RemoveCustomerReadyTrait) {
-                    self.customer_ready(&row.device_id, false).await?;
+                    self.customer_ready(row, false).await?;
                 }
             }
             Phase::Release => {
-                let device = crate::store::device(&self.pool, &row.device_id)
-                    .await
-                    .map_err(|e| {
-                        CallError::Transient(FailureCode::WorkflowInternalError, e.to_string())
-                    })?;
                 // Another event's hold on the device (this one's cordon
                 // failed before its hold, and a later event took it): its
                 // trait is that event's to restore, not this one's.
-                let held_by_other = device
-                    .as_ref()
-                    .and_then(|d| d.impairment_hold.as_deref())
-                    .is_some_and(|h| h != event);
+                let held_by_other = row.impairment_hold.as_deref().is_some_and(|h| h != event);
                 if action == Some(PlacementAction::RestoreCustomerReadyTrait)
                     && !held_by_other
-                    && device.is_some()
+                    && row.present
                 {
-                    self.customer_ready(&row.device_id, true).await?;
+                    self.customer_ready(row, true).await?;
                 }
-                match self.hub.call(&actor, 0, hold(false)).await {
+                match hold(false).await {
                     Ok(_) => {}
                     // No hold of this event on the device (it never got
                     // one, or the device is gone): nothing left to remove.
@@ -437,23 +423,26 @@ impl Workflow {
     /// The customer-ready trait present (`true`) or absent on the device's
     /// resource provider: read with its generation, written only when the
     /// list differs, under that generation (a 409 is read again).
-    async fn customer_ready(&self, device_id: &str, wanted: bool) -> Result<(), CallError> {
-        let device = crate::store::device(&self.pool, device_id)
-            .await
-            .map_err(|e| CallError::Transient(FailureCode::WorkflowInternalError, e.to_string()))?
+    async fn customer_ready(
+        &self,
+        device: &store::EventDevice,
+        wanted: bool,
+    ) -> Result<(), CallError> {
+        let device_id = &device.device_id;
+        let site_id = device
+            .site_id
+            .as_deref()
+            .filter(|_| device.present)
             .ok_or_else(|| {
                 CallError::Permanent(
                     FailureCode::ImpairmentHoldRefused,
                     format!("device {device_id} no longer exists"),
                 )
             })?;
-        let site = self.sites.get(&device.site_id).ok_or_else(|| {
+        let site = self.sites.get(site_id).ok_or_else(|| {
             CallError::Permanent(
                 FailureCode::SiteNotConfigured,
-                format!(
-                    "workflow.sites.{} is not configured (its Placement)",
-                    device.site_id
-                ),
+                format!("workflow.sites.{site_id} is not configured (its Placement)"),
             )
         })?;
         let rp = device

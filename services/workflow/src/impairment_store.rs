@@ -4,13 +4,18 @@
 use fleet_domain::impairment::{event_status, EventDeviceStatus, EventStatus};
 use sqlx::{PgPool, Postgres, Transaction};
 
-/// One device of an event, with what its step needs of the device.
+/// One device of an event, with what its step needs of the device (read
+/// in the same statement; `present` is false once the device is gone).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct EventDevice {
     pub device_id: String,
     pub status: String,
     pub placement_action: Option<String>,
     pub attempts: i32,
+    pub present: bool,
+    pub site_id: Option<String>,
+    pub infrastructure_ref: Option<String>,
+    pub impairment_hold: Option<String>,
 }
 
 /// One device a new event names: `(id, operational_status, placement_enabled)`.
@@ -142,8 +147,10 @@ pub(crate) async fn device(
     device: &str,
 ) -> Result<Option<EventDevice>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT device_id, status, placement_action, attempts \
-         FROM impairment_event_devices WHERE event_id = $1 AND device_id = $2",
+        "SELECT x.device_id, x.status, x.placement_action, x.attempts, \
+         (d.id IS NOT NULL AND d.deleted_at IS NULL) AS present, d.site_id, d.infrastructure_ref, \
+         d.impairment_hold FROM impairment_event_devices x LEFT JOIN devices d ON d.id = x.device_id \
+         WHERE x.event_id = $1 AND x.device_id = $2",
     )
     .bind(event)
     .bind(device)

@@ -21,6 +21,7 @@
 //! The API calls it through `fleet_workflow_client::WorkflowClient`.
 
 pub(crate) mod activities;
+pub(crate) mod holds;
 pub(crate) mod impairment;
 pub(crate) mod impairment_store;
 pub(crate) mod metrics;
@@ -54,8 +55,8 @@ pub struct Workflow {
     pub(crate) streams: StreamNames,
     pub(crate) metrics: metrics::WorkflowMetrics,
     pub(crate) sites: activities::Sites,
-    /// Holds and releases through the hub's commands.
-    pub(crate) hub: fleet_hub_client::HubClient,
+    /// Impairment holds through the hub's `impairment_holds`, batched.
+    pub(crate) holds: holds::Holds,
     relay_wake: Notify,
 }
 
@@ -77,6 +78,11 @@ impl Workflow {
             subjects.clone(),
             std::time::Duration::from_secs(config.workflow.hub_timeout_secs.max(1)),
         );
+        let holds = holds::Holds::start(
+            hub,
+            config.workflow.hold_batch_max,
+            std::time::Duration::from_millis(config.workflow.hold_batch_linger_ms),
+        );
         Ok(Arc::new(Workflow {
             config,
             pool,
@@ -86,7 +92,7 @@ impl Workflow {
             streams,
             metrics: metrics::WorkflowMetrics::new(),
             sites,
-            hub,
+            holds,
             relay_wake: Notify::new(),
         }))
     }

@@ -19,13 +19,12 @@ pub(crate) struct DeviceRow {
     pub ironic_maintenance: Option<bool>,
     pub ironic_provision_state: Option<String>,
     pub placement_enabled: bool,
-    pub impairment_hold: Option<String>,
 }
 
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \
-         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled, d.impairment_hold \
+         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled \
          FROM devices d JOIN sites s ON s.id = d.site_id \
          WHERE d.id = ANY($1) AND d.deleted_at IS NULL ORDER BY d.id",
     )

@@ -29,6 +29,7 @@ pub fn verb(c: &C) -> &'static str {
         C::WriteCondition(_) => "write_condition",
         C::EnrollmentProof(_) => "enrollment_proof",
         C::ImpairmentHold(_) => "impairment_hold",
+        C::ImpairmentHolds(_) => "impairment_holds",
         C::Join(_) => "join",
         C::SetMaintenance(_) => "set_maintenance",
         C::ApplySnapshot(_) => "apply_snapshot",
@@ -84,6 +85,7 @@ impl Applied {
                 Some(Record::Created(_)) => "create results",
                 Some(Record::Snapshot(_)) => "a snapshot outcome",
                 Some(Record::Joined(_)) => "a join",
+                Some(Record::Holds(_)) => "hold results",
             }
         ))
     }
@@ -118,6 +120,14 @@ impl Applied {
         match self.record {
             Some(Record::Snapshot(s)) => Ok(s),
             _ => Err(self.unexpected("a snapshot outcome")),
+        }
+    }
+
+    /// One result per device of `impairment_holds`, in request order.
+    pub fn holds(self) -> Result<Vec<v1::HoldResult>, HubCallError> {
+        match self.record {
+            Some(Record::Holds(h)) => Ok(h.results),
+            _ => Err(self.unexpected("hold results")),
         }
     }
 

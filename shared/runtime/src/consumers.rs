@@ -129,6 +129,11 @@ pub struct WorkflowConfig {
     pub ack_wait_secs: u64,
     /// How long a hub command may take.
     pub hub_timeout_secs: u64,
+    /// Impairment holds asked for at once go to the hub as one command of
+    /// up to this many devices...
+    pub hold_batch_max: usize,
+    /// ...gathered for at most this long after the first.
+    pub hold_batch_linger_ms: u64,
     /// Tries of one step after transient failures (an outage, a lock
     /// conflict) before the device fails with a retryable code.
     pub max_attempts: u32,
@@ -165,6 +170,8 @@ impl Default for WorkflowConfig {
             workers: 64,
             ack_wait_secs: 30,
             hub_timeout_secs: 10,
+            hold_batch_max: 200,
+            hold_batch_linger_ms: 5,
             max_attempts: 5,
             retry_initial_ms: 1000,
             retry_max_ms: 30_000,

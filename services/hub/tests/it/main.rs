@@ -4,6 +4,7 @@
 
 mod behaviour;
 mod e2e;
+mod holds;
 mod restart;
 
 mod support {
