@@ -336,7 +336,7 @@ async fn bench(config: &mut FleetConfig, args: &WorkflowBench) -> anyhow::Result
          cordon:  {c:.2} s until every event cordoned ({cr:.0} devices/s; the {k} create(s) answered in {acc:.2} s); \
          quarantined with the hold {quarantined}/{n}, providers without the trait {without_trait}/{n}\n\
          release: {r:.2} s until every event cleared ({rr:.0} devices/s); back in_use {back_in_use}/{n}, providers with the trait {with_trait}/{n}\n\
-         each device: one hub command and one Placement read and write per half",
+         each device: its hold in a batched impairment_holds hub command, one Placement read and one write, per half",
         per = args.per_event,
         workers = args.workers,
         c = cordon.as_secs_f64(),
