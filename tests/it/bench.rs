@@ -1,4 +1,4 @@
-//! The benchmarks run (`fleet bench hub|placer|api`) at a toy size, so a
+//! The benchmarks run (`fleet bench hub|placer|api|workflow`) at a toy size, so a
 //! change that breaks one (a renamed configuration key, a schema it seeds)
 //! fails here instead of on the next person who measures. No figure is
 //! asserted: performance is measured by running them in full
