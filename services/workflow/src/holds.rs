@@ -27,8 +27,10 @@ pub(crate) struct Holds {
 }
 
 impl Holds {
-    /// Starts the batcher; it ends when the last `Holds` is dropped.
+    /// Starts the batcher; it ends when the last `Holds` is dropped. A
+    /// batch is at most 1,000 devices, the most the hub's command takes.
     pub fn start(hub: HubClient, max: usize, linger: Duration) -> Holds {
+        let max = max.clamp(1, 1000);
         let (tx, rx) = mpsc::channel(max.max(1) * 4);
         tokio::spawn(batch_loop(hub, rx, max.max(1), linger));
         Holds { tx }
