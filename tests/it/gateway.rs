@@ -642,6 +642,108 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
     env.cleanup().await;
 }
 
+/// A device NetBox imported (through the hub's create_device).
+async fn imported(env: &TestEnv, name: &str, serial: &str, netbox_id: i64) -> String {
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            C::CreateDevice(v1::CreateDevice {
+                site: "s1".into(),
+                name: name.into(),
+                serial: serial.into(),
+                netbox_id,
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
+    device_of(&reply).id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
+    let env = TestEnv::new().await;
+    let token = seed(&env, Trust::Platform).await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+
+    // The serial as NetBox writes it and as the firmware reports it differ
+    // in case and separators only.
+    let id = imported(&env, "gpu-claim-1", "sn-0001-ab", 4242).await;
+    let mut spec = SimSpec::numbered("claim", 1, 8);
+    spec.hostname = "gpu-claim-1".into();
+    spec.hardware.system_serial = "SN0001AB".into();
+    let mut a = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let r = a.join(&token).await.unwrap();
+    assert!(r.claimed && !r.rejoined, "{r:?}");
+    assert_eq!(r.device_id, id, "the NetBox device, not a second one");
+    assert_eq!(r.identity_generation, 1, "no credential existed before");
+    let (key, trusted, netbox_id, gpus): (Option<String>, bool, Option<i64>, Option<i32>) =
+        sqlx::query_as(
+            "SELECT hardware_key, hardware_key_trusted, netbox_id, gpu_count FROM devices WHERE id = $1",
+        )
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(key.is_some() && trusted);
+    assert_eq!(netbox_id, Some(4242), "what NetBox set stays");
+    assert_eq!(gpus, Some(8));
+    a.open().await.unwrap();
+
+    // The next join of the machine re-joins in place.
+    let mut again = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec);
+    let r = again.join(&token).await.unwrap();
+    assert!(r.rejoined && !r.claimed);
+    assert_eq!(
+        (r.device_id.as_str(), r.identity_generation),
+        (id.as_str(), 2)
+    );
+
+    // Another machine of the same name is refused and creates nothing: a
+    // different serial, no serial on the NetBox device, or an untrusted key.
+    let other = imported(&env, "gpu-claim-2", "SN0002", 4243).await;
+    let bare = imported(&env, "gpu-claim-3", "", 4244).await;
+    let mut refused = Vec::new();
+    for (k, host, serial, trusted) in [
+        (2, "gpu-claim-2", "SN9999", true),
+        (3, "gpu-claim-3", "SN0003", true),
+        (4, "gpu-claim-2", "SN0002", false),
+    ] {
+        let mut spec = SimSpec::numbered("claim", k, 8);
+        spec.hostname = host.into();
+        spec.hardware.system_serial = serial.into();
+        if !trusted {
+            spec.hardware = v1::HardwareIdentifiers {
+                system_serial: serial.into(),
+                ..Default::default()
+            };
+        }
+        let mut b = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec);
+        refused.push(b.join(&token).await.unwrap_err().code);
+    }
+    assert_eq!(refused, ["CONFLICT", "CONFLICT", "CONFLICT"]);
+    let keyed = count(
+        &env,
+        "SELECT count(*) FROM devices WHERE id = ANY($1) AND hardware_key IS NOT NULL",
+        &[other, bare],
+    )
+    .await;
+    assert_eq!(keyed, 0);
+    let all: i64 = sqlx::query_scalar("SELECT count(*) FROM devices")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(all, 3);
+
+    gw_stop.trigger();
+    gw_task.await.unwrap();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_tenant_controlled_device(
 ) {

@@ -1,11 +1,11 @@
 //! Simulated node agents for the gateway the mesh runs: one
 //! [`crate::agent_sim::SimAgent`] per device the scenario gave an agent,
 //! speaking the real agent protocol over NATS. Each machine's hardware
-//! identifiers are generated from its number; before its agent joins, the
-//! dev harness records that hardware key on the device NetBox brought in
-//! (what a factory enrollment record would hold), so the join re-joins
-//! the NetBox device in place instead of creating a second one. The
-//! agent then opens a session and heartbeats; the scenario closes and
+//! identifiers are generated from its number, its system serial the one
+//! NetBox lists. An agent joins once NetBox brought its device in (the
+//! harness reads `devices`; it writes nothing there): the hub claims that
+//! device for the agent's key by site, name and serial, and later joins
+//! re-join it in place. The agent then opens a session and heartbeats; the scenario closes and
 //! reopens sessions now and then (agent restarts), and the agents report
 //! what they did back to the engine, whose ground truth for
 //! `connectivity` follows from that.
@@ -66,8 +66,8 @@ pub struct Agents {
 enum State {
     /// Not joined yet; the next attempt not before this instant.
     Unjoined(Instant),
-    /// Its hardware key is on its NetBox device: the join may go.
-    Bound,
+    /// NetBox brought its device in: the join may go.
+    Imported,
     Joined {
         open: bool,
         last: Instant,
@@ -78,15 +78,16 @@ struct One {
     index: usize,
     site: String,
     name: String,
-    key: String,
     agent: SimAgent,
     state: State,
 }
 
-/// The machine behind device `index`, with the device's name as host name.
-pub fn spec(index: usize, name: &str) -> SimSpec {
+/// The machine behind device `index`, with the device's name as host name
+/// and NetBox's serial as its system serial.
+pub fn spec(index: usize, name: &str, serial: &str) -> SimSpec {
     let mut s = SimSpec::numbered("fleet-dev", index, GPUS_PER_DEVICE as u32);
     s.hostname = name.to_string();
+    s.hardware.system_serial = serial.to_string();
     s
 }
 
@@ -130,15 +131,15 @@ impl Agents {
         {
             let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
             for d in s.devices.iter().filter(|d| d.has_agent) {
-                let spec = spec(d.index, &d.name);
-                let Some(key) = key_of(&spec) else {
+                let spec = spec(d.index, &d.name, &d.serial);
+                // An untrusted key never claims the NetBox device.
+                if key_of(&spec).is_none() {
                     continue;
-                };
+                }
                 shards[d.index % WORKERS].push(One {
                     index: d.index,
                     site: d.site.clone(),
                     name: d.name.clone(),
-                    key,
                     agent: {
                         let mut a = SimAgent::new(self.nats.clone(), self.subjects.clone(), spec);
                         a.heartbeat_interval = self.heartbeat;
@@ -172,7 +173,7 @@ impl Agents {
                     .collect()
             };
             if !paused {
-                self.bind(&mut agents).await;
+                self.imported(&mut agents).await;
             }
             // A pause freezes what changes connectivity; heartbeats go on.
             // Joins come in a bounded stream, so the heartbeats of the
@@ -184,11 +185,11 @@ impl Agents {
                 .iter_mut()
                 .zip(wanted)
                 .filter(|(a, _)| match a.state {
-                    State::Bound if joins > 0 => {
+                    State::Imported if joins > 0 => {
                         joins -= 1;
                         true
                     }
-                    State::Bound | State::Unjoined(_) => false,
+                    State::Imported | State::Unjoined(_) => false,
                     State::Joined { .. } => true,
                 });
             loop {
@@ -259,7 +260,7 @@ impl Agents {
         let now = Instant::now();
         match a.state {
             State::Unjoined(_) => None,
-            State::Bound => {
+            State::Imported => {
                 if paused {
                     return None;
                 }
@@ -316,9 +317,10 @@ impl Agents {
         }
     }
 
-    /// Records the hardware keys of the agents waiting to join on their
-    /// NetBox devices, those NetBox brought in by now.
-    async fn bind(&self, agents: &mut [One]) {
+    /// Moves the agents waiting to join whose NetBox devices are in by now
+    /// to [`State::Imported`]: a join before that would create a second
+    /// device of the same name, which NetBox's import is then refused.
+    async fn imported(&self, agents: &mut [One]) {
         let now = Instant::now();
         let due: Vec<usize> = agents
             .iter()
@@ -329,56 +331,45 @@ impl Agents {
         if due.is_empty() {
             return;
         }
-        // 500 rows to a statement, locked in id order and skipping rows the
-        // hub holds (they are tried again next round): one UPDATE of every
-        // due agent at 100,000 held thousands of device rows for seconds,
-        // stalled the hub's batches and deadlocked with them.
-        let mut bound = std::collections::BTreeSet::new();
-        for chunk in due.chunks(500) {
-            let col = |f: fn(&One) -> &String| -> Vec<String> {
-                chunk.iter().map(|&k| f(&agents[k]).clone()).collect()
-            };
-            let rows: Result<Vec<(String, String)>, _> = sqlx::query_as(
-                "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS v(site, name, key)), \
-                 locked AS (SELECT d.id, v.key FROM devices d JOIN v ON d.site_id = v.site AND d.name = v.name \
-                   WHERE d.deleted_at IS NULL AND (d.hardware_key IS NULL OR d.hardware_key = v.key) \
-                   ORDER BY d.id FOR UPDATE OF d SKIP LOCKED) \
-                 UPDATE devices d SET hardware_key = locked.key, hardware_key_trusted = true \
-                 FROM locked WHERE d.id = locked.id RETURNING d.site_id, d.name",
-            )
-            .bind(col(|a| &a.site))
-            .bind(col(|a| &a.name))
-            .bind(col(|a| &a.key))
-            .fetch_all(&self.pool)
-            .await;
-            match rows {
-                Ok(rows) => bound.extend(rows),
-                Err(e) => {
-                    tracing::warn!(error = %e, "simulated agents: recording hardware keys");
-                    break;
-                }
+        let col = |f: fn(&One) -> &String| -> Vec<String> {
+            due.iter().map(|&k| f(&agents[k]).clone()).collect()
+        };
+        let rows: Result<Vec<(String, String)>, _> = sqlx::query_as(
+            "SELECT d.site_id, d.name FROM devices d \
+             JOIN unnest($1::text[], $2::text[]) AS v(site, name) ON d.site_id = v.site AND d.name = v.name \
+             WHERE d.deleted_at IS NULL",
+        )
+        .bind(col(|a| &a.site))
+        .bind(col(|a| &a.name))
+        .fetch_all(&self.pool)
+        .await;
+        let imported: std::collections::BTreeSet<(String, String)> = match rows {
+            Ok(rows) => rows.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "simulated agents: reading which devices NetBox brought in");
+                return;
             }
-        }
+        };
         for k in due {
             let a = &mut agents[k];
-            a.state = if bound.contains(&(a.site.clone(), a.name.clone())) {
-                State::Bound
+            a.state = if imported.contains(&(a.site.clone(), a.name.clone())) {
+                State::Imported
             } else {
-                // Not imported yet.
                 State::Unjoined(now + Duration::from_secs(2))
             };
         }
     }
 
-    /// Joins: the hub re-joins the NetBox device the key is on in place.
+    /// Joins: the hub claims the NetBox device for the key (the first join)
+    /// or re-joins it in place.
     async fn join(&self, a: &mut One, tokens: &BTreeMap<String, String>) -> anyhow::Result<()> {
         let token = tokens
             .get(&a.site)
             .ok_or_else(|| anyhow::anyhow!("no join token for site {}", a.site))?;
         let r = a.agent.join(token).await?;
         anyhow::ensure!(
-            r.rejoined,
-            "the join made a new device {} instead of re-joining",
+            r.rejoined || r.claimed,
+            "the join made a new device {} instead of joining the NetBox one",
             r.device_id
         );
         Ok(())

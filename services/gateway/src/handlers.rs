@@ -168,7 +168,7 @@ impl Gateway {
         let joined = record
             .joined()
             .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("hub reply: {e}")))?;
-        let rejoined = joined.rejoined;
+        let (rejoined, claimed) = (joined.rejoined, joined.claimed);
         let device = joined.device.unwrap_or_default();
         let (device_id, generation, version) =
             (device.id, device.identity_generation, device.version);
@@ -180,7 +180,7 @@ impl Gateway {
             ));
         }
         let credential = store::issue_credential(&self.pool, &device_id, generation).await?;
-        tracing::info!(device_id = %device_id, rejoined, trusted = key.trusted, generation, "agent joined");
+        tracing::info!(device_id = %device_id, rejoined, claimed, trusted = key.trusted, generation, "agent joined");
 
         // Acceptance: inventory against the pool's hardware profile.
         if let Some(pool_id) = &grant.pool_id {
@@ -208,6 +208,7 @@ impl Gateway {
             rejoined,
             hardware_key_trusted: key.trusted,
             provision_state,
+            claimed,
         })
     }
 

@@ -2,8 +2,9 @@
 //! normalised the hardware identifiers (`fleet_domain::hardware`). A
 //! trusted hardware key already on a live device re-joins that device in
 //! place, bumping `identity_generation` so every earlier credential dies;
-//! otherwise the device is created in `adopting`, its role from the pool
-//! kind. The devices table's unique index on trusted keys settles two
+//! otherwise a device imported without a key (NetBox) of the same site,
+//! name and serial is claimed: the key is recorded on it; otherwise the
+//! device is created in `adopting`, its role from the pool kind. The devices table's unique index on trusted keys settles two
 //! concurrent joins of one machine: the loser retries as a re-join.
 
 use crate::store::devices::{self, AgentFacts, NewDevice};
@@ -16,6 +17,7 @@ use crate::commands::CommandError;
 use crate::reply;
 use crate::work::Work;
 use crate::Hub;
+use fleet_outbox::Pending;
 use fleet_proto::v1::hub_reply::Record;
 
 fn invalid(m: impl Into<String>) -> CommandError {
@@ -79,16 +81,25 @@ fn violates(e: &CommandError, index: &str) -> bool {
     }
 }
 
+/// How a join found its device.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Found {
+    Created,
+    Rejoined,
+    Claimed,
+}
+
 fn joined(
     t: &fleet_domain::state::DeviceState,
-    rejoined: bool,
+    found: Found,
     hardware_key_trusted: bool,
 ) -> v1::HubReply {
     reply::ok(
         Record::Joined(v1::Joined {
             device: Some(reply::device(t)),
-            rejoined,
+            rejoined: found == Found::Rejoined,
             hardware_key_trusted,
+            claimed: found == Found::Claimed,
         }),
         t.record.version,
     )
@@ -139,8 +150,13 @@ impl Hub {
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
                 let t = &work.devices[&id];
-                return Ok(joined(&t.after, true, true));
+                return Ok(joined(&t.after, Found::Rejoined, true));
             }
+        }
+
+        if let Some((reply, outbox)) = self.claim_imported(&mut tx, j, now, cause).await? {
+            self.commit_and_publish(tx, outbox).await?;
+            return Ok(reply);
         }
 
         // Better Compute: the pool kind decides the role.
@@ -218,6 +234,54 @@ impl Hub {
         self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
             .await?;
         let t = &work.devices[&id];
-        Ok(joined(&t.after, false, j.trusted))
+        Ok(joined(&t.after, Found::Created, j.trusted))
+    }
+
+    /// The first trusted join of a device NetBox imported: the live device
+    /// of the join's site and name that has no key yet, when its serial
+    /// names the agent's machine (`hardware::claims`). The device keeps its
+    /// identity generation (no credential was ever issued for it) and
+    /// everything NetBox set; the agent's key and GPUs are recorded on it.
+    async fn claim_imported(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        j: &Join,
+        now: chrono::DateTime<Utc>,
+        cause: &str,
+    ) -> Result<Option<(v1::HubReply, Vec<Pending>)>, CommandError> {
+        if !j.trusted {
+            return Ok(None);
+        }
+        let candidate: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT id, serial FROM devices \
+             WHERE site_id = $1 AND name = $2 AND deleted_at IS NULL AND hardware_key IS NULL",
+        )
+        .bind(&j.site)
+        .bind(&j.name)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some((id, serial)) = candidate else {
+            return Ok(None);
+        };
+        if !fleet_domain::hardware::claims(serial.as_deref(), j.serial.as_deref()) {
+            return Ok(None);
+        }
+        let mut work = Work::lock(tx, std::slice::from_ref(&id)).await?;
+        if work.device(&id, cause, None).is_none() {
+            return Ok(None);
+        }
+        let agent = AgentFacts {
+            hardware_key: j.hardware_key.clone(),
+            hardware_key_trusted: true,
+            gpu_count: j.gpu_count,
+        };
+        if devices::claim(tx, &id, &agent).await?.is_none() {
+            // Claimed by another key between the read and the lock.
+            return Ok(None);
+        }
+        let (_, mut work) = work.finish(tx, now, &self.ttls, &self.subjects).await?;
+        let outbox = std::mem::take(&mut work.outbox);
+        let t = &work.devices[&id];
+        Ok(Some((joined(&t.after, Found::Claimed, true), outbox)))
     }
 }

@@ -122,6 +122,21 @@ pub fn normalize_serial(raw: &str) -> Option<String> {
     Some(s)
 }
 
+/// Whether an agent's first join may claim a device imported without a
+/// hardware key (from NetBox) by site and name: only when both serials are
+/// known and name the same machine after normalisation. A device with no
+/// serial, or an agent whose serial did not survive, is never claimed by
+/// name alone (the join is refused instead, as any name collision is).
+pub fn claims(device_serial: Option<&str>, agent_serial: Option<&str>) -> bool {
+    match (
+        device_serial.and_then(normalize_serial),
+        agent_serial.and_then(normalize_serial),
+    ) {
+        (Some(d), Some(a)) => d == a,
+        _ => false,
+    }
+}
+
 /// A MAC address in any common notation (`aa:bb:..`, `AA-BB-..`,
 /// `aabb.ccdd.eeff`): 12 hex digits, upper case. All-zero, broadcast and
 /// multicast addresses are no machine's identity and are dropped.
@@ -209,6 +224,31 @@ pub fn hardware_key(ids: &HardwareIds) -> Option<HardwareKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_join_claims_an_imported_device_only_by_its_serial() {
+        // (NetBox's serial, the agent's, claims)
+        let cases: &[(Option<&str>, Option<&str>, bool)] = &[
+            (Some("SIM00000001"), Some("SIM00000001"), true),
+            // The same serial written differently (case, separators).
+            (Some("sim-0000-0001"), Some("SIM00000001"), true),
+            (Some("SIM00000001"), Some("SIM00000002"), false),
+            // Name alone never claims.
+            (None, Some("SIM00000001"), false),
+            (Some("SIM00000001"), None, false),
+            (None, None, false),
+            // A placeholder is no serial.
+            (
+                Some("To be filled by O.E.M."),
+                Some("TOBEFILLEDBYOEM"),
+                false,
+            ),
+            (Some("0000000"), Some("0000000"), false),
+        ];
+        for (device, agent, want) in cases {
+            assert_eq!(claims(*device, *agent), *want, "{device:?} / {agent:?}");
+        }
+    }
 
     #[test]
     fn serials_fold_case_and_separators_and_drop_placeholders() {

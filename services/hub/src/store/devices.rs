@@ -804,6 +804,26 @@ pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>,
     Ok((done.rows_affected() == 1).then_some(()))
 }
 
+/// The first join of a device imported without a key: records the agent's
+/// key and GPUs on it. `None` when the device got a key in between.
+pub async fn claim(
+    tx: &mut Tx<'_>,
+    id: &str,
+    agent: &AgentFacts,
+) -> Result<Option<()>, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE devices SET hardware_key = $2, hardware_key_trusted = $3, gpu_count = $4 \
+         WHERE id = $1 AND hardware_key IS NULL AND deleted_at IS NULL",
+    )
+    .bind(id)
+    .bind(&agent.hardware_key)
+    .bind(agent.hardware_key_trusted)
+    .bind(agent.gpu_count)
+    .execute(&mut **tx)
+    .await?;
+    Ok((done.rows_affected() == 1).then_some(()))
+}
+
 /// A trusted re-join: the GPUs the agent reports now.
 pub async fn set_gpu_count(tx: &mut Tx<'_>, id: &str, gpu_count: i32) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
