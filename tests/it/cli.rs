@@ -167,3 +167,86 @@ async fn devices_and_impairments_through_the_cli() {
     let _ = hub_task.await;
     env.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_tenants_and_pools_through_the_cli() {
+    use crate::allocations::cli;
+    use crate::api::{start_api, token};
+    use crate::support::TestEnv;
+    use fleet_api::Scope;
+
+    let env = TestEnv::new().await;
+    let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
+    let (addr, api_trigger) = start_api(&env.config).await;
+    let t = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
+
+    for args in [
+        &[
+            "sites",
+            "create",
+            "dc7",
+            "--name",
+            "site seven",
+            "--inventory-only",
+        ][..],
+        &["tenants", "create", "t7", "--name", "tenant seven"],
+        &[
+            "pools",
+            "create",
+            "p7",
+            "--site",
+            "dc7",
+            "--kind",
+            "metal-host",
+            "--owner",
+            "t7",
+            "--gpus",
+            "8",
+            "--gpu-model",
+            "H100",
+        ],
+        &["pools", "update", "p7", "--gpus", "4"],
+    ] {
+        let (ok, out, err) = cli(addr, &t, args).await;
+        assert!(ok, "{args:?}: {err}");
+        assert!(out.starts_with("ID"), "{out}");
+    }
+    let (ok, out, err) = cli(addr, &t, &["sites", "list"]).await;
+    assert!(ok, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("dc7"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("site seven") && row.contains("true"), "{row}");
+    let (ok, out, err) = cli(addr, &t, &["pools", "list", "--site", "dc7", "-o", "json"]).await;
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["hardware_profile"]["gpu_count"], 4);
+    assert_eq!(v[0]["owner_tenant_id"], "t7");
+
+    // A refusal names the API's code and changes nothing.
+    let (ok, _, err) = cli(
+        addr,
+        &t,
+        &["pools", "create", "p8", "--site", "dc7", "--kind", "gpu"],
+    )
+    .await;
+    assert!(!ok && err.contains("INVALID_ARGUMENT"), "{err}");
+    let (ok, _, err) = cli(addr, &t, &["tenants", "delete", "t7"]).await;
+    assert!(!ok && err.contains("INVALID_STATE"), "{err}");
+    for args in [
+        &["pools", "delete", "p7"][..],
+        &["tenants", "delete", "t7"],
+        &["sites", "delete", "dc7"],
+    ] {
+        let (ok, _, err) = cli(addr, &t, args).await;
+        assert!(ok, "{args:?}: {err}");
+    }
+    let (ok, _, err) = cli(addr, &t, &["sites", "show", "dc7"]).await;
+    assert!(!ok && err.contains("NOT_FOUND"), "{err}");
+
+    api_trigger.trigger();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}

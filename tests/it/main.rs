@@ -10,6 +10,7 @@ mod crash;
 mod dev;
 mod gateway;
 mod harness;
+mod inventory;
 mod jobs;
 mod layout;
 mod predicates;

@@ -14,6 +14,7 @@ pub mod failure_codes;
 pub mod gateway;
 pub mod hub;
 pub mod impairment;
+pub mod inventory;
 pub mod jobs;
 pub mod metrics;
 pub mod model;

@@ -365,6 +365,7 @@ macro_rules! page {
         }
     };
 }
+pub(crate) use page;
 
 page!(DevicePage, DeviceSummary);
 page!(LifecyclePage, LifecycleEvent);

@@ -17,8 +17,8 @@ use utoipa_axum::routes;
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
 use crate::{
-    allocations, conditions, devices, drift, failure_codes, impairment, jobs, metrics, openapi,
-    sites, App,
+    allocations, conditions, devices, drift, failure_codes, impairment, inventory, jobs, metrics,
+    openapi, sites, App,
 };
 
 /// One route: its method and path come from the handler's
@@ -91,6 +91,21 @@ pub fn table() -> Vec<Route> {
         r(S::OperationsWrite, routes!(allocations::release)),
         r(S::DeviceRead, routes!(allocations::capacity)),
         r(S::DeviceRead, routes!(drift::list)),
+        r(S::DeviceRead, routes!(inventory::list_sites)),
+        r(S::DeviceRead, routes!(inventory::site)),
+        r(S::Admin, routes!(inventory::create_site)),
+        r(S::Admin, routes!(inventory::update_site)),
+        r(S::Admin, routes!(inventory::delete_site)),
+        r(S::DeviceRead, routes!(inventory::list_tenants)),
+        r(S::DeviceRead, routes!(inventory::tenant)),
+        r(S::Admin, routes!(inventory::create_tenant)),
+        r(S::Admin, routes!(inventory::update_tenant)),
+        r(S::Admin, routes!(inventory::delete_tenant)),
+        r(S::DeviceRead, routes!(inventory::list_pools)),
+        r(S::DeviceRead, routes!(inventory::pool)),
+        r(S::Admin, routes!(inventory::create_pool)),
+        r(S::Admin, routes!(inventory::update_pool)),
+        r(S::Admin, routes!(inventory::delete_pool)),
         r(S::DeviceRead, routes!(sites::summary)),
         r(S::DeviceRead, routes!(sites::unresolved)),
         r(S::JobsWrite, routes!(jobs::create)),

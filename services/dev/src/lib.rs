@@ -175,6 +175,62 @@ impl DevMesh {
 }
 
 /// The pool of a simulated site.
+/// The sites, the dev tenant and each site's pool (8 x H100), the way an
+/// operator sets them up before devices arrive: hub inventory commands (the
+/// dev harness writes no inventory table itself). A row that exists is left
+/// as it is.
+async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Result<()> {
+    use fleet_proto::v1;
+    use v1::hub_command::Command as C;
+    let nats = fleet_bus::connect(&config.nats, "fleet-dev-inventory")
+        .await
+        .context("connecting to NATS to set up the dev inventory")?;
+    let hub = fleet_hub_client::HubClient::new(
+        nats,
+        fleet_bus::Subjects::new(&config.nats.subject_root, &config.nats.radar_root),
+        Duration::from_secs(10),
+    );
+    let mut commands = vec![C::CreateTenant(v1::Tenant {
+        id: "dev-tenant".into(),
+        name: "the dev tenant".into(),
+        created_at: None,
+    })];
+    for s in sites {
+        commands.push(C::CreateSite(v1::Site {
+            id: s.clone(),
+            name: format!("simulated site {s}"),
+            inventory_only: false,
+            placement_enabled: true,
+            created_at: None,
+        }));
+        commands.push(C::CreatePool(v1::Pool {
+            id: dev_pool(s),
+            site_id: s.clone(),
+            kind: fleet_domain::inventory::PoolKind::MetalHost.as_str().into(),
+            owner_tenant_id: "dev-tenant".into(),
+            hardware_profile: Some(v1::PoolHardwareProfile {
+                gpu_count: engine::GPUS_PER_DEVICE as i32,
+                gpu_model: "H100".into(),
+            }),
+            created_at: None,
+        }));
+    }
+    for c in commands {
+        let verb = fleet_hub_client::verb(&c);
+        match hub.call("fleet-dev", 0, c).await {
+            Ok(_) => {}
+            Err(fleet_hub_client::HubCallError::Refused { code, .. })
+                if code == fleet_proto::ErrorCode::Conflict => {}
+            Err(e) => {
+                return Err(anyhow::anyhow!(
+                    "setting up the dev inventory ({verb}): {e}"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn dev_pool(site: &str) -> String {
     format!("{site}-gpu")
 }
@@ -294,31 +350,6 @@ impl DevMesh {
             .context("migrating the dev database")?;
 
         let sites: Vec<String> = (1..=opts.sites.max(1)).map(|i| format!("s{i}")).collect();
-        for s in &sites {
-            sqlx::query("INSERT INTO sites (id, name) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING")
-                .bind(s)
-                .bind(format!("simulated site {s}"))
-                .execute(&pool)
-                .await
-                .context("creating the simulated sites")?;
-            // The site's pool and its tenant, the way an operator sets them
-            // up before devices arrive (there is no API for pools yet).
-            sqlx::query("INSERT INTO tenants (id, name) VALUES ('dev-tenant', 'the dev tenant') ON CONFLICT (id) DO NOTHING")
-                .execute(&pool)
-                .await
-                .context("creating the dev tenant")?;
-            sqlx::query("INSERT INTO pools (id, site_id, kind, owner_tenant_id) VALUES ($1, $2, 'metal-host', 'dev-tenant') ON CONFLICT (id) DO NOTHING")
-                .bind(dev_pool(s))
-                .bind(s)
-                .execute(&pool)
-                .await
-                .context("creating the simulated pools")?;
-            sqlx::query("INSERT INTO pool_hardware_profiles (pool_id, gpu_count, gpu_model) VALUES ($1, 8, 'H100') ON CONFLICT (pool_id) DO NOTHING")
-                .bind(dev_pool(s))
-                .execute(&pool)
-                .await
-                .context("creating the simulated pools' hardware profiles")?;
-        }
         let (_id, token) = fleet_api::create_token(&pool, fleet_api::Scope::ALL, "fleet dev")
             .await
             .context("creating the dev API token")?;
@@ -422,6 +453,12 @@ impl DevMesh {
                 anyhow::bail!("the hub did not become ready at {ready}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if let Err(e) = set_up_inventory(config, &sites).await {
+            for t in &tasks {
+                t.trigger.trigger();
+            }
+            return Err(e);
         }
         spawn("api", &mut tasks, false, |c, s| {
             Box::pin(fleet_api::run(c, s))

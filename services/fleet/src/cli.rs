@@ -298,6 +298,15 @@ impl Api {
             .await
     }
 
+    pub async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::PATCH, path, &[], Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::DELETE, path, &[], None).await
+    }
+
     /// A POST whose arguments are in the query (no body).
     pub async fn post_query(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
         self.call(reqwest::Method::POST, path, query, None).await
@@ -449,7 +458,7 @@ fn device_rows(items: &[DeviceSummary]) -> String {
     )
 }
 
-fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
@@ -805,6 +814,8 @@ pub enum PoolsCommand {
         /// The id, as `list` shows it.
         id: String,
     },
+    #[command(flatten)]
+    Inventory(crate::inventory_cmd::PoolCommand),
 }
 
 fn allocation_rows(items: &[Allocation]) -> String {
@@ -971,6 +982,7 @@ pub async fn pools(t: Target, what: PoolsCommand) -> anyhow::Result<()> {
                 Ok(())
             }
         }
+        PoolsCommand::Inventory(what) => crate::inventory_cmd::pools(&api, t.output, what).await,
     }
 }
 

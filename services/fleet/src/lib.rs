@@ -4,6 +4,7 @@
 pub mod api_cmd;
 pub mod bench;
 pub mod cli;
+pub mod inventory_cmd;
 
 use anyhow::Context;
 use fleet_runtime::FleetConfig;

@@ -100,7 +100,21 @@ enum Command {
         #[command(subcommand)]
         what: fleet::cli::AllocationsCommand,
     },
-    /// Operator CLI: pool capacity through the API.
+    /// Operator CLI: sites through the API (the hub writes them).
+    Sites {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::inventory_cmd::SitesCommand,
+    },
+    /// Operator CLI: tenants through the API (the hub writes them).
+    Tenants {
+        #[command(flatten)]
+        target: fleet::cli::Target,
+        #[command(subcommand)]
+        what: fleet::inventory_cmd::TenantsCommand,
+    },
+    /// Operator CLI: pools, their hardware profiles and capacity through the API.
     Pools {
         #[command(flatten)]
         target: fleet::cli::Target,
@@ -148,6 +162,8 @@ fn json_output(cli: &Cli) -> bool {
         | Command::Impairments { target, .. }
         | Command::Allocations { target, .. }
         | Command::Pools { target, .. }
+        | Command::Sites { target, .. }
+        | Command::Tenants { target, .. }
         | Command::Jobs { target, .. } => target,
         _ => return false,
     };
@@ -187,6 +203,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Impairments { target, what } => fleet::cli::impairments(target, what).await,
             Command::Allocations { target, what } => fleet::cli::allocations(target, what).await,
             Command::Pools { target, what } => fleet::cli::pools(target, what).await,
+            Command::Sites { target, what } => fleet::inventory_cmd::sites(target, what).await,
+            Command::Tenants { target, what } => fleet::inventory_cmd::tenants(target, what).await,
             Command::Jobs { target, what } => fleet::cli::jobs(target, what).await,
             Command::Probe { target } => fleet::probe(&target).await,
             Command::Config => {

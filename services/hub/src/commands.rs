@@ -180,6 +180,13 @@ impl Hub {
             C::CreateDevices(d) => self.create_devices(d.devices, &cause).await,
             C::ImpairmentHolds(h) => self.impairment_holds(h, &cause, now).await,
             C::Join(j) => self.join(j, &cause).await,
+            c @ (C::CreateSite(_)
+            | C::UpdateSite(_)
+            | C::CreateTenant(_)
+            | C::UpdateTenant(_)
+            | C::CreatePool(_)
+            | C::UpdatePool(_)
+            | C::DeleteInventory(_)) => self.inventory(c, &cause).await,
             C::ApplySnapshot(s) => self.apply_snapshot_command(s, c.expected_version).await,
             C::Triage(t) => {
                 if t.device_ids.is_empty() {
@@ -450,8 +457,7 @@ impl Draft {
         if let (None, Some(p)) = (&self.explicit_role, &self.pool_id) {
             self.new.role = match kinds.get(p).map(String::as_str) {
                 None => return Err(DomainError::NotFound(format!("pool {p}")).into()),
-                Some("metal-dedicated") => Role::Dedicated,
-                Some(_) => Role::Host,
+                Some(kind) => fleet_domain::inventory::PoolKind::parse(kind)?.role(),
             };
         }
         Ok(self.new)
@@ -590,6 +596,13 @@ fn device_id(c: &C) -> &str {
         C::CreateDevice(_)
         | C::CreateDevices(_)
         | C::ImpairmentHolds(_)
+        | C::CreateSite(_)
+        | C::UpdateSite(_)
+        | C::CreateTenant(_)
+        | C::UpdateTenant(_)
+        | C::CreatePool(_)
+        | C::UpdatePool(_)
+        | C::DeleteInventory(_)
         | C::Triage(_)
         | C::WriteCondition(_)
         | C::ApplySnapshot(_) => "",
@@ -639,15 +652,9 @@ fn apply_device_command(
             cmd::enrollment_proof(r, outcome, now).map(|_| ())
         }
         C::ImpairmentHold(x) => cmd::impairment_hold(r, &x.event_id, x.set),
-        C::Join(_) => Err(DomainError::InvalidArgument(
-            "not a single-device command".into(),
-        )),
-        C::CreateDevice(_)
-        | C::CreateDevices(_)
-        | C::ImpairmentHolds(_)
-        | C::Triage(_)
-        | C::WriteCondition(_)
-        | C::ApplySnapshot(_) => Err(DomainError::InvalidArgument(
+        // Join, the create and inventory commands, triage, condition
+        // writes and snapshots carry no single device.
+        _ => Err(DomainError::InvalidArgument(
             "not a single-device command".into(),
         )),
     }

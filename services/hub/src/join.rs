@@ -173,8 +173,7 @@ impl Hub {
                     Some((_, site)) if site != j.site => {
                         return Err(invalid(format!("pool {p} is not in site {}", j.site)))
                     }
-                    Some((kind, _)) if kind == "metal-dedicated" => Role::Dedicated,
-                    Some(_) => Role::Host,
+                    Some((kind, _)) => fleet_domain::inventory::PoolKind::parse(&kind)?.role(),
                 }
             }
         };

@@ -8,6 +8,7 @@ pub(crate) mod backlog;
 pub(crate) mod commands;
 pub mod decode;
 pub(crate) mod drift;
+pub(crate) mod inventory;
 pub(crate) mod join;
 pub(crate) mod metrics;
 pub(crate) mod observations;

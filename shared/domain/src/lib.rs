@@ -11,6 +11,7 @@ pub mod error;
 pub mod failure;
 pub mod hardware;
 pub mod impairment;
+pub mod inventory;
 pub mod ironic;
 pub mod ironic_direct;
 pub mod jobs;

@@ -33,6 +33,13 @@ pub fn verb(c: &C) -> &'static str {
         C::Join(_) => "join",
         C::SetMaintenance(_) => "set_maintenance",
         C::ApplySnapshot(_) => "apply_snapshot",
+        C::CreateSite(_) => "create_site",
+        C::UpdateSite(_) => "update_site",
+        C::CreateTenant(_) => "create_tenant",
+        C::UpdateTenant(_) => "update_tenant",
+        C::CreatePool(_) => "create_pool",
+        C::UpdatePool(_) => "update_pool",
+        C::DeleteInventory(_) => "delete_inventory",
     }
 }
 
@@ -86,6 +93,9 @@ impl Applied {
                 Some(Record::Snapshot(_)) => "a snapshot outcome",
                 Some(Record::Joined(_)) => "a join",
                 Some(Record::Holds(_)) => "hold results",
+                Some(Record::Site(_)) => "a site",
+                Some(Record::Tenant(_)) => "a tenant",
+                Some(Record::Pool(_)) => "a pool",
             }
         ))
     }
@@ -128,6 +138,30 @@ impl Applied {
         match self.record {
             Some(Record::Holds(h)) => Ok(h.results),
             _ => Err(self.unexpected("hold results")),
+        }
+    }
+
+    /// The site an inventory command left.
+    pub fn site(self) -> Result<v1::Site, HubCallError> {
+        match self.record {
+            Some(Record::Site(x)) => Ok(x),
+            _ => Err(self.unexpected("a site")),
+        }
+    }
+
+    /// The tenant an inventory command left.
+    pub fn tenant(self) -> Result<v1::Tenant, HubCallError> {
+        match self.record {
+            Some(Record::Tenant(x)) => Ok(x),
+            _ => Err(self.unexpected("a tenant")),
+        }
+    }
+
+    /// The pool an inventory command left.
+    pub fn pool(self) -> Result<v1::Pool, HubCallError> {
+        match self.record {
+            Some(Record::Pool(x)) => Ok(x),
+            _ => Err(self.unexpected("a pool")),
         }
     }
 

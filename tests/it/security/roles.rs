@@ -273,3 +273,30 @@ async fn only_the_workflow_role_writes_jobs_and_impairment_events() {
     }
     env.cleanup().await;
 }
+
+/// Sites, tenants, pools and hardware profiles are the hub's (its
+/// inventory commands): every other role only reads them, Radar writes its
+/// one tenant column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_hubs_role_writes_the_inventory() {
+    let env = TestEnv::new().await;
+    for role in Role::ALL {
+        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+            .await
+            .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
+        let expected = (role != Role::Hub).then(|| INSUFFICIENT_PRIVILEGE.to_string());
+        for sql in [
+            "INSERT INTO sites (id, name) VALUES ('s9', 'intruder')",
+            "UPDATE sites SET inventory_only = true",
+            "DELETE FROM sites WHERE id = 's2'",
+            "INSERT INTO tenants (id, name) VALUES ('t9', 'intruder')",
+            "UPDATE tenants SET name = 'intruder'",
+            "INSERT INTO pools (id, site_id, kind) VALUES ('p9', 's1', 'metal-host')",
+            "DELETE FROM pool_hardware_profiles",
+        ] {
+            assert_eq!(try_as(&pool, sql).await, expected, "{}: {sql}", role.name());
+        }
+        pool.close().await;
+    }
+    env.cleanup().await;
+}

@@ -3,3 +3,4 @@
 //! hub writes these tables, so only the hub holds these queries.
 
 pub mod devices;
+pub mod inventory;

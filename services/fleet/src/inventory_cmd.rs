@@ -1,0 +1,259 @@
+//! `fleet sites ...`, `fleet tenants ...` and `fleet pools ...`: the
+//! inventory an operator sets up before devices arrive, through the API
+//! (`/api/v1/sites/`, `/tenants/`, `/pools/`; hub inventory commands).
+
+use clap::Subcommand;
+use fleet_api::inventory::{Pool, Site, Tenant};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::cli::{print_json, table, Api, Output, Target};
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum SitesCommand {
+    /// Every site.
+    List,
+    /// One site.
+    Show { id: String },
+    /// Create a site. `--inventory-only` is fixed for the site's life: every
+    /// device created at it is inventory-only.
+    Create {
+        id: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        inventory_only: bool,
+        /// Placement (the customer-ready trait) is not managed at this site.
+        #[arg(long)]
+        no_placement: bool,
+    },
+    /// Rename a site or turn its Placement management on or off.
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        placement_enabled: Option<bool>,
+    },
+    /// Delete a site nothing refers to.
+    Delete { id: String },
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum TenantsCommand {
+    /// Every tenant.
+    List,
+    /// One tenant.
+    Show { id: String },
+    Create {
+        id: String,
+        #[arg(long)]
+        name: String,
+    },
+    Update {
+        id: String,
+        #[arg(long)]
+        name: String,
+    },
+    /// Delete a tenant nothing refers to.
+    Delete { id: String },
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum PoolCommand {
+    /// Every pool, or a site's.
+    List {
+        #[arg(long)]
+        site: Option<String>,
+    },
+    /// One pool.
+    Show { id: String },
+    /// Create a pool; its kind decides the role of devices that join it.
+    Create {
+        id: String,
+        #[arg(long)]
+        site: String,
+        /// metal-host, vps-host, provider, metal-dedicated or custom.
+        #[arg(long)]
+        kind: String,
+        /// The owning tenant.
+        #[arg(long)]
+        owner: Option<String>,
+        /// The hardware profile's GPUs per device (acceptance checks joins against it).
+        #[arg(long)]
+        gpus: Option<i32>,
+        #[arg(long, requires = "gpus")]
+        gpu_model: Option<String>,
+    },
+    /// Change a pool's owner (`--owner ""` clears it) or hardware profile.
+    Update {
+        id: String,
+        #[arg(long)]
+        owner: Option<String>,
+        #[arg(long, conflicts_with = "clear_profile")]
+        gpus: Option<i32>,
+        #[arg(long, requires = "gpus")]
+        gpu_model: Option<String>,
+        /// Remove the hardware profile.
+        #[arg(long)]
+        clear_profile: bool,
+    },
+    /// Delete a pool nothing refers to.
+    Delete { id: String },
+}
+
+fn read<T: DeserializeOwned>(v: Value) -> anyhow::Result<T> {
+    serde_json::from_value(v)
+        .map_err(|e| anyhow::anyhow!("the API's answer is not what this CLI reads: {e}"))
+}
+
+fn print<T: serde::Serialize>(
+    out: Output,
+    items: &[T],
+    rows: impl Fn(&T) -> Vec<String>,
+    header: &[&str],
+) -> anyhow::Result<()> {
+    if out == Output::Json {
+        return print_json(&items);
+    }
+    let rows: Vec<Vec<String>> = items.iter().map(rows).collect();
+    print!("{}", table(header, &rows));
+    Ok(())
+}
+
+fn site_row(s: &Site) -> Vec<String> {
+    vec![
+        s.id.clone(),
+        s.name.clone(),
+        s.inventory_only.to_string(),
+        s.placement_enabled.to_string(),
+        s.created_at.to_rfc3339(),
+    ]
+}
+const SITE_HEADER: &[&str] = &["ID", "NAME", "INVENTORY-ONLY", "PLACEMENT", "CREATED"];
+
+fn tenant_row(t: &Tenant) -> Vec<String> {
+    vec![t.id.clone(), t.name.clone(), t.created_at.to_rfc3339()]
+}
+const TENANT_HEADER: &[&str] = &["ID", "NAME", "CREATED"];
+
+fn pool_row(p: &Pool) -> Vec<String> {
+    vec![
+        p.id.clone(),
+        p.site_id.clone(),
+        p.kind.clone(),
+        p.owner_tenant_id.clone().unwrap_or_else(|| "-".into()),
+        p.hardware_profile.as_ref().map_or("-".into(), |h| {
+            format!(
+                "{} x {}",
+                h.gpu_count,
+                if h.gpu_model.is_empty() {
+                    "GPU"
+                } else {
+                    &h.gpu_model
+                }
+            )
+        }),
+        p.created_at.to_rfc3339(),
+    ]
+}
+const POOL_HEADER: &[&str] = &["ID", "SITE", "KIND", "OWNER", "PROFILE", "CREATED"];
+
+pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let one = match what {
+        SitesCommand::List => {
+            let items: Vec<Site> = api.list_all("/api/v1/sites/", &[], None).await?;
+            return print(t.output, &items, site_row, SITE_HEADER);
+        }
+        SitesCommand::Show { id } => api.get(&format!("/api/v1/sites/{id}/"), &[]).await?,
+        SitesCommand::Create { id, name, inventory_only, no_placement } => {
+            api.post("/api/v1/sites/", json!({"id": id, "name": name, "inventory_only": inventory_only, "placement_enabled": !no_placement}))
+                .await?
+        }
+        SitesCommand::Update { id, name, placement_enabled } => {
+            let mut body = json!({});
+            if let Some(n) = name {
+                body["name"] = json!(n);
+            }
+            if let Some(p) = placement_enabled {
+                body["placement_enabled"] = json!(p);
+            }
+            api.patch(&format!("/api/v1/sites/{id}/"), body).await?
+        }
+        SitesCommand::Delete { id } => api.delete(&format!("/api/v1/sites/{id}/")).await?,
+    };
+    print(t.output, &[read::<Site>(one)?], site_row, SITE_HEADER)
+}
+
+pub async fn tenants(t: Target, what: TenantsCommand) -> anyhow::Result<()> {
+    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let one = match what {
+        TenantsCommand::List => {
+            let items: Vec<Tenant> = api.list_all("/api/v1/tenants/", &[], None).await?;
+            return print(t.output, &items, tenant_row, TENANT_HEADER);
+        }
+        TenantsCommand::Show { id } => api.get(&format!("/api/v1/tenants/{id}/"), &[]).await?,
+        TenantsCommand::Create { id, name } => {
+            api.post("/api/v1/tenants/", json!({"id": id, "name": name}))
+                .await?
+        }
+        TenantsCommand::Update { id, name } => {
+            api.patch(&format!("/api/v1/tenants/{id}/"), json!({"name": name}))
+                .await?
+        }
+        TenantsCommand::Delete { id } => api.delete(&format!("/api/v1/tenants/{id}/")).await?,
+    };
+    print(t.output, &[read::<Tenant>(one)?], tenant_row, TENANT_HEADER)
+}
+
+fn profile(gpus: Option<i32>, model: Option<String>) -> Value {
+    match gpus {
+        Some(g) => json!({"gpu_count": g, "gpu_model": model.unwrap_or_default()}),
+        None => Value::Null,
+    }
+}
+
+pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<()> {
+    let one = match what {
+        PoolCommand::List { site } => {
+            let q: Vec<(&str, String)> = site.map(|s| ("site", s)).into_iter().collect();
+            let items: Vec<Pool> = api.list_all("/api/v1/pools/", &q, None).await?;
+            return print(out, &items, pool_row, POOL_HEADER);
+        }
+        PoolCommand::Show { id } => api.get(&format!("/api/v1/pools/{id}/"), &[]).await?,
+        PoolCommand::Create {
+            id,
+            site,
+            kind,
+            owner,
+            gpus,
+            gpu_model,
+        } => {
+            api.post(
+                "/api/v1/pools/",
+                json!({"id": id, "site_id": site, "kind": kind, "owner_tenant_id": owner,
+                       "hardware_profile": profile(gpus, gpu_model)}),
+            )
+            .await?
+        }
+        PoolCommand::Update {
+            id,
+            owner,
+            gpus,
+            gpu_model,
+            clear_profile,
+        } => {
+            let mut body = json!({"clear_hardware_profile": clear_profile});
+            if let Some(o) = owner {
+                body["owner_tenant_id"] = json!(o);
+            }
+            if gpus.is_some() {
+                body["hardware_profile"] = profile(gpus, gpu_model);
+            }
+            api.patch(&format!("/api/v1/pools/{id}/"), body).await?
+        }
+        PoolCommand::Delete { id } => api.delete(&format!("/api/v1/pools/{id}/")).await?,
+    };
+    print(out, &[read::<Pool>(one)?], pool_row, POOL_HEADER)
+}

@@ -1,0 +1,281 @@
+//! Sites, tenants, pools and their hardware profiles set up through the
+//! API only (hub inventory commands): typed refusals that change nothing,
+//! `inventory_only` fixed at create and inherited by the site's devices,
+//! deletes refused while something refers to the row.
+
+use fleet_api::Scope;
+use serde_json::json;
+
+use crate::api::{get, send, start_api, token};
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
+    let env = TestEnv::new().await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (addr, api_stop) = start_api(&env.config).await;
+    let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
+    let reader = token(&env, &[Scope::DeviceRead]).await;
+    let sites = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sites")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap()
+    };
+    let before = sites().await;
+
+    // A site: created once, its inventory_only fixed for its life.
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/sites/",
+        &admin,
+        json!({"id": "dc9", "name": "site nine", "inventory_only": true}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let s = r.json();
+    assert_eq!(
+        (
+            s["inventory_only"].as_bool(),
+            s["placement_enabled"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/sites/",
+        &admin,
+        json!({"id": "dc9", "name": "again"}),
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (409, "CONFLICT".to_string()));
+    for (body, why) in [
+        (
+            json!({"id": "dc.9", "name": "n"}),
+            "a dot is a subject separator",
+        ),
+        (json!({"id": "dc10", "name": "  "}), "a blank name"),
+        (json!({"id": "", "name": "n"}), "no id"),
+        (
+            json!({"id": "dc10", "name": "n", "colour": "red"}),
+            "an unknown field",
+        ),
+    ] {
+        let r = send(addr, "POST", "/api/v1/sites/", &admin, body).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "INVALID_ARGUMENT".to_string()),
+            "{why}: {}",
+            r.body
+        );
+    }
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/sites/",
+        &reader,
+        json!({"id": "dc11", "name": "n"}),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(sites().await, before + 1, "refusals created nothing");
+
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/sites/dc9/",
+        &admin,
+        json!({"inventory_only": false}),
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (400, "INVALID_ARGUMENT".to_string()));
+    assert!(r.body.contains("immutable"), "{}", r.body);
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/sites/dc9/",
+        &admin,
+        json!({"name": "Site Nine", "placement_enabled": false}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let s = get(addr, "/api/v1/sites/dc9/", &reader).await.json();
+    assert_eq!(
+        (
+            s["name"].as_str(),
+            s["inventory_only"].as_bool(),
+            s["placement_enabled"].as_bool()
+        ),
+        (Some("Site Nine"), Some(true), Some(false))
+    );
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/sites/nowhere/",
+        &admin,
+        json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!((r.status, r.code()), (404, "NOT_FOUND".to_string()));
+
+    // Tenants and pools.
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/tenants/",
+        &admin,
+        json!({"id": "t9", "name": "tenant nine"}),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/tenants/t9/",
+        &admin,
+        json!({"name": "Tenant Nine"}),
+    )
+    .await;
+    assert_eq!(r.json()["name"], "Tenant Nine");
+    let pool = json!({"id": "p9", "site_id": "dc9", "kind": "metal-dedicated", "owner_tenant_id": "t9",
+        "hardware_profile": {"gpu_count": 8, "gpu_model": "NVIDIA H100 80GB HBM3"}});
+    let r = send(addr, "POST", "/api/v1/pools/", &admin, pool).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.json()["hardware_profile"]["gpu_count"], 8);
+    for (body, status, code) in [
+        (
+            json!({"id": "p10", "site_id": "dc9", "kind": "gpu"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"id": "p10", "site_id": "nowhere", "kind": "metal-host"}),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            json!({"id": "p10", "site_id": "dc9", "kind": "metal-host", "hardware_profile": {"gpu_count": 300}}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"id": "p9", "site_id": "dc9", "kind": "metal-host"}),
+            409,
+            "CONFLICT",
+        ),
+    ] {
+        let r = send(addr, "POST", "/api/v1/pools/", &admin, body.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (status, code.to_string()),
+            "{body}: {}",
+            r.body
+        );
+    }
+    let r = get(addr, "/api/v1/pools/p10/", &reader).await;
+    assert_eq!(r.status, 404, "a refused pool left nothing");
+    let page = get(addr, "/api/v1/pools/?site=dc9", &reader).await.json();
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["p9"]);
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/pools/p9/",
+        &admin,
+        json!({"hardware_profile": {"gpu_count": -1}}),
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/pools/p9/",
+        &admin,
+        json!({"clear_hardware_profile": true, "owner_tenant_id": ""}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["hardware_profile"].is_null() && r.json()["owner_tenant_id"].is_null());
+    let r = send(
+        addr,
+        "PATCH",
+        "/api/v1/pools/p9/",
+        &admin,
+        json!({"owner_tenant_id": "t9", "hardware_profile": {"gpu_count": 4}}),
+    )
+    .await;
+    assert_eq!(
+        (
+            r.json()["owner_tenant_id"].as_str(),
+            r.json()["hardware_profile"]["gpu_count"].as_i64()
+        ),
+        (Some("t9"), Some(4))
+    );
+
+    // A device created at the inventory-only site is inventory-only,
+    // whatever its writer said, and takes its role from the pool's kind.
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            fleet_proto::v1::hub_command::Command::CreateDevice(fleet_proto::v1::CreateDevice {
+                site: "dc9".into(),
+                name: "gpu-dc9-1".into(),
+                pool_id: "p9".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(reply.error.is_none(), "{:?}", reply.error);
+    let id = device_of(&reply).id;
+    let d = get(addr, &format!("/api/v1/devices/{id}/"), &reader)
+        .await
+        .json();
+    assert_eq!(
+        (d["inventory_only"].as_bool(), d["role"].as_str()),
+        (Some(true), Some("dedicated"))
+    );
+
+    // Deletes: refused while something refers to the row.
+    for (path, why) in [
+        ("/api/v1/tenants/t9/", "owns pool p9"),
+        ("/api/v1/pools/p9/", "device in it"),
+        ("/api/v1/sites/dc9/", "has pools and devices"),
+    ] {
+        let r = send(addr, "DELETE", path, &admin, json!({})).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (409, "INVALID_STATE".to_string()),
+            "{path} {why}: {}",
+            r.body
+        );
+    }
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/sites/",
+        &admin,
+        json!({"id": "dc12", "name": "empty"}),
+    )
+    .await;
+    assert_eq!(r.status, 201);
+    let r = send(addr, "DELETE", "/api/v1/sites/dc12/", &admin, json!({})).await;
+    assert_eq!((r.status, r.json()["id"].as_str()), (200, Some("dc12")));
+    let r = send(addr, "DELETE", "/api/v1/sites/dc12/", &admin, json!({})).await;
+    assert_eq!(r.status, 404);
+    let r = get(addr, "/api/v1/sites/?limit=1", &reader).await.json();
+    assert_eq!(r["items"].as_array().unwrap().len(), 1);
+    assert!(r["next_cursor"].is_string());
+
+    api_stop.trigger();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}
