@@ -279,3 +279,103 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     hub_task.await.unwrap();
     env.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_are_created_through_the_api_with_typed_refusals() {
+    let env = TestEnv::new().await;
+    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let (addr, api_stop) = start_api(&env.config).await;
+    let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
+    let writer = token(&env, &[Scope::DeviceWrite, Scope::DeviceRead]).await;
+    let devices = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM devices")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap()
+    };
+
+    let body = json!({"site_id": "s1", "name": "gpu-api-01", "serial": "SN-API-01", "netbox_id": 77,
+        "rack": "r1", "device_class": "cpu_baremetal", "inventory_status": "active",
+        "labels": {"row": "a"}});
+    let r = send(addr, "POST", "/api/v1/devices/", &admin, body.clone()).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let d = r.json();
+    let id = d["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        (d["site_id"].as_str(), d["inventory_status"].as_str()),
+        (Some("s1"), Some("active"))
+    );
+    let detail = get(addr, &format!("/api/v1/devices/{id}/"), &admin)
+        .await
+        .json();
+    assert_eq!(detail["serial"], "SN-API-01");
+    assert_eq!(detail["netbox_id"], 77);
+    assert_eq!(detail["device_class"], "cpu_baremetal");
+
+    for (body, status, code) in [
+        (body.clone(), 409, "CONFLICT"),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "device_class": "toaster"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "provision_state": "flying"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "s1", "name": "  "}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "serial": "x".repeat(600)}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "netbox_id": 0}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "owner": "t1"}),
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (
+            json!({"site_id": "nowhere", "name": "gpu-api-02"}),
+            404,
+            "NOT_FOUND",
+        ),
+        (
+            json!({"site_id": "s1", "name": "gpu-api-02", "pool_id": "nopool"}),
+            404,
+            "NOT_FOUND",
+        ),
+    ] {
+        let r = send(addr, "POST", "/api/v1/devices/", &admin, body.clone()).await;
+        assert_eq!(
+            (r.status, r.code()),
+            (status, code.to_string()),
+            "{body}: {}",
+            r.body
+        );
+    }
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/devices/",
+        &writer,
+        json!({"site_id": "s1", "name": "gpu-api-03"}),
+    )
+    .await;
+    assert_eq!(r.status, 403, "creating devices is an admin's");
+    assert_eq!(devices().await, 1, "every refusal created nothing");
+
+    api_stop.trigger();
+    hub_stop.trigger();
+    hub_task.await.unwrap();
+    env.cleanup().await;
+}

@@ -622,6 +622,66 @@ pub async fn enrollment_proof(
     device_command(&app, &caller, v, c).await
 }
 
+/// A device to create, as NetBox's import would (`POST /api/v1/devices/`).
+/// Every vocabulary value is checked by the hub; absent values take the
+/// hub's defaults (`gpu_compute`, `platform`, inventory `unknown`,
+/// provision `adopting`, the role from the pool's kind). A device created
+/// at an inventory-only site is inventory-only.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDeviceBody {
+    pub site_id: String,
+    pub name: String,
+    pub serial: Option<String>,
+    pub netbox_id: Option<i64>,
+    pub bmc_address: Option<String>,
+    pub infrastructure_ref: Option<String>,
+    pub pool_id: Option<String>,
+    pub owner_tenant_id: Option<String>,
+    pub rack: Option<String>,
+    pub device_class: Option<String>,
+    pub role: Option<String>,
+    pub trust: Option<String>,
+    pub inventory_status: Option<String>,
+    pub provision_state: Option<String>,
+    #[serde(default)]
+    pub labels: std::collections::HashMap<String, String>,
+}
+
+#[utoipa::path(post, operation_id = "create_device", path = "/api/v1/devices/", request_body = CreateDeviceBody,
+    responses((status = 201, body = DeviceChange), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, description = "No such site, pool or tenant", body = crate::error::ErrorBody),
+        (status = 409, description = "A device of that name or netbox_id exists at the site", body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
+pub async fn create(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    J(b): J<CreateDeviceBody>,
+) -> ApiResult<(StatusCode, Json<DeviceChange>)> {
+    if b.netbox_id.is_some_and(|n| n < 1) {
+        return Err(ApiError::invalid("netbox_id must be at least 1"));
+    }
+    let c = C::CreateDevice(v1::CreateDevice {
+        site: b.site_id,
+        name: b.name,
+        serial: b.serial.unwrap_or_default(),
+        netbox_id: b.netbox_id.unwrap_or_default(),
+        bmc_address: b.bmc_address.unwrap_or_default(),
+        infrastructure_ref: b.infrastructure_ref.unwrap_or_default(),
+        pool_id: b.pool_id.unwrap_or_default(),
+        owner_tenant_id: b.owner_tenant_id.unwrap_or_default(),
+        rack: b.rack.unwrap_or_default(),
+        device_class: b.device_class.unwrap_or_default(),
+        role: b.role.unwrap_or_default(),
+        trust: b.trust.unwrap_or_default(),
+        inventory_status: b.inventory_status.unwrap_or_default(),
+        provision_state: b.provision_state.unwrap_or_default(),
+        labels: b.labels,
+    });
+    let Json(d) = device_command(&app, &caller, 0, c).await?;
+    Ok(created(d))
+}
+
 /// 201 for creations.
 pub fn created<T>(v: T) -> (StatusCode, Json<T>) {
     (StatusCode::CREATED, Json(v))

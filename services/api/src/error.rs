@@ -195,9 +195,31 @@ fn json_rejection(r: JsonRejection) -> ApiError {
         JsonRejection::MissingJsonContentType(_) => {
             ApiError::invalid("the body must be JSON (content-type: application/json)")
         }
-        other => ApiError::invalid(format!("invalid JSON body: {}", other.body_text())),
+        other => {
+            let text = other.body_text();
+            // chrono's parse errors name no format: say which one is expected.
+            let timestamp = CHRONO_ERRORS.iter().any(|e| text.contains(e));
+            ApiError::invalid(if timestamp {
+                format!(
+                    "invalid JSON body: {text}: a timestamp is RFC 3339 with a time zone, \
+                     e.g. 2026-12-01T10:00:00Z or 2026-12-01T11:00:00+01:00"
+                )
+            } else {
+                format!("invalid JSON body: {text}")
+            })
+        }
     }
 }
+
+/// What chrono says when a string is not an RFC 3339 timestamp.
+const CHRONO_ERRORS: &[&str] = &[
+    "premature end of input",
+    "input contains invalid characters",
+    "input is out of range",
+    "trailing input",
+    "input is not enough for unique date and time",
+    "no possible date and time matching input",
+];
 
 /// `Query` whose rejections are `INVALID_ARGUMENT`.
 pub struct Q<T>(pub T);

@@ -66,6 +66,7 @@ pub fn table() -> Vec<Route> {
     use Scope as S;
     vec![
         r(S::DeviceRead, routes!(devices::list)),
+        r(S::Admin, routes!(devices::create)),
         r(S::DeviceRead, routes!(devices::detail)),
         r(S::Admin, routes!(devices::delete)),
         r(S::DeviceRead, routes!(devices::lifecycle)),

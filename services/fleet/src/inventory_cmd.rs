@@ -14,13 +14,19 @@ pub enum SitesCommand {
     /// Every site.
     List,
     /// One site.
-    Show { id: String },
+    Show {
+        /// The site id.
+        id: String,
+    },
     /// Create a site. `--inventory-only` is fixed for the site's life: every
     /// device created at it is inventory-only.
     Create {
+        /// The site id: ASCII letters, digits, '-' and '_'.
         id: String,
+        /// A display name.
         #[arg(long)]
         name: String,
+        /// Every device created at the site is inventory-only (fixed for the site's life).
         #[arg(long)]
         inventory_only: bool,
         /// Placement (the customer-ready trait) is not managed at this site.
@@ -29,14 +35,20 @@ pub enum SitesCommand {
     },
     /// Rename a site or turn its Placement management on or off.
     Update {
+        /// The site id.
         id: String,
+        /// A new display name.
         #[arg(long)]
         name: Option<String>,
+        /// Whether the workflow service manages the customer-ready trait in Placement here.
         #[arg(long)]
         placement_enabled: Option<bool>,
     },
     /// Delete a site nothing refers to.
-    Delete { id: String },
+    Delete {
+        /// The site id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -44,33 +56,51 @@ pub enum TenantsCommand {
     /// Every tenant.
     List,
     /// One tenant.
-    Show { id: String },
-    Create {
+    Show {
+        /// The tenant id.
         id: String,
+    },
+    /// Create a tenant.
+    Create {
+        /// The tenant id: ASCII letters, digits, '-' and '_'.
+        id: String,
+        /// A display name.
         #[arg(long)]
         name: String,
     },
+    /// Rename a tenant.
     Update {
+        /// The tenant id.
         id: String,
+        /// The new display name.
         #[arg(long)]
         name: String,
     },
     /// Delete a tenant nothing refers to.
-    Delete { id: String },
+    Delete {
+        /// The tenant id.
+        id: String,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum PoolCommand {
     /// Every pool, or a site's.
     List {
+        /// Only this site's pools.
         #[arg(long)]
         site: Option<String>,
     },
     /// One pool.
-    Show { id: String },
+    Show {
+        /// The pool id.
+        id: String,
+    },
     /// Create a pool; its kind decides the role of devices that join it.
     Create {
+        /// The pool id: ASCII letters, digits, '-' and '_'.
         id: String,
+        /// The site the pool is in.
         #[arg(long)]
         site: String,
         /// metal-host, vps-host, provider, metal-dedicated or custom.
@@ -82,16 +112,21 @@ pub enum PoolCommand {
         /// The hardware profile's GPUs per device (acceptance checks joins against it).
         #[arg(long)]
         gpus: Option<i32>,
+        /// The hardware profile's GPU model.
         #[arg(long, requires = "gpus")]
         gpu_model: Option<String>,
     },
     /// Change a pool's owner (`--owner ""` clears it) or hardware profile.
     Update {
+        /// The pool id.
         id: String,
+        /// The owning tenant ("" clears it).
         #[arg(long)]
         owner: Option<String>,
+        /// The hardware profile's GPUs per device.
         #[arg(long, conflicts_with = "clear_profile")]
         gpus: Option<i32>,
+        /// The hardware profile's GPU model.
         #[arg(long, requires = "gpus")]
         gpu_model: Option<String>,
         /// Remove the hardware profile.
@@ -99,7 +134,10 @@ pub enum PoolCommand {
         clear_profile: bool,
     },
     /// Delete a pool nothing refers to.
-    Delete { id: String },
+    Delete {
+        /// The pool id.
+        id: String,
+    },
 }
 
 fn read<T: DeserializeOwned>(v: Value) -> anyhow::Result<T> {

@@ -423,6 +423,24 @@ fn draft(d: v1::CreateDevice) -> Result<Draft, CommandError> {
         .unwrap_or(ProvisionState::Adopting);
     let explicit_role = nonempty(&d.role).map(|s| Role::parse(&s)).transpose()?;
     let pool_id = opt(&d.pool_id);
+    use fleet_domain::limits::{check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY};
+    for (field, value, max) in [
+        ("site", &d.site, MAX_ID),
+        ("name", &d.name, MAX_KEY),
+        ("serial", &d.serial, MAX_KEY),
+        ("bmc_address", &d.bmc_address, MAX_KEY),
+        ("infrastructure_ref", &d.infrastructure_ref, MAX_KEY),
+        ("pool_id", &d.pool_id, MAX_ID),
+        ("owner_tenant_id", &d.owner_tenant_id, MAX_ID),
+        ("rack", &d.rack, MAX_KEY),
+    ] {
+        check_len(field, value, max)?;
+    }
+    check_count("labels", d.labels.len(), MAX_ITEMS)?;
+    for (k, v) in &d.labels {
+        check_len("a label key", k, MAX_KEY)?;
+        check_len("a label value", v, MAX_KEY)?;
+    }
     Ok(Draft {
         new: NewDevice {
             id: format!("dev_{}", ulid::Ulid::new()),

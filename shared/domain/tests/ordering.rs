@@ -217,6 +217,23 @@ fn future_and_forbidden_are_typed_errors() {
         forbidden.validate(now),
         Err(DomainError::ForbiddenSource { .. })
     ));
+    // Issue 19: "a mirror of the wrong kind on a snapshot is ... a
+    // malformed snapshot, 400", not a forbidden source.
+    let wrong_mirror = Snapshot {
+        source: Source::Slurm,
+        observed_at: now,
+        conditions: vec![],
+        mirror: Mirror::Custody {
+            state: "GOOGLE_OWNED".into(),
+            credential_ref: None,
+        },
+    };
+    match wrong_mirror.validate(now) {
+        Err(DomainError::InvalidArgument(m)) => {
+            assert_eq!(m, "a slurm snapshot cannot carry a custody mirror")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

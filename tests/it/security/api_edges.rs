@@ -103,6 +103,22 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     .expect("/readyz answers at once while PostgreSQL is away");
     assert_eq!(r.status, 503, "{}", r.body);
     env.database_reachable(true).await;
+    // Issue 19: a timestamp without a time zone says what is expected.
+    let r = send(
+        addr,
+        "POST",
+        "/api/v1/device-conditions/apply/",
+        &t,
+        serde_json::json!({"source": "slurm", "device_id": id, "observed_at": "2026-12-01T10:00:00",
+            "conditions": []}),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.contains("observed_at") && r.body.contains("RFC 3339 with a time zone"),
+        "{}",
+        r.body
+    );
     stop.trigger();
     env.cleanup().await;
 }

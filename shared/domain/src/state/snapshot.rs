@@ -50,6 +50,20 @@ pub enum Mirror {
     },
 }
 
+impl Mirror {
+    /// The mirror's kind, as the protobuf oneof names it.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Mirror::None => "no",
+            Mirror::Ironic { .. } => "ironic",
+            Mirror::Slurm { .. } => "slurm",
+            Mirror::Netbox { .. } => "netbox",
+            Mirror::Health { .. } => "health",
+            Mirror::Custody { .. } => "custody",
+        }
+    }
+}
+
 /// A validated `ConditionSnapshot`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -90,11 +104,14 @@ impl Snapshot {
             Mirror::Health { .. } => self.source == Source::HealthStatus,
             Mirror::Custody { .. } => self.source == Source::Borneo,
         };
+        // A mirror of another source's kind is a malformed snapshot (400),
+        // not a condition its source may not write.
         if !mirror_ok {
-            return Err(DomainError::ForbiddenSource {
-                source_name: self.source.to_string(),
-                condition_type: "mirror".into(),
-            });
+            return Err(DomainError::InvalidArgument(format!(
+                "a {} snapshot cannot carry a {} mirror",
+                self.source,
+                self.mirror.kind()
+            )));
         }
         Ok(self)
     }
