@@ -1559,8 +1559,8 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
         (
             json!({"source": "slurm", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
                    "ironic": {"provision_state": "active"}}),
-            403,
-            "FORBIDDEN_SOURCE",
+            400,
+            "INVALID_ARGUMENT",
         ),
         (
             json!({"source": "frontend-fabric", "device_id": id, "observed_at": now_rfc3339(),

@@ -101,6 +101,19 @@ pub fn device(d: v1::DeviceChange) -> DeviceChange {
         customer_ready: d.customer_ready,
         operational_status_conditions: d.operational_status_conditions,
         deleted: d.deleted,
+        failed_at: at(d.failed_at.as_ref()),
+        entered_service_at: at(d.entered_service_at.as_ref()),
+        role: d.role,
+        trust: d.trust,
+        pool_id: opt(d.pool_id),
+        owner_tenant_id: opt(d.owner_tenant_id),
+        infrastructure_ref: opt(d.infrastructure_ref),
+        failed_from: opt(d.failed_from),
+        power: d.power,
+        custody: opt(d.custody),
+        observed_generation: d.observed_generation,
+        inventory_only: d.inventory_only,
+        failure_state: opt(d.failure_state),
     }
 }
 

@@ -254,6 +254,24 @@ pub struct DeviceChange {
     /// Condition types that decided `operational_status`.
     pub operational_status_conditions: Vec<String>,
     pub deleted: bool,
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+    #[schema(schema_with = trust_schema)]
+    pub trust: String,
+    pub pool_id: Option<String>,
+    pub owner_tenant_id: Option<String>,
+    pub infrastructure_ref: Option<String>,
+    /// The provision state a `failed` device failed from.
+    pub failed_from: Option<String>,
+    #[schema(schema_with = power_schema)]
+    pub power: String,
+    /// Borneo's custody state as last reported.
+    pub custody: Option<String>,
+    pub observed_generation: i64,
+    pub inventory_only: bool,
+    pub failure_state: Option<String>,
+    pub failed_at: Option<DateTime<Utc>>,
+    pub entered_service_at: Option<DateTime<Utc>>,
 }
 
 /// One lifecycle row with `ended_at`: the next row of the same kind.

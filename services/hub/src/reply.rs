@@ -70,6 +70,10 @@ pub fn device(state: &DeviceState) -> v1::DeviceChange {
             .map(|t| t.as_str().to_string())
             .collect(),
         deleted: r.deleted,
+        inventory_only: r.inventory_only,
+        failure_state: s(&r.failure_state),
+        failed_at: at(r.failed_at),
+        entered_service_at: at(r.entered_service_at),
     }
 }
 

@@ -230,7 +230,7 @@ fn future_and_forbidden_are_typed_errors() {
     };
     match wrong_mirror.validate(now) {
         Err(DomainError::InvalidArgument(m)) => {
-            assert_eq!(m, "a slurm snapshot cannot carry a custody mirror")
+            assert_eq!(m, "a slurm snapshot cannot carry the custody mirror")
         }
         other => panic!("{other:?}"),
     }

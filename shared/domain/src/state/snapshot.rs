@@ -108,7 +108,7 @@ impl Snapshot {
         // not a condition its source may not write.
         if !mirror_ok {
             return Err(DomainError::InvalidArgument(format!(
-                "a {} snapshot cannot carry a {} mirror",
+                "a {} snapshot cannot carry the {} mirror",
                 self.source,
                 self.mirror.kind()
             )));
