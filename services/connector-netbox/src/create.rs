@@ -84,6 +84,47 @@ async fn create_chunk(bus: &Bus, devices: Vec<v1::CreateDevice>) -> Vec<Created>
     }
 }
 
+/// Makes sure the hub knows `site`: `create_site` with the configured
+/// `inventory_only` flag; `CONFLICT` means it exists (and keeps its flag,
+/// immutable after create). `false` when the hub did not answer or refused
+/// otherwise: tried again next poll.
+pub async fn ensure_site(
+    bus: &Bus,
+    metrics: &ConnectorMetrics,
+    site: &str,
+    slug: &str,
+    inventory_only: bool,
+) -> bool {
+    let hub =
+        fleet_hub_client::HubClient::new(bus.nats.clone(), bus.subjects.clone(), REQUEST_TIMEOUT);
+    let command = v1::hub_command::Command::CreateSite(v1::Site {
+        id: site.to_string(),
+        name: slug.to_string(),
+        inventory_only,
+        placement_enabled: true,
+        created_at: None,
+    });
+    match hub.call(ACTOR, 0, command).await {
+        Ok(_) => {
+            tracing::info!(
+                site,
+                inventory_only,
+                "created the site from netbox's configuration"
+            );
+            true
+        }
+        Err(fleet_hub_client::HubCallError::Refused {
+            code: ErrorCode::Conflict,
+            ..
+        }) => true,
+        Err(e) => {
+            tracing::warn!(site, error = %e, "could not make sure the hub knows the site; retrying next poll");
+            metrics.error("netbox", site, "hub_command");
+            false
+        }
+    }
+}
+
 /// Sends `create_devices` for the devices, `CHUNK` at a time, and returns
 /// the names the hub is now known to have (created or already there).
 pub async fn ensure_devices(

@@ -69,6 +69,10 @@ pub(crate) struct NetboxSite {
     create_devices: bool,
     /// The pool the devices it creates join (`connectors.netbox.pools`).
     pool: Option<String>,
+    /// Created inventory-only when the hub does not know the site.
+    inventory_only: bool,
+    /// The hub answered that it knows the site.
+    site_known: bool,
     http: HttpClient,
     /// Devices the hub is known to have (created, or CONFLICT).
     known: HashSet<String>,
@@ -144,7 +148,17 @@ impl Target for NetboxSite {
             }
             ctx.metrics.warning("netbox", w.kind());
         }
-        if self.create_devices {
+        if self.create_devices && !self.site_known {
+            self.site_known = create::ensure_site(
+                ctx.bus,
+                ctx.metrics,
+                &self.site,
+                &self.slug,
+                self.inventory_only,
+            )
+            .await;
+        }
+        if self.create_devices && self.site_known {
             let wanted: Vec<v1::CreateDevice> = mapped
                 .creates
                 .into_iter()
@@ -180,6 +194,15 @@ pub(crate) fn targets(
         !c.sites.is_empty(),
         "configuration key connectors.netbox.sites: no site is configured (fleet site id = NetBox site slug)"
     );
+    if let Some(s) = c
+        .inventory_only_sites
+        .iter()
+        .find(|s| !c.sites.contains_key(*s))
+    {
+        anyhow::bail!(
+            "configuration key connectors.netbox.inventory_only_sites: {s} is not one of connectors.netbox.sites"
+        );
+    }
     Ok(c.sites
         .iter()
         .map(|(site, slug)| NetboxSite {
@@ -196,6 +219,8 @@ pub(crate) fn targets(
             scheme,
             create_devices: c.create_devices,
             pool: c.pools.get(site).cloned(),
+            inventory_only: c.inventory_only_sites.contains(site),
+            site_known: false,
             http: http.clone(),
             known: HashSet::new(),
         })

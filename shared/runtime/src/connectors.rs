@@ -144,8 +144,13 @@ pub struct NetboxConnectorConfig {
     pub pools: BTreeMap<String, String>,
     /// `limit` of one page.
     pub page_size: u32,
-    /// Create devices the hub does not know through `create_device`.
+    /// Create devices the hub does not know through `create_device`, and
+    /// each configured site the hub does not know through `create_site`.
     pub create_devices: bool,
+    /// Fleet site ids created inventory-only (seed 002: "The NetBox agent
+    /// sets the site flag from deployment config"). A site that exists
+    /// keeps its flag: it is immutable after create.
+    pub inventory_only_sites: Vec<String>,
     pub poll: PollConfig,
 }
 
@@ -160,6 +165,7 @@ impl Default for NetboxConnectorConfig {
             pools: BTreeMap::new(),
             page_size: 100,
             create_devices: true,
+            inventory_only_sites: Vec::new(),
             poll: PollConfig::default(),
         }
     }

@@ -147,10 +147,12 @@ fn netbox_config(env: &TestEnv, url: &str, token: Credential) -> fleet_runtime::
     c.url = url.into();
     c.token = token;
     c.page_size = 2;
-    c.sites = [("s1", "dc1"), ("s2", "dc2"), ("inv", "dc3")]
+    // `nb-inv` is not in the database: the connector creates it, inventory-only.
+    c.sites = [("s1", "dc1"), ("s2", "dc2"), ("nb-inv", "dc3")]
         .into_iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
+    c.inventory_only_sites = vec!["nb-inv".into()];
     config
 }
 
@@ -244,7 +246,8 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
             "{name}"
         );
     }
-    // The hub gives a device of an inventory-only site its flag.
+    // The connector created the configured site it did not find, inventory-
+    // only from its configuration, and the hub gives its devices the flag.
     let gpu20 = eventually("gpu20 created", || async {
         let r = rows(&env, "gpu20").await;
         (r.len() == 1).then(|| r.into_iter().next().unwrap())
@@ -252,8 +255,20 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     .await;
     assert_eq!(
         (gpu20.site_id.as_str(), gpu20.inventory_only),
-        ("inv", true)
+        ("nb-inv", true)
     );
+    let site: (String, bool) =
+        sqlx::query_as("SELECT name, inventory_only FROM sites WHERE id = 'nb-inv'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(site, ("dc3".to_string(), true));
+    // A site that existed keeps its flag (s2 is managed).
+    let s2: bool = sqlx::query_scalar("SELECT inventory_only FROM sites WHERE id = 's2'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(!s2);
 
     // Pagination followed, rebased onto the configured origin, with the token.
     let dc1: Vec<Seen> = control
