@@ -29,6 +29,14 @@ const HUB_VERBS: &[&str] = &[
     "join",
     "set_maintenance",
     "apply_snapshot",
+    "impairment_holds",
+    "create_site",
+    "update_site",
+    "create_tenant",
+    "update_tenant",
+    "create_pool",
+    "update_pool",
+    "delete_inventory",
     "no_such_verb",
 ];
 

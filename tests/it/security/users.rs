@@ -67,6 +67,8 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.obs.netbox.0.name-a", true),
                 Pub("fleet.hub.cmd.create_devices", true),
                 Pub("fleet.hub.cmd.create_device", true),
+                Pub("fleet.hub.cmd.create_site", true),
+                Pub("fleet.hub.cmd.create_pool", false),
                 Pub("fleet.hub.cmd.cordon", false),
                 Pub("fleet.obs.slurm.0.name-a", false),
                 Sub("_INBOX.connector-netbox.x", true),
