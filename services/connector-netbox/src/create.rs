@@ -125,14 +125,23 @@ pub async fn ensure_site(
     }
 }
 
-/// Sends `create_devices` for the devices, `CHUNK` at a time, and returns
-/// the names the hub is now known to have (created or already there).
+/// What one round of `create_devices` left.
+#[derive(Debug, Default)]
+pub struct Ensured {
+    /// Names the hub is now known to have (created or already there).
+    pub known: Vec<String>,
+    /// Names it refused, with its code and message (the caller logs them
+    /// when they start and when they end).
+    pub rejected: Vec<(String, ErrorCode, String)>,
+}
+
+/// Sends `create_devices` for the devices, `CHUNK` at a time.
 pub async fn ensure_devices(
     bus: &Bus,
     metrics: &ConnectorMetrics,
     site: &str,
     devices: Vec<v1::CreateDevice>,
-) -> Vec<String> {
+) -> Ensured {
     let chunks: Vec<Vec<v1::CreateDevice>> = devices.chunks(CHUNK).map(|c| c.to_vec()).collect();
     let results: Vec<(String, Created)> = futures::stream::iter(chunks)
         .map(|chunk| async move {
@@ -146,17 +155,17 @@ pub async fn ensure_devices(
         .flat_map(futures::stream::iter)
         .collect()
         .await;
-    let mut known = Vec::new();
+    let mut out = Ensured::default();
     for (name, r) in results {
         match r {
             Created::Created { device_id } => {
                 tracing::debug!(site, device = %name, %device_id, "created device from netbox");
-                known.push(name);
+                out.known.push(name);
             }
-            Created::Exists => known.push(name),
+            Created::Exists => out.known.push(name),
             Created::Rejected { code, message } => {
-                tracing::warn!(site, device = %name, code = code.as_str_name(), %message, "hub refused to create device");
                 metrics.warning("netbox", "create_rejected");
+                out.rejected.push((name, code, message));
             }
             Created::Unanswered(e) => {
                 tracing::warn!(site, device = %name, error = %e, "create_devices got no reply; retrying next poll");
@@ -164,7 +173,7 @@ pub async fn ensure_devices(
             }
         }
     }
-    known
+    out
 }
 
 #[cfg(test)]

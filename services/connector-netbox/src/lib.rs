@@ -73,6 +73,8 @@ pub(crate) struct NetboxSite {
     inventory_only: bool,
     /// The hub answered that it knows the site.
     site_known: bool,
+    /// Warnings and refusals logged when they start and when they end.
+    recurring: fleet_connector::Recurring,
     http: HttpClient,
     /// Devices the hub is known to have (created, or CONFLICT).
     known: HashSet<String>,
@@ -135,6 +137,11 @@ impl Target for NetboxSite {
             }
         }
         for w in &mapped.warnings {
+            ctx.metrics.warning("netbox", w.kind());
+            // Logged when it starts and when it ends, not on every poll.
+            if !self.recurring.starts(format!("{w:?}")) {
+                continue;
+            }
             match w {
                 Warning::Unnamed { netbox_id } => {
                     tracing::warn!(site = %self.site, netbox_id, "netbox device has no name; skipped")
@@ -146,7 +153,6 @@ impl Target for NetboxSite {
                     tracing::warn!(site = %self.site, device = %name, status = %value, "netbox status outside the inventory vocabulary; stored as unknown")
                 }
             }
-            ctx.metrics.warning("netbox", w.kind());
         }
         if self.create_devices && !self.site_known {
             self.site_known = create::ensure_site(
@@ -164,8 +170,20 @@ impl Target for NetboxSite {
                 .into_iter()
                 .filter(|c| !self.known.contains(&c.name))
                 .collect();
-            let known = create::ensure_devices(ctx.bus, ctx.metrics, &self.site, wanted).await;
-            self.known.extend(known);
+            let created = create::ensure_devices(ctx.bus, ctx.metrics, &self.site, wanted).await;
+            self.known.extend(created.known);
+            for (name, code, message) in created.rejected {
+                if self
+                    .recurring
+                    .starts(format!("rejected {name} {}", code.as_str_name()))
+                {
+                    tracing::warn!(site = %self.site, device = %name, code = code.as_str_name(), %message,
+                        "hub refused to create device (logged again when it is created or gone)");
+                }
+            }
+        }
+        for (what, polls) in self.recurring.end_round() {
+            tracing::info!(site = %self.site, %what, polls, "netbox warning ended");
         }
         Ok(mapped.snapshots)
     }
@@ -221,6 +239,7 @@ pub(crate) fn targets(
             pool: c.pools.get(site).cloned(),
             inventory_only: c.inventory_only_sites.contains(site),
             site_known: false,
+            recurring: Default::default(),
             http: http.clone(),
             known: HashSet::new(),
         })

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod paginate;
 pub mod poll;
 pub mod publish;
+pub mod recurring;
 pub mod snapshot;
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ pub use http::HttpClient;
 pub use metrics::ConnectorMetrics;
 pub use poll::{PollContext, Target, Tracker};
 pub use publish::Bus;
+pub use recurring::Recurring;
 
 /// Creates or updates `OBSERVATIONS`, the one stream a connector writes
 /// (the others belong to the services that use them, and one of them

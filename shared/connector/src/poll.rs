@@ -204,7 +204,10 @@ pub async fn run_target<T: Target>(
         60.0
     });
     let mut tracker = Tracker::default();
-    let mut in_outage = false;
+    // Failed reads in a row: the outage is logged when it starts and when
+    // it ends, the reads between at debug (the error metric counts each).
+    let mut failed_reads: u64 = 0;
+    let mut duplicates = crate::Recurring::default();
     tracing::info!(
         source,
         site,
@@ -225,18 +228,24 @@ pub async fn run_target<T: Target>(
         let outcome = match read {
             Ok(snapshots) => {
                 let o = tracker.read_ok(&target, snapshots, at);
-                if in_outage {
+                if failed_reads > 0 {
                     tracing::info!(
                         source,
                         site,
                         devices = tracker.len(),
+                        failed_reads,
                         "source readable again"
                     );
-                    in_outage = false;
+                    failed_reads = 0;
                 }
                 for k in &o.duplicates {
-                    tracing::warn!(source, site, key_kind = %k.kind, device_key = %k.key, "device listed twice in one read; the first listing is used");
+                    if duplicates.starts(format!("{}={}", k.kind, k.key)) {
+                        tracing::warn!(source, site, key_kind = %k.kind, device_key = %k.key, "device listed twice in one read; the first listing is used (logged again when it ends)");
+                    }
                     metrics.warning(source, "duplicate_key");
+                }
+                for (key, reads) in duplicates.end_round() {
+                    tracing::info!(source, site, device_key = %key, reads, "device no longer listed twice");
                 }
                 metrics.devices(source, &site, tracker.len());
                 let a = bus
@@ -291,17 +300,21 @@ pub async fn run_target<T: Target>(
             }
             Err(e) => {
                 let snapshots = tracker.read_failed(&target, at, &e);
-                tracing::error!(
-                    source,
-                    site,
-                    kind = e.kind(),
-                    error = %e,
-                    devices = snapshots.len(),
-                    reason = target.outage_reason(),
-                    "source cannot be read; publishing its conditions as Unknown"
-                );
+                failed_reads += 1;
+                let what = if !snapshots.is_empty() {
+                    "source cannot be read; publishing its conditions as Unknown (logged again when it is readable)"
+                } else if tracker.len() == 0 {
+                    "source cannot be read; no device seen yet, nothing is published (logged again when it is readable)"
+                } else {
+                    "source cannot be read; it owns no conditions, nothing is published (logged again when it is readable)"
+                };
+                if failed_reads == 1 {
+                    tracing::error!(source, site, kind = e.kind(), error = %e, devices = snapshots.len(),
+                        reason = target.outage_reason(), "{what}");
+                } else {
+                    tracing::debug!(source, site, kind = e.kind(), error = %e, failed_reads, "source still cannot be read");
+                }
                 metrics.error(source, &site, e.kind());
-                in_outage = true;
                 bus.publish_all(
                     &metrics,
                     source,
