@@ -1550,12 +1550,33 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
     b["version"] = json!(version + 5);
     assert_eq!(apply(b).await.code(), "CONFLICT");
 
+    // Issue 19: a key that names no device is what the NATS path makes of
+    // it, an unresolved observation, and the answer says so.
+    let unresolved = apply(
+        json!({"source": "openstack", "device": {"site": "s1", "kind": "name", "key": "gpu-nobody"},
+        "observed_at": now_rfc3339(), "conditions": []}),
+    )
+    .await;
+    assert_eq!(unresolved.status, 202, "{}", unresolved.body);
+    assert_eq!(unresolved.json()["outcome"], "unresolved");
+    assert!(unresolved.json()["device"].is_null());
+    let listed = get(
+        addr,
+        "/api/v1/unresolved-observations/?source=openstack",
+        &t,
+    )
+    .await
+    .json();
+    assert!(
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["key"] == "gpu-nobody"),
+        "{listed}"
+    );
+
     let cases: Vec<(Value, u16, &str)> = vec![
-        (
-            json!({"source": "openstack", "device_id": "dev_missing", "observed_at": now_rfc3339(), "conditions": []}),
-            404,
-            "NOT_FOUND",
-        ),
         (
             json!({"source": "slurm", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
                    "ironic": {"provision_state": "active"}}),

@@ -2,6 +2,7 @@
 //! timestamps, the single write and the snapshot apply (both hub commands).
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use fleet_domain::state::check_observed_at;
@@ -338,15 +339,17 @@ fn mirror(b: &mut SnapshotBody) -> ApiResult<Option<v1::condition_snapshot::Mirr
 }
 
 #[utoipa::path(post, path = "/api/v1/device-conditions/apply/", request_body = SnapshotBody,
-    responses((status = 200, body = SnapshotResult), (status = 400, body = crate::error::ErrorBody),
-        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+    responses((status = 200, body = SnapshotResult),
+        (status = 202, description = "`unresolved`: the key names no device; kept as an unresolved observation", body = SnapshotResult),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "conditions")]
 pub async fn apply(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     J(mut b): J<SnapshotBody>,
-) -> ApiResult<Json<SnapshotResult>> {
+) -> ApiResult<(StatusCode, Json<SnapshotResult>)> {
     let source = Source::parse(&b.source)?;
     check_observed_at(b.observed_at, Utc::now())?;
     let mirror = mirror(&mut b)?;
@@ -364,6 +367,11 @@ pub async fn apply(
         mirror,
     });
     let reply = app.hub.command(&caller.token_id, version, c).await?;
-    let applied = reply.snapshot().map_err(crate::hub::unreadable)?;
-    Ok(Json(crate::hub::snapshot(applied)?))
+    let applied = crate::hub::snapshot(reply.snapshot().map_err(crate::hub::unreadable)?)?;
+    let status = if applied.device.is_none() {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(applied)))
 }

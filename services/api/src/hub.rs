@@ -139,11 +139,12 @@ pub fn condition(c: v1::ConditionRow) -> ApiResult<ConditionOut> {
 /// What `apply_snapshot` did, as the API answers it.
 pub fn snapshot(s: v1::SnapshotApplied) -> ApiResult<SnapshotResult> {
     Ok(SnapshotResult {
+        device: match (s.outcome.as_str(), s.device) {
+            ("unresolved", _) => None,
+            (_, Some(d)) => Some(device(d)),
+            (_, None) => return Err(unreadable("snapshot outcome without its device")),
+        },
         outcome: s.outcome,
-        device: device(
-            s.device
-                .ok_or_else(|| unreadable("snapshot outcome without its device"))?,
-        ),
         conditions: s
             .conditions
             .into_iter()

@@ -360,16 +360,18 @@ pub struct ImpairmentEventDetail {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotResult {
     /// `applied`; `stale` (older than the last snapshot applied from the
-    /// source); `duplicate` (same time and content).
+    /// source); `duplicate` (same time and content); `unresolved` (the key
+    /// names no device: kept as an unresolved observation, as on the NATS
+    /// path, `device` null, answered 202).
     #[schema(schema_with = snapshot_outcome_schema)]
     pub outcome: String,
-    pub device: DeviceChange,
+    pub device: Option<DeviceChange>,
     /// The source's rows as now stored.
     pub conditions: Vec<ConditionOut>,
 }
 
 pub fn snapshot_outcome_schema() -> Object {
-    enum_schema(["applied", "stale", "duplicate"])
+    enum_schema(["applied", "stale", "duplicate", "unresolved"])
 }
 
 macro_rules! page {

@@ -27,11 +27,32 @@ impl Hub {
         let mut tx = self.pool.begin().await?;
         let found =
             devices::resolve(&mut tx, key.kind, &[(key.site.clone(), key.key.clone())]).await?;
-        let id = found
-            .into_iter()
-            .next()
-            .map(|(_, id)| id)
-            .ok_or_else(|| DomainError::NotFound(format!("device {} {}", key.kind, key.key)))?;
+        let Some(id) = found.into_iter().next().map(|(_, id)| id) else {
+            // The NATS path's semantics: a key that resolves to no device is
+            // kept as an unresolved observation, and the reply says so.
+            let payload = fleet_proto::Message::encode_to_vec(&s);
+            devices::record_unresolved(
+                &mut tx,
+                &[devices::Unresolved {
+                    source: snap.source.as_str(),
+                    site: &key.site,
+                    key_kind: key.kind.as_str(),
+                    key: &key.key,
+                    observed_at: snap.observed_at,
+                    payload: &payload,
+                }],
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(reply::ok(
+                Record::Snapshot(v1::SnapshotApplied {
+                    outcome: "unresolved".into(),
+                    device: None,
+                    conditions: vec![],
+                }),
+                0,
+            ));
+        };
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
         let state = work
             .device(&id, &format!("source:{}", snap.source), None)
