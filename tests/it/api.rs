@@ -822,6 +822,10 @@ async fn api_devices_conditions_and_errors() {
         );
         let e = r.json();
         assert!(e["error"]["message"].is_string() && e["error"]["details"].is_object());
+        if code == "FUTURE_OBSERVATION" {
+            // Issue 19: it names the clock that refused it.
+            assert!(r.body.contains("ahead of the API's clock"), "{}", r.body);
+        }
         assert!(
             !r.body.to_lowercase().contains("sqlx"),
             "no database text: {}",

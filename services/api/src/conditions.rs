@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use fleet_domain::state::check_observed_at;
+use fleet_domain::state::check_observed_at_by;
 use fleet_domain::*;
 use fleet_proto::{timestamp, v1};
 use serde::Deserialize;
@@ -197,6 +197,10 @@ pub struct ConditionWriteBody {
 
 /// The reply is the stored row: a row different from what was sent means
 /// the write was stale-rejected.
+/// The API refuses a future `observed_at` before it asks the hub, which
+/// checks again against its own clock.
+const API_CLOCK: &str = "the API's clock";
+
 #[utoipa::path(post, path = "/api/v1/device-conditions/", request_body = ConditionWriteBody,
     responses((status = 200, body = ConditionOut), (status = 400, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
@@ -213,7 +217,7 @@ pub async fn write(
         let at = b
             .observed_at
             .ok_or_else(|| ApiError::invalid("observed_at is required unless hub_ordered"))?;
-        check_observed_at(at, Utc::now())?;
+        check_observed_at_by(at, Utc::now(), API_CLOCK)?;
     }
     let version = b.version.unwrap_or(0).max(0);
     let c = C::WriteCondition(v1::ConditionWrite {
@@ -351,7 +355,7 @@ pub async fn apply(
     J(mut b): J<SnapshotBody>,
 ) -> ApiResult<(StatusCode, Json<SnapshotResult>)> {
     let source = Source::parse(&b.source)?;
-    check_observed_at(b.observed_at, Utc::now())?;
+    check_observed_at_by(b.observed_at, Utc::now(), API_CLOCK)?;
     let mirror = mirror(&mut b)?;
     let device = device_key(b.device_id.take(), b.device.take())?;
     let conditions = std::mem::take(&mut b.conditions)

@@ -14,8 +14,13 @@ pub enum DomainError {
     InvalidState(String),
     #[error("{0}")]
     AlreadyExists(String),
-    #[error("observed_at {observed_at} is more than 5 minutes ahead of the hub clock")]
-    FutureObservation { observed_at: String },
+    #[error("observed_at {observed_at} is more than 5 minutes ahead of {clock} (it read {now})")]
+    FutureObservation {
+        observed_at: String,
+        /// Whose clock refused it: `the hub's clock` or `the API's clock`.
+        clock: &'static str,
+        now: String,
+    },
     #[error("source {source_name} does not own condition type {condition_type}")]
     ForbiddenSource {
         source_name: String,

@@ -571,6 +571,15 @@ async fn commands_check_version_and_answer_typed_errors() {
         )
         .await;
     assert_eq!(error_code(&r), "FUTURE_OBSERVATION");
+    let message = r
+        .error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("ahead of the hub's clock (it read 20"),
+        "{message}"
+    );
     let r = env
         .command(
             "write_condition",

@@ -142,9 +142,21 @@ pub fn check_observed_at(
     observed_at: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<(), DomainError> {
+    check_observed_at_by(observed_at, now, "the hub's clock")
+}
+
+/// [`check_observed_at`] against another process's clock, named in the
+/// refusal (the API checks before it asks the hub).
+pub fn check_observed_at_by(
+    observed_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    clock: &'static str,
+) -> Result<(), DomainError> {
     if observed_at > now + FUTURE_LIMIT {
         return Err(DomainError::FutureObservation {
             observed_at: observed_at.to_rfc3339(),
+            clock,
+            now: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         });
     }
     if observed_at < earliest_observation() {
