@@ -277,7 +277,14 @@ impl FleetConfig {
                 });
             }
         }
-        let c: FleetConfig = built.try_deserialize()?;
+        let mut c: FleetConfig = built.try_deserialize()?;
+        // One spelling everywhere: a source's `-` may be written `_`, since
+        // an environment variable name cannot hold `-`
+        // (`FLEET__FRESHNESS__TTL_SECS__HEALTH_STATUS=90` is `health-status`).
+        c.freshness.ttl_secs = std::mem::take(&mut c.freshness.ttl_secs)
+            .into_iter()
+            .map(|(source, secs)| (source.replace('_', "-"), secs))
+            .collect();
         c.validate()?;
         Ok(c)
     }
@@ -324,6 +331,21 @@ impl FleetConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_source_with_a_hyphen_can_be_set_from_the_environment() {
+        let env: std::collections::HashMap<String, String> = [
+            ("FLEET__FRESHNESS__TTL_SECS__HEALTH_STATUS", "90"),
+            ("FLEET__FRESHNESS__TTL_SECS__SLURM", "30"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let c = super::FleetConfig::load_from(None, Some(env)).unwrap();
+        assert_eq!(c.freshness.ttl_secs.get("health-status"), Some(&90));
+        assert_eq!(c.freshness.ttl_secs.get("slurm"), Some(&30));
+        assert!(!c.freshness.ttl_secs.contains_key("health_status"));
+    }
 
     #[test]
     fn default_listen_addresses_never_collide() {
