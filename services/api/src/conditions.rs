@@ -195,12 +195,12 @@ pub struct ConditionWriteBody {
     pub version: Option<i64>,
 }
 
-/// The reply is the stored row: a row different from what was sent means
-/// the write was stale-rejected.
 /// The API refuses a future `observed_at` before it asks the hub, which
 /// checks again against its own clock.
 const API_CLOCK: &str = "the API's clock";
 
+/// The reply is the stored row: a row different from what was sent means
+/// the write was stale-rejected.
 #[utoipa::path(post, path = "/api/v1/device-conditions/", request_body = ConditionWriteBody,
     responses((status = 200, body = ConditionOut), (status = 400, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
