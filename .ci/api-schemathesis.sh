@@ -22,7 +22,7 @@ export FLEET__API__LISTEN="127.0.0.1:0"
 export FLEET__PLACER__LISTEN="127.0.0.1:0"
 export FLEET__RADAR__LISTEN="127.0.0.1:0"
 export FLEET__WORKFLOW__LISTEN="127.0.0.1:0"
-export FLEET__API__HUB_TIMEOUT_MS=10000
+export FLEET__API__HUB_TIMEOUT=10s
 export FLEET__LOG__FILTER="warn,fleet_api=info"
 export FLEET__LOG__FORMAT=json
 WORK="$(mktemp -d)"

@@ -6,24 +6,17 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fleet_api::Scope;
 use fleet_domain::drift::PAIRS;
-use fleet_runtime::FleetConfig;
 use serde_json::{json, Value};
 
-use crate::api::{get, http_raw, send, start_api, token};
+use crate::api::{api_config, get, http_raw, send, start_api, token};
 use crate::support::start_hub;
 use crate::support::*;
 use crate::support::{client, seed_pool, start_placer};
-
-fn api_config(env: &TestEnv) -> FleetConfig {
-    let mut c = env.config.clone();
-    c.api.hub_timeout_ms = 2000;
-    c.api.db_timeout_ms = 1000;
-    c
-}
 
 async fn capacity(addr: SocketAddr, t: &str, pool: &str) -> Value {
     let r = get(addr, &format!("/api/v1/pools/{pool}/capacity"), t).await;
@@ -75,7 +68,7 @@ async fn allocations_book_capacity_release_and_refusals() {
     seed_pool(&env, "p1", 4, 8).await;
     let (hub, hub_trigger, hub_task) = start_hub(&env).await;
     let (placer, placer_trigger, placer_task) = start_placer(&env).await;
-    let (addr, api_trigger) = start_api(&api_config(&env)).await;
+    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
     let ops = token(
         &env,
         &[
@@ -364,7 +357,7 @@ async fn allocations_book_capacity_release_and_refusals() {
 async fn allocations_unavailable_when_the_placer_is_down() {
     let env = TestEnv::new().await;
     seed_pool(&env, "p1", 2, 8).await;
-    let (addr, api_trigger) = start_api(&api_config(&env)).await;
+    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead, Scope::OperationsWrite]).await;
 
     // Never started.
@@ -482,7 +475,7 @@ async fn allocations_cli_commands() {
     let env = TestEnv::new().await;
     seed_pool(&env, "p1", 2, 8).await;
     let (_placer, placer_trigger, placer_task) = start_placer(&env).await;
-    let (addr, api_trigger) = start_api(&api_config(&env)).await;
+    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead, Scope::OperationsWrite]).await;
     let read = token(&env, &[Scope::DeviceRead]).await;
 
@@ -684,9 +677,12 @@ async fn latch_drift_list_through_the_api() {
 
     // The first pair's source gets an hour of TTL: its 30-minute-old
     // observation is fresh, so that device drifts too.
-    let mut config = api_config(&env);
-    config.freshness.ttl_secs.insert(slow_source, 3600);
-    let (addr, api_trigger) = start_api(&config).await;
+    let mut common = env.common.clone();
+    common
+        .freshness
+        .ttl
+        .insert(slow_source, Duration::from_secs(3600));
+    let (addr, api_trigger) = start_api(&common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     want.insert((
         "dev_d0".into(),

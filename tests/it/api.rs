@@ -16,7 +16,7 @@ use fleet_domain::predicates::{self, SchedulingFacts};
 use fleet_domain::*;
 
 use fleet_runtime::shutdown::ShutdownTrigger;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -116,8 +116,13 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, token: &str, body:
     .await
 }
 
-pub async fn start_api(config: &FleetConfig) -> (SocketAddr, ShutdownTrigger) {
-    let app = fleet_api::App::connect(config).await.expect("api connects");
+pub async fn start_api(
+    common: &Common,
+    config: &fleet_api::Config,
+) -> (SocketAddr, ShutdownTrigger) {
+    let app = fleet_api::App::connect(common, config)
+        .await
+        .expect("api connects");
     let (trigger, shutdown) = Shutdown::new();
     let addr = fleet_api::serve(app, "127.0.0.1:0", shutdown)
         .await
@@ -132,11 +137,13 @@ pub async fn token(env: &TestEnv, scopes: &[Scope]) -> String {
         .1
 }
 
-fn api_config(env: &TestEnv) -> FleetConfig {
-    let mut c = env.config.clone();
-    c.api.hub_timeout_ms = 2000;
-    c.api.db_timeout_ms = 1000;
-    c
+/// Quick to answer 503 when the hub or PostgreSQL is away.
+pub fn api_config() -> fleet_api::Config {
+    fleet_api::Config {
+        hub_timeout: Duration::from_secs(2),
+        db_timeout: Duration::from_secs(1),
+        ..Default::default()
+    }
 }
 
 /// Ids and timestamps replaced so snapshots are stable.
@@ -233,7 +240,7 @@ async fn apply_openstack(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_every_route_needs_its_scope() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let doc: Value = serde_json::from_str(fleet_api::openapi::json()).unwrap();
     let routes = table();
     assert!(routes.len() >= 20);
@@ -339,7 +346,7 @@ fn api_openapi_document_is_committed_and_current() {
 async fn api_devices_conditions_and_errors() {
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let all = token(&env, Scope::ALL).await;
     let a = env.create_device("s1", "gpu-a1-01").await;
     let b = env.create_device("s1", "gpu-a1-02").await;
@@ -858,7 +865,7 @@ async fn api_devices_conditions_and_errors() {
 async fn api_lifecycle_events_ended_at_across_pages() {
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead, Scope::DeviceWrite]).await;
     let id = env.create_device("s1", "gpu-l-01").await;
     let mut version = 1;
@@ -987,7 +994,7 @@ type Row = (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_filters_and_pagination_over_thousands() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     let n = 3000;
     sqlx::query(FLEET_SQL)
@@ -1161,7 +1168,7 @@ async fn api_impairment_event_cordon_and_clear() {
         c.sites.insert("s1".into(), site);
     })
     .await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let ops = token(
         &env,
         &[
@@ -1330,11 +1337,11 @@ async fn api_mutations_503_when_hub_or_nats_down() {
         .execute(&env.pool)
         .await
         .unwrap();
-    let no_hub = api_config(&env);
-    let mut no_nats = api_config(&env);
+    let no_hub = env.common.clone();
+    let mut no_nats = env.common.clone();
     no_nats.nats.url = "nats://127.0.0.1:1".into();
-    for (what, config) in [("no hub", no_hub), ("no nats", no_nats)] {
-        let (addr, trigger) = start_api(&config).await;
+    for (what, common) in [("no hub", no_hub), ("no nats", no_nats)] {
+        let (addr, trigger) = start_api(&common, &api_config()).await;
         let r = send(
             addr,
             "POST",
@@ -1382,7 +1389,7 @@ async fn api_mutations_503_when_hub_or_nats_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_reads_503_when_database_down() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     assert_eq!(get(addr, "/api/v1/devices/", &t).await.status, 200);
     let admin = sqlx::postgres::PgPool::connect(&admin_url()).await.unwrap();
@@ -1437,7 +1444,7 @@ async fn api_token_command_creates_a_hashed_token() {
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
             .args(args)
-            .env("FLEET__DATABASE__URL", &env.config.database.url)
+            .env("FLEET__DATABASE__URL", &env.common.database.url)
             .env("FLEET__LOG__FILTER", "warn")
             .output()
             .expect("fleet runs")
@@ -1470,7 +1477,7 @@ async fn api_token_command_creates_a_hashed_token() {
         .await
         .unwrap();
     assert_eq!(stored, 0, "the token itself is never stored");
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     assert_eq!(get(addr, "/api/v1/devices/", &token).await.status, 200);
     assert_eq!(
         send(
@@ -1498,7 +1505,7 @@ async fn api_token_command_creates_a_hashed_token() {
 async fn api_snapshot_apply_outcomes_and_refusals() {
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&api_config(&env)).await;
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
     let t = token(
         &env,
         &[

@@ -97,7 +97,7 @@ async fn devices_and_impairments_through_the_cli() {
         .unwrap();
     let (_w, w_trigger, w_task) = crate::support::start_workflow(&env, |_| {}).await;
     let id = env.create_device("s1", "gpu-cli-01").await;
-    let (addr, api_trigger) = start_api(&env.config).await;
+    let (addr, api_trigger) = start_api(&env.common, &Default::default()).await;
     let t = token(
         &env,
         &[
@@ -177,7 +177,7 @@ async fn sites_tenants_and_pools_through_the_cli() {
 
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
-    let (addr, api_trigger) = start_api(&env.config).await;
+    let (addr, api_trigger) = start_api(&env.common, &Default::default()).await;
     let t = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
 
     for args in [

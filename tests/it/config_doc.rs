@@ -93,7 +93,7 @@ fn names(doc: &str, key: &str) -> bool {
 
 #[test]
 fn the_configuration_document_names_every_key_and_no_other() {
-    let config = serde_json::to_value(fleet_runtime::FleetConfig::default()).unwrap();
+    let config = serde_json::to_value(fleet::config::FleetConfig::default()).unwrap();
     let mut keys = BTreeSet::new();
     leaves("", &config, &mut keys);
     let doc = documented();

@@ -23,20 +23,20 @@ fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
         .unwrap();
     Command::new(env!("CARGO_BIN_EXE_fleet"))
         .arg("hub")
-        .env("FLEET__DATABASE__URL", &env.config.database.url)
-        .env("FLEET__NATS__URL", &env.config.nats.url)
-        .env("FLEET__NATS__SUBJECT_ROOT", &env.config.nats.subject_root)
-        .env("FLEET__NATS__RADAR_ROOT", &env.config.nats.radar_root)
-        .env("FLEET__NATS__STREAM_PREFIX", &env.config.nats.stream_prefix)
+        .env("FLEET__DATABASE__URL", &env.common.database.url)
+        .env("FLEET__NATS__URL", &env.common.nats.url)
+        .env("FLEET__NATS__SUBJECT_ROOT", &env.common.nats.subject_root)
+        .env("FLEET__NATS__RADAR_ROOT", &env.common.nats.radar_root)
+        .env("FLEET__NATS__STREAM_PREFIX", &env.common.nats.stream_prefix)
         .env(
             "FLEET__NATS__PARTITIONS",
-            env.config.nats.partitions.to_string(),
+            env.common.nats.partitions.to_string(),
         )
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
-        .env("FLEET__HUB__ACK_WAIT_SECS", "2")
+        .env("FLEET__HUB__ACK_WAIT", "2s")
         .env("FLEET__HUB__BATCH_SIZE", "32")
-        .env("FLEET__HUB__LINGER_MS", "2")
-        .env("FLEET__FRESHNESS__DEFAULT_TTL_SECS", "86400")
+        .env("FLEET__HUB__LINGER", "2ms")
+        .env("FLEET__FRESHNESS__DEFAULT_TTL", "1day")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
@@ -115,7 +115,7 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     let publisher = {
         let js = env.js.clone();
         let subjects = env.subjects.clone();
-        let partitions = env.config.nats.partitions;
+        let partitions = env.common.nats.partitions;
         let order = order.clone();
         tokio::spawn(async move {
             for (i, s) in order.iter().enumerate() {
@@ -242,7 +242,7 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     let stream = env.js.get_stream(env.streams.status()).await.unwrap();
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.status.operational.>", env.config.nats.subject_root),
+            filter_subject: format!("{}.status.operational.>", env.common.nats.subject_root),
             ..Default::default()
         })
         .await

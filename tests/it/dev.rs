@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleet::cli::{Api, ListArgs};
-use fleet_dev::{DevMesh, DevOptions};
+use fleet::dev::{DevMesh, DevOptions};
 use fleet_proto::{v1, Message};
 
 use crate::support::*;
@@ -68,7 +68,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     // The hub on a thread of its own (`--hub-threads`): the same mesh, and
     // the runtime must be gone after shutdown.
     opts.hub_threads = Some(1);
-    let mesh = DevMesh::start(env.config.clone(), opts)
+    let mesh = DevMesh::start(crate::support::fleet_config(&env), opts)
         .await
         .expect("the dev mesh starts");
     let endpoints = mesh.endpoints.clone();
@@ -181,7 +181,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
 
     // Devices joined their site's pool: the placer answers its capacity,
     // so the README's allocation and capacity commands work on `fleet dev`.
-    let pool = fleet_dev::dev_pool("s1");
+    let pool = fleet::dev::dev_pool("s1");
     let in_pool = api
         .list_devices(&ListArgs {
             pool: Some(pool.clone()),
@@ -443,7 +443,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
             .flatten()
             .filter(|t| {
                 std::fs::read_to_string(t.path().join("comm"))
-                    .is_ok_and(|c| c.trim_end() == fleet_dev::HUB_THREADS)
+                    .is_ok_and(|c| c.trim_end() == fleet::dev::HUB_THREADS)
             })
             .count();
         (left == 0).then_some(())
@@ -458,7 +458,7 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     }
     let _ = env
         .js
-        .delete_stream(format!("{}PLACER", env.config.nats.stream_prefix))
+        .delete_stream(format!("{}PLACER", env.common.nats.stream_prefix))
         .await;
     env.cleanup().await;
 }

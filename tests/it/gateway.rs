@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet_dev::agent_sim::{SimAgent, SimSpec};
+use fleet::dev::agent_sim::{SimAgent, SimSpec};
 use fleet_domain::Trust;
 use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};
@@ -19,15 +19,21 @@ use crate::support::*;
 
 pub async fn start_gateway(
     env: &TestEnv,
+    f: impl FnOnce(&mut fleet_gateway::Config),
 ) -> (
     Arc<Gateway>,
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 ) {
-    let mut config = env.config.clone();
-    config.gateway.listen = "127.0.0.1:0".into();
-    config.gateway.gateway_id = "gw-test".into();
-    let gw = Gateway::connect(config).await.expect("gateway connects");
+    let mut config = fleet_gateway::Config {
+        listen: "127.0.0.1:0".into(),
+        gateway_id: "gw-test".into(),
+        ..Default::default()
+    };
+    f(&mut config);
+    let gw = Gateway::connect(env.common.clone(), config)
+        .await
+        .expect("gateway connects");
     let (trigger, shutdown) = Shutdown::new();
     let g = gw.clone();
     let task = tokio::spawn(async move {
@@ -165,11 +171,13 @@ fn heartbeat_loop(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_agents_join_heartbeat_disconnect_and_go_silent() {
     let mut env = TestEnv::new().await;
-    env.config.freshness.unreachable_after_secs = 6;
-    env.config.freshness.lost_after_secs = 15;
+    env.common.freshness.unreachable_after = Duration::from_secs(6);
+    // Far enough past unreachable that a heartbeat delayed by a loaded
+    // machine (the whole suite beside it) is never taken for lost.
+    env.common.freshness.lost_after = Duration::from_secs(30);
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |_| {}).await;
 
     let n = 1000;
     let short = 900..n; // these report 6 of the profile's 8 GPUs
@@ -400,13 +408,15 @@ async fn until_refused(agent: &mut SimAgent, want: &str) {
 /// the broadcast cannot make the device connected again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
-    let mut env = TestEnv::new().await;
-    // No periodic identity check can help within this test.
-    env.config.gateway.identity_check_ms = 600_000;
+    let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
-    let (api, api_stop) = crate::api::start_api(&env.config).await;
+    // No periodic identity check can help within this test.
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+        c.identity_check_interval = Duration::from_secs(600)
+    })
+    .await;
+    let (api, api_stop) = crate::api::start_api(&env.common, &Default::default()).await;
     let admin = crate::api::token(&env, &[fleet_api::auth::Scope::Admin]).await;
 
     let mut agent = SimAgent::new(
@@ -466,7 +476,7 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     fleet_bus::publish_observation(
         &env.js,
         &env.subjects,
-        env.config.nats.partitions,
+        env.common.nats.partitions,
         "gateway",
         &v1::DeviceKey {
             site,
@@ -499,11 +509,13 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
-    let mut env = TestEnv::new().await;
-    env.config.gateway.identity_check_ms = 200;
+    let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+        c.identity_check_interval = Duration::from_millis(200)
+    })
+    .await;
 
     let spec = SimSpec::numbered("idn", 1, 8);
     let mut first = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
@@ -671,7 +683,7 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
     let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |_| {}).await;
 
     // The serial as NetBox writes it and as the firmware reports it differ
     // in case and separators only.
@@ -752,15 +764,17 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_tenant_controlled_device(
 ) {
-    let mut env = TestEnv::new().await;
-    env.config.gateway.platform_secrets.insert(
-        "breakglass_ssh_key".into(),
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIbreakglass".into(),
-    );
+    let env = TestEnv::new().await;
     let platform_token = seed(&env, Trust::Platform).await;
     let tenant_token = seed(&env, Trust::TenantControlled).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+        c.platform_secrets.insert(
+            "breakglass_ssh_key".into(),
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIbreakglass".into(),
+        );
+    })
+    .await;
 
     let mut p = SimAgent::new(
         env.nats.clone(),
@@ -868,12 +882,14 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
 /// time it is given, and publishes nothing once shutdown has come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shutdown() {
-    let mut env = TestEnv::new().await;
-    // Only the explicit resyncs below.
-    env.config.gateway.snapshot_resync_secs = 3600;
+    let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (gw, gw_stop, gw_task) = start_gateway(&env).await;
+    // Only the explicit resyncs below.
+    let (gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+        c.snapshot_resync_interval = Duration::from_secs(3600)
+    })
+    .await;
 
     let mut ids = vec![];
     for (n, gpus) in [(1, 8), (2, 6), (3, 8)] {

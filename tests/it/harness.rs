@@ -7,7 +7,7 @@ async fn a_failing_test_leaves_no_database_and_no_stream() {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let failed = tokio::spawn(async move {
         let env = TestEnv::new().await;
-        let _ = tx.send((env.db_name.clone(), env.config.nats.stream_prefix.clone()));
+        let _ = tx.send((env.db_name.clone(), env.common.nats.stream_prefix.clone()));
         panic!("a test that fails before its cleanup");
     })
     .await;

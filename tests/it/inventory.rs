@@ -13,7 +13,7 @@ use crate::support::*;
 async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     let env = TestEnv::new().await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (addr, api_stop) = start_api(&env.config).await;
+    let (addr, api_stop) = start_api(&env.common, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let reader = token(&env, &[Scope::DeviceRead]).await;
     let sites = || async {
@@ -284,7 +284,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
 async fn devices_are_created_through_the_api_with_typed_refusals() {
     let env = TestEnv::new().await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (addr, api_stop) = start_api(&env.config).await;
+    let (addr, api_stop) = start_api(&env.common, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let writer = token(&env, &[Scope::DeviceWrite, Scope::DeviceRead]).await;
     let devices = || async {

@@ -11,7 +11,7 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_codes_are_served_with_meaning_owner_and_retry() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&env.config).await;
+    let (addr, trigger) = start_api(&env.common, &Default::default()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
 
     let r = get(addr, "/api/v1/failure-codes/", &t).await;

@@ -120,8 +120,8 @@ impl Graph {
     }
 }
 
-/// The crates that compose services: the binary and the dev harness.
-const COMPOSERS: [&str; 2] = ["fleet", "fleet-dev"];
+/// The crate that composes services: the binary (with `fleet dev`).
+const COMPOSERS: [&str; 1] = ["fleet"];
 
 #[test]
 fn no_service_crate_depends_on_another_and_connectors_do_not_link_sqlx() {

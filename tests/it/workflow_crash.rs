@@ -82,7 +82,7 @@ async fn sigkill_three_times_mid_job_every_device_ends_as_an_uninterrupted_run()
     // The workflow service as its own process, with a short ack_wait so a
     // killed worker's devices come back quickly.
     let config_file = std::env::temp_dir().join(format!("{}-workflow.toml", env.db_name));
-    let c = &env.config;
+    let c = &env.common;
     std::fs::write(
         &config_file,
         format!(
@@ -98,10 +98,10 @@ partitions = {partitions}
 [workflow]
 listen = "127.0.0.1:0"
 workers = 8
-ack_wait_secs = 2
-poll_interval_ms = 50
-retry_initial_ms = 100
-retry_max_ms = 1000
+ack_wait = "2s"
+poll_interval = "50ms"
+retry_initial = "100ms"
+retry_max = "1s"
 [workflow.sites.s1]
 image_source = "http://images.invalid/ubuntu-22.04.qcow2"
 config_drive_public_keys = ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAItest fleet@test"]

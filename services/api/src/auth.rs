@@ -1,6 +1,6 @@
 //! Bearer tokens with scopes. A token is shown once at creation and stored
 //! as its SHA-256; a missing or unknown token is 401, a missing scope 403.
-//! Verified tokens are cached for `api.token_cache_secs`, so a revocation
+//! Verified tokens are cached for `api.token_cache_ttl`, so a revocation
 //! takes at most that long to bite.
 
 use std::time::Duration;
@@ -93,7 +93,7 @@ pub struct Caller {
 }
 
 pub struct TokenCache {
-    /// Token hash to caller, each entry for `api.token_cache_secs` at most
+    /// Token hash to caller, each entry for `api.token_cache_ttl` at most
     /// (a revoked token is refused within that), 10,000 entries at most.
     entries: moka::sync::Cache<String, Caller>,
 }

@@ -2,7 +2,7 @@
 //! (`fleet_workflow_client::WorkflowClient`). Creating one runs the
 //! eligibility pass there; its refusals answer 422 `INELIGIBLE` with one
 //! entry per device and gate, and nothing is created. No answer within
-//! `api.hub_timeout_ms` is 503.
+//! `api.hub_timeout` is 503.
 
 use axum::extract::State;
 use axum::http::StatusCode;

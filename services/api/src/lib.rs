@@ -7,6 +7,7 @@
 pub mod allocations;
 pub mod auth;
 pub mod conditions;
+mod config;
 pub mod devices;
 pub mod drift;
 pub mod error;
@@ -24,7 +25,6 @@ pub mod placer;
 pub mod routes;
 pub mod sites;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -32,20 +32,21 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use fleet_bus::Subjects;
-use fleet_runtime::config::ApiConfig;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::config::FreshnessConfig;
+use fleet_runtime::{Common, Shutdown};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 pub use auth::{create_token, Scope};
+pub use config::Config;
 
 pub struct Inner {
-    pub config: ApiConfig,
+    pub config: Config,
     pub pool: PgPool,
     pub hub: hub::HubClient,
-    /// Allocations and capacity; waits `api.hub_timeout_ms` like the hub.
+    /// Allocations and capacity; waits `api.hub_timeout` like the hub.
     pub placer: fleet_placer_client::PlacerClient,
-    /// Jobs; waits `api.hub_timeout_ms` like the hub.
+    /// Jobs; waits `api.hub_timeout` like the hub.
     pub workflow: fleet_workflow_client::WorkflowClient,
     pub tokens: auth::TokenCache,
     pub ttls: TtlConfig,
@@ -63,8 +64,8 @@ impl Deref for App {
     }
 }
 
-/// Freshness TTLs as the hub applies them (`freshness.default_ttl_secs`,
-/// `freshness.ttl_secs.<source>`), for `stale` at read time.
+/// Freshness TTLs as the hub applies them (`freshness.default_ttl`,
+/// `freshness.ttl.<source>`), in seconds, for `stale` at read time.
 #[derive(Debug, Clone)]
 pub struct TtlConfig {
     pub default_secs: i64,
@@ -73,11 +74,12 @@ pub struct TtlConfig {
 }
 
 impl TtlConfig {
-    pub fn new(default_secs: u64, per_source: &BTreeMap<String, u64>) -> Self {
+    pub fn new(freshness: &FreshnessConfig) -> Self {
+        let secs = |d: &Duration| d.as_secs().min(i64::MAX as u64) as i64;
         TtlConfig {
-            default_secs: default_secs as i64,
-            sources: per_source.keys().cloned().collect(),
-            secs: per_source.values().map(|v| *v as i64).collect(),
+            default_secs: secs(&freshness.default_ttl),
+            sources: freshness.ttl.keys().cloned().collect(),
+            secs: freshness.ttl.values().map(secs).collect(),
         }
     }
 }
@@ -85,55 +87,48 @@ impl TtlConfig {
 impl App {
     /// Connects lazily: the API starts while PostgreSQL or NATS are away
     /// and answers 503 for what needs them until they are back.
-    pub async fn connect(config: &FleetConfig) -> anyhow::Result<App> {
+    pub async fn connect(common: &Common, config: &Config) -> anyhow::Result<App> {
         // Every list is a keyset page: walk an index in key order and stop
         // at the limit. The planner underestimates how often compound
         // filters (the schedulable predicate) match and would rather scan a
         // whole site and sort; with sorts and parallel workers discouraged it
         // walks the index, so a filtered page costs milliseconds at 100,000
         // devices. Filters vary per request, so no generic cached plans.
-        let options = PgConnectOptions::from_str_url(&config.database.url)?;
-        let role = config.database.set_role.then_some(fleet_store::Role::Api);
+        let options = PgConnectOptions::from_str_url(&common.database.url)?;
+        let role = common.database.set_role.then_some(fleet_store::Role::Api);
         let options = fleet_store::as_role(options, role).options([
             ("plan_cache_mode", "force_custom_plan"),
             ("enable_sort", "off"),
             ("max_parallel_workers_per_gather", "0"),
         ]);
         let pool = PgPoolOptions::new()
-            .max_connections(config.database.max_connections)
-            .acquire_timeout(Duration::from_millis(config.api.db_timeout_ms))
+            .max_connections(common.database.max_connections)
+            .acquire_timeout(config.db_timeout)
             .connect_lazy_with(options);
-        let nats = fleet_bus::connect(&config.nats, "fleet-api").await?;
-        Ok(App::new(config, pool, nats))
+        let nats = fleet_bus::connect(&common.nats, "fleet-api").await?;
+        Ok(App::new(common, config, pool, nats))
     }
 
-    pub fn new(config: &FleetConfig, pool: PgPool, nats: async_nats::Client) -> App {
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+    pub fn new(common: &Common, config: &Config, pool: PgPool, nats: async_nats::Client) -> App {
+        let subjects = Subjects::new(&common.nats.subject_root, &common.nats.radar_root);
         App(Arc::new(Inner {
-            config: config.api.clone(),
+            config: config.clone(),
             pool,
             placer: fleet_placer_client::PlacerClient::new(
                 nats.clone(),
                 subjects.clone(),
-                Duration::from_millis(config.api.hub_timeout_ms),
+                config.hub_timeout,
             ),
             workflow: fleet_workflow_client::WorkflowClient::new(
                 nats.clone(),
                 subjects.clone(),
-                Duration::from_millis(config.api.hub_timeout_ms),
+                config.hub_timeout,
             ),
             hub: hub::HubClient {
-                client: fleet_hub_client::HubClient::new(
-                    nats,
-                    subjects,
-                    Duration::from_millis(config.api.hub_timeout_ms),
-                ),
+                client: fleet_hub_client::HubClient::new(nats, subjects, config.hub_timeout),
             },
-            tokens: auth::TokenCache::new(Duration::from_secs(config.api.token_cache_secs)),
-            ttls: TtlConfig::new(
-                config.freshness.default_ttl_secs,
-                &config.freshness.ttl_secs,
-            ),
+            tokens: auth::TokenCache::new(config.token_cache_ttl),
+            ttls: TtlConfig::new(&common.freshness),
             metrics: metrics::ApiMetrics::new(),
         }))
     }
@@ -167,10 +162,10 @@ pub async fn serve(app: App, listen: &str, shutdown: Shutdown) -> anyhow::Result
 }
 
 /// Runs the API until shutdown. Refuses a schema that is behind.
-pub async fn run(config: FleetConfig, mut shutdown: Shutdown) -> anyhow::Result<()> {
-    let app = App::connect(&config).await?;
+pub async fn run(common: Common, config: Config, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let app = App::connect(&common, &config).await?;
     fleet_store::check_schema(&app.pool).await?;
-    let addr = serve(app, &config.api.listen, shutdown.clone()).await?;
+    let addr = serve(app, &config.listen, shutdown.clone()).await?;
     tracing::info!(%addr, "api running");
     shutdown.wait().await;
     tracing::info!("api stopped");

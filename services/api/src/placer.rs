@@ -1,7 +1,7 @@
 //! Allocations and capacity are the placer's: the API asks it over NATS
 //! request/reply (`fleet_placer_client::PlacerClient`), so the numbers it
 //! answers are the ones the placer books against. No answer within
-//! `api.hub_timeout_ms` (no responder, NATS away, timeout) is
+//! `api.hub_timeout` (no responder, NATS away, timeout) is
 //! `UNAVAILABLE`, never a number computed elsewhere.
 
 use fleet_placer_client::PlacerError;

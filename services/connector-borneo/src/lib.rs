@@ -8,6 +8,8 @@
 //! partner-owned credential reference). The credential is kept only as a
 //! reference and never logged ([`mapping`]).
 
+mod config;
+pub use config::Config;
 pub(crate) mod mapping;
 pub(crate) mod oauth;
 
@@ -15,8 +17,7 @@ use fleet_connector::paginate::{base_url, join, Pages};
 use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
-use fleet_runtime::connectors::BorneoConnectorConfig;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 use reqwest::Url;
 
 use crate::mapping::{map_machine, parse_page, Machine, Warning};
@@ -47,12 +48,7 @@ pub(crate) fn machines_url(base: &Url, partner: &str) -> Url {
 }
 
 impl BorneoSite {
-    pub fn new(
-        site: &str,
-        partner: &str,
-        c: &BorneoConnectorConfig,
-        http: HttpClient,
-    ) -> anyhow::Result<Self> {
+    pub fn new(site: &str, partner: &str, c: &Config, http: HttpClient) -> anyhow::Result<Self> {
         let key = "connectors.borneo";
         anyhow::ensure!(
             !partner.trim().is_empty(),
@@ -203,10 +199,7 @@ impl Target for BorneoSite {
     }
 }
 
-pub(crate) fn targets(
-    c: &BorneoConnectorConfig,
-    http: &HttpClient,
-) -> anyhow::Result<Vec<BorneoSite>> {
+pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<BorneoSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.borneo.sites: no site is configured"
@@ -218,11 +211,12 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-borneo until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.borneo;
+/// Runs the connector with its section (`connectors.borneo`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let source = Source::Borneo;
     fleet_connector::serve(
-        &config,
+        &common,
         source,
         "borneo",
         &c.listen,
@@ -236,7 +230,8 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::connectors::{Credential, Secret};
+    use fleet_runtime::config::Credential;
+    use fleet_runtime::config::Secret;
 
     fn http() -> HttpClient {
         HttpClient::new(
@@ -249,7 +244,7 @@ mod tests {
 
     #[test]
     fn configuration_errors_name_their_key_and_urls() {
-        let full = BorneoConnectorConfig {
+        let full = Config {
             url: "https://borneo.example.com/api".into(),
             token_url: "https://auth.example.com/oauth2/token".into(),
             client_id: "fleet".into(),
@@ -259,14 +254,14 @@ mod tests {
             },
             ..Default::default()
         };
-        let err = |c: BorneoConnectorConfig| {
+        let err = |c: Config| {
             BorneoSite::new("s1", "partner-1", &c, http())
                 .err()
                 .unwrap()
                 .to_string()
         };
-        assert!(err(BorneoConnectorConfig::default()).contains("connectors.borneo.url"));
-        let e = err(BorneoConnectorConfig {
+        assert!(err(Config::default()).contains("connectors.borneo.url"));
+        let e = err(Config {
             client_secret: Credential::default(),
             ..full.clone()
         });

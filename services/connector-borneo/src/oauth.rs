@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use fleet_connector::{HttpClient, SourceError};
-use fleet_runtime::connectors::Credential;
+use fleet_runtime::Credential;
 use reqwest::Url;
 use serde_json::Value;
 

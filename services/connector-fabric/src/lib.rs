@@ -8,6 +8,8 @@
 //! latches are written by workflows after verified flips, never from here.
 //! The contracts read are documented in [`netbox`], [`nvue`] and [`nmx`].
 
+mod config;
+pub use config::{Config, SiteConfig};
 pub(crate) mod mapping;
 pub(crate) mod netbox;
 pub(crate) mod nmx;
@@ -18,11 +20,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, collect_pages, join};
+use fleet_connector::PollConfig;
 use fleet_connector::{ConnectorMetrics, HttpClient, PollContext, Runtime, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
-use fleet_runtime::connectors::{Credential, FabricConnectorConfig, FabricSiteConfig, PollConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::config::Credential;
+use fleet_runtime::{Common, Shutdown};
 use reqwest::{RequestBuilder, Url};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -322,8 +325,8 @@ fn client(
 /// The targets of one site, checking its configuration.
 pub(crate) fn site_targets(
     site: &str,
-    s: &FabricSiteConfig,
-    c: &FabricConnectorConfig,
+    s: &SiteConfig,
+    c: &Config,
     metrics: &ConnectorMetrics,
 ) -> anyhow::Result<Vec<FabricTarget>> {
     let key = format!("connectors.fabric.sites.{site}");
@@ -438,10 +441,7 @@ pub(crate) fn site_targets(
     Ok(out)
 }
 
-pub(crate) fn targets(
-    c: &FabricConnectorConfig,
-    metrics: &ConnectorMetrics,
-) -> anyhow::Result<Vec<FabricTarget>> {
+pub(crate) fn targets(c: &Config, metrics: &ConnectorMetrics) -> anyhow::Result<Vec<FabricTarget>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.fabric.sites: no site is configured"
@@ -454,10 +454,11 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-fabric until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.fabric;
+/// Runs the connector with its section (`connectors.fabric`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let rt = Runtime::start_named(
-        &config,
+        &common,
         Source::FrontendFabric,
         "fabric",
         &c.listen,
@@ -472,7 +473,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::connectors::Secret;
+    use fleet_runtime::config::Secret;
 
     fn secret(s: &str) -> Credential {
         Credential {
@@ -481,8 +482,8 @@ mod tests {
         }
     }
 
-    fn top() -> FabricConnectorConfig {
-        FabricConnectorConfig {
+    fn top() -> Config {
+        Config {
             netbox_url: "https://netbox.example.com".into(),
             nvue_username: "cumulus".into(),
             nvue_password: secret("pw"),
@@ -490,7 +491,7 @@ mod tests {
         }
     }
 
-    fn err(s: FabricSiteConfig, c: &FabricConnectorConfig) -> String {
+    fn err(s: SiteConfig, c: &Config) -> String {
         site_targets("s1", &s, c, &ConnectorMetrics::new())
             .err()
             .unwrap()
@@ -500,28 +501,28 @@ mod tests {
     #[test]
     fn configuration_errors_name_their_key() {
         let c = top();
-        assert!(err(FabricSiteConfig::default(), &c).contains("configure frontend_switches"));
-        let fe = FabricSiteConfig {
+        assert!(err(SiteConfig::default(), &c).contains("configure frontend_switches"));
+        let fe = SiteConfig {
             netbox_site: "dc1".into(),
             frontend_switches: [("leaf01".to_string(), "https://leaf01:8765".to_string())].into(),
             ..Default::default()
         };
         let e = err(fe.clone(), &c);
         assert!(e.contains("sites.s1.customer_vrfs"), "{e}");
-        let fe = FabricSiteConfig {
+        let fe = SiteConfig {
             customer_vrfs: vec!["cust-*".into()],
             ..fe
         };
         let e = err(
             fe.clone(),
-            &FabricConnectorConfig {
+            &Config {
                 nvue_password: Credential::default(),
                 ..top()
             },
         );
         assert!(e.contains("nvue_password"), "{e}");
         let e = err(
-            FabricSiteConfig {
+            SiteConfig {
                 netbox_site: String::new(),
                 ..fe.clone()
             },
@@ -529,7 +530,7 @@ mod tests {
         );
         assert!(e.contains("sites.s1.netbox_site"), "{e}");
         let e = err(
-            FabricSiteConfig {
+            SiteConfig {
                 backend_switches: [("be01".to_string(), "https://be01:8765".to_string())].into(),
                 ..fe.clone()
             },
@@ -537,7 +538,7 @@ mod tests {
         );
         assert!(e.contains("sites.s1.maintenance_vrf"), "{e}");
         let e = err(
-            FabricSiteConfig {
+            SiteConfig {
                 nmx_url: "https://nmx".into(),
                 ..fe.clone()
             },
@@ -546,7 +547,7 @@ mod tests {
         assert!(e.contains("sites.s1.repair_partition"), "{e}");
         let ok = site_targets(
             "s1",
-            &FabricSiteConfig {
+            &SiteConfig {
                 backend_switches: [("be01".to_string(), "https://be01:8765/".to_string())].into(),
                 maintenance_vrf: "maint".into(),
                 nmx_url: "https://nmx".into(),

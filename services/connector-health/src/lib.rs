@@ -7,6 +7,8 @@
 //! query API is `MimirUnreachable` with the composite emptied, so
 //! `health_status` goes `unknown`, never `critical`.
 
+mod config;
+pub use config::{Config, SiteConfig};
 pub mod mapping;
 
 use chrono::{DateTime, Utc};
@@ -14,8 +16,8 @@ use fleet_connector::paginate::{base_url, join};
 use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
-use fleet_runtime::connectors::{Credential, HealthConnectorConfig, HealthSiteConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::config::Credential;
+use fleet_runtime::{Common, Shutdown};
 use reqwest::header::HeaderName;
 use reqwest::Url;
 
@@ -42,7 +44,7 @@ fn valid_label(s: &str) -> bool {
 impl HealthSite {
     pub fn new(
         site: &str,
-        c: &HealthSiteConfig,
+        c: &SiteConfig,
         host_label: &str,
         http: HttpClient,
     ) -> anyhow::Result<Self> {
@@ -181,10 +183,7 @@ impl Target for HealthSite {
     }
 }
 
-pub(crate) fn targets(
-    c: &HealthConnectorConfig,
-    http: &HttpClient,
-) -> anyhow::Result<Vec<HealthSite>> {
+pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<HealthSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.health.sites: no site is configured"
@@ -196,11 +195,12 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-health until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.health;
+/// Runs the connector with its section (`connectors.health`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let source = Source::HealthStatus;
     fleet_connector::serve(
-        &config,
+        &common,
         source,
         "health",
         &c.listen,
@@ -214,7 +214,7 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::connectors::PollConfig;
+    use fleet_connector::PollConfig;
 
     fn http() -> HttpClient {
         HttpClient::new(
@@ -227,19 +227,19 @@ mod tests {
 
     #[test]
     fn configuration_errors_name_their_key() {
-        let err = |c: HealthSiteConfig, label: &str| {
+        let err = |c: SiteConfig, label: &str| {
             HealthSite::new("s1", &c, label, http())
                 .err()
                 .unwrap()
                 .to_string()
         };
-        assert!(err(HealthSiteConfig::default(), "host").contains("connectors.health.sites.s1.url"));
-        let with_url = |c: HealthSiteConfig| HealthSiteConfig {
+        assert!(err(SiteConfig::default(), "host").contains("connectors.health.sites.s1.url"));
+        let with_url = |c: SiteConfig| SiteConfig {
             url: "http://mimir/prometheus".into(),
             ..c
         };
         let e = err(
-            with_url(HealthSiteConfig {
+            with_url(SiteConfig {
                 selector: r#"{site="x"}"#.into(),
                 ..Default::default()
             }),
@@ -247,7 +247,7 @@ mod tests {
         );
         assert!(e.contains("sites.s1.selector"), "{e}");
         let e = err(
-            with_url(HealthSiteConfig {
+            with_url(SiteConfig {
                 tenant: "t".into(),
                 tenant_header: "bad header".into(),
                 ..Default::default()
@@ -255,11 +255,11 @@ mod tests {
             "host",
         );
         assert!(e.contains("sites.s1.tenant_header"), "{e}");
-        let e = err(with_url(HealthSiteConfig::default()), "9host");
+        let e = err(with_url(SiteConfig::default()), "9host");
         assert!(e.contains("host_label"), "{e}");
         let ok = HealthSite::new(
             "s1",
-            &with_url(HealthSiteConfig {
+            &with_url(SiteConfig {
                 tenant: "fleet".into(),
                 selector: r#"site="lon1""#.into(),
                 ..Default::default()

@@ -4,6 +4,8 @@
 //! device the hub does not know is created through the hub's
 //! `create_devices` command (a `CONFLICT` item means it exists already).
 
+mod config;
+pub use config::Config;
 pub(crate) mod create;
 pub(crate) mod mapping;
 
@@ -13,8 +15,8 @@ use fleet_connector::paginate::{base_url, collect_pages, join};
 use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
-use fleet_runtime::connectors::{Credential, NetboxConnectorConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::config::Credential;
+use fleet_runtime::{Common, Shutdown};
 use reqwest::Url;
 
 use crate::mapping::{map_devices, DevicePage, Warning};
@@ -191,10 +193,7 @@ impl Target for NetboxSite {
 
 /// Builds one target per configured site; fails with the configuration key
 /// at fault.
-pub(crate) fn targets(
-    c: &NetboxConnectorConfig,
-    http: &HttpClient,
-) -> anyhow::Result<Vec<NetboxSite>> {
+pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<NetboxSite>> {
     anyhow::ensure!(
         !c.url.trim().is_empty(),
         "configuration key connectors.netbox.url is required"
@@ -247,11 +246,12 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-netbox until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.netbox;
+/// Runs the connector with its section (`connectors.netbox`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let source = Source::Netbox;
     fleet_connector::serve(
-        &config,
+        &common,
         source,
         "netbox",
         &c.listen,
@@ -292,21 +292,21 @@ mod config_tests {
             "netbox",
         )
         .unwrap();
-        let err = |c: NetboxConnectorConfig| targets(&c, &http).err().unwrap().to_string();
-        assert!(err(NetboxConnectorConfig::default()).contains("connectors.netbox.url"));
-        let base = NetboxConnectorConfig {
+        let err = |c: Config| targets(&c, &http).err().unwrap().to_string();
+        assert!(err(Config::default()).contains("connectors.netbox.url"));
+        let base = Config {
             url: "http://netbox:8000".into(),
             ..Default::default()
         };
         assert!(err(base.clone()).contains("connectors.netbox.sites"));
-        let e = err(NetboxConnectorConfig {
+        let e = err(Config {
             auth_scheme: "basic".into(),
             ..base.clone()
         });
         assert!(e.contains("connectors.netbox.auth_scheme"), "{e}");
         let sites = [("s1".to_string(), String::new())].into_iter().collect();
         let t = targets(
-            &NetboxConnectorConfig {
+            &Config {
                 sites,
                 ..base.clone()
             },

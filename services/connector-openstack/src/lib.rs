@@ -5,6 +5,8 @@
 //! from the node's `traits`. Publishes the six openstack conditions and the
 //! Ironic mirror per node.
 
+mod config;
+pub use config::Config;
 pub(crate) mod mapping;
 
 use std::collections::HashSet;
@@ -21,13 +23,12 @@ use fleet_domain::Source;
 use fleet_openstack::ironic::nodes_url;
 use fleet_openstack::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};
 use fleet_proto::v1;
-use fleet_runtime::connectors::{OpenstackConnectorConfig, OpenstackSiteConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 
 /// One site's OpenStack.
 pub(crate) struct OpenstackSite {
     site: String,
-    config: OpenstackSiteConfig,
+    config: fleet_openstack::SiteConfig,
     key_by: KeyBy,
     ironic_version: String,
     placement_version: String,
@@ -40,8 +41,8 @@ pub(crate) struct OpenstackSite {
 impl OpenstackSite {
     pub fn new(
         site: &str,
-        c: &OpenstackSiteConfig,
-        top: &OpenstackConnectorConfig,
+        c: &fleet_openstack::SiteConfig,
+        top: &Config,
         http: HttpClient,
     ) -> anyhow::Result<Self> {
         let key = format!("connectors.openstack.sites.{site}");
@@ -171,10 +172,7 @@ impl Target for OpenstackSite {
     }
 }
 
-pub(crate) fn targets(
-    c: &OpenstackConnectorConfig,
-    http: &HttpClient,
-) -> anyhow::Result<Vec<OpenstackSite>> {
+pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<OpenstackSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.openstack.sites: no site is configured"
@@ -186,11 +184,12 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-openstack until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.openstack;
+/// Runs the connector with its section (`connectors.openstack`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let source = Source::Openstack;
     fleet_connector::serve(
-        &config,
+        &common,
         source,
         "openstack",
         &c.listen,
@@ -208,22 +207,22 @@ mod tests {
     #[test]
     fn configuration_errors_name_their_key() {
         let metrics = fleet_connector::ConnectorMetrics::new();
-        let top = OpenstackConnectorConfig::default();
+        let top = Config::default();
         let http = HttpClient::new(&top.poll, metrics, "openstack").unwrap();
-        let err = |c: OpenstackSiteConfig| {
+        let err = |c: fleet_openstack::SiteConfig| {
             OpenstackSite::new("s1", &c, &top, http.clone())
                 .err()
                 .unwrap()
                 .to_string()
         };
-        assert!(err(OpenstackSiteConfig::default())
+        assert!(err(fleet_openstack::SiteConfig::default())
             .contains("connectors.openstack.sites.s1.ironic_url"));
-        let e = err(OpenstackSiteConfig {
+        let e = err(fleet_openstack::SiteConfig {
             ironic_url: "http://i:6385".into(),
             ..Default::default()
         });
         assert!(e.contains("placement_url"), "{e}");
-        let e = err(OpenstackSiteConfig {
+        let e = err(fleet_openstack::SiteConfig {
             auth_url: "http://k:5000/v3".into(),
             username: "u".into(),
             ..Default::default()
@@ -231,7 +230,7 @@ mod tests {
         assert!(e.contains("sites.s1.project_name"), "{e}");
         assert!(OpenstackSite::new(
             "s1",
-            &OpenstackSiteConfig {
+            &fleet_openstack::SiteConfig {
                 ironic_url: "http://i:6385".into(),
                 placement_enabled: false,
                 ..Default::default()

@@ -5,6 +5,8 @@
 //! (mirror cleared); an unreadable slurmrestd is `SchedulerUnreachable`
 //! (mirror kept).
 
+mod config;
+pub use config::{Config, SiteConfig};
 pub(crate) mod mapping;
 pub(crate) mod version;
 
@@ -13,8 +15,8 @@ use fleet_connector::paginate::{base_url, join};
 use fleet_connector::{HttpClient, PollContext, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
-use fleet_runtime::connectors::{Credential, SlurmConnectorConfig, SlurmSiteConfig};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::config::Credential;
+use fleet_runtime::{Common, Shutdown};
 use reqwest::{RequestBuilder, Url};
 
 use crate::mapping::{map_nodes, NodesResponse, SCHEDULER_UNREACHABLE};
@@ -51,7 +53,7 @@ impl Auth {
 }
 
 impl SlurmSite {
-    pub fn new(site: &str, c: &SlurmSiteConfig, http: HttpClient) -> anyhow::Result<Self> {
+    pub fn new(site: &str, c: &SiteConfig, http: HttpClient) -> anyhow::Result<Self> {
         let key = format!("connectors.slurm.sites.{site}");
         anyhow::ensure!(
             !c.url.trim().is_empty(),
@@ -218,10 +220,7 @@ impl Target for SlurmSite {
     }
 }
 
-pub(crate) fn targets(
-    c: &SlurmConnectorConfig,
-    http: &HttpClient,
-) -> anyhow::Result<Vec<SlurmSite>> {
+pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<SlurmSite>> {
     anyhow::ensure!(
         !c.sites.is_empty(),
         "configuration key connectors.slurm.sites: no site is configured"
@@ -233,11 +232,12 @@ pub(crate) fn targets(
 }
 
 /// Runs connector-slurm until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &config.connectors.slurm;
+/// Runs the connector with its section (`connectors.slurm`) until shutdown.
+pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let c = &c;
     let source = Source::Slurm;
     fleet_connector::serve(
-        &config,
+        &common,
         source,
         "slurm",
         &c.listen,
@@ -251,7 +251,8 @@ pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::connectors::{PollConfig, Secret};
+    use fleet_connector::PollConfig;
+    use fleet_runtime::config::Secret;
 
     fn http() -> HttpClient {
         HttpClient::new(
@@ -264,13 +265,13 @@ mod tests {
 
     #[test]
     fn site_configuration_errors_name_their_key() {
-        let err = |c: SlurmSiteConfig| SlurmSite::new("s1", &c, http()).err().unwrap().to_string();
-        assert!(err(SlurmSiteConfig::default()).contains("connectors.slurm.sites.s1.url"));
-        let with_url = |c: SlurmSiteConfig| SlurmSiteConfig {
+        let err = |c: SiteConfig| SlurmSite::new("s1", &c, http()).err().unwrap().to_string();
+        assert!(err(SiteConfig::default()).contains("connectors.slurm.sites.s1.url"));
+        let with_url = |c: SiteConfig| SiteConfig {
             url: "http://slurm:6820".into(),
             ..c
         };
-        let e = err(with_url(SlurmSiteConfig {
+        let e = err(with_url(SiteConfig {
             user_name: "root".into(),
             ..Default::default()
         }));
@@ -278,7 +279,7 @@ mod tests {
             e.contains("user_name and") && e.contains(".token go together"),
             "{e}"
         );
-        let e = err(with_url(SlurmSiteConfig {
+        let e = err(with_url(SiteConfig {
             token: Credential {
                 value: Secret::new("jwt"),
                 ..Default::default()
@@ -286,14 +287,14 @@ mod tests {
             ..Default::default()
         }));
         assert!(e.contains("go together"), "{e}");
-        let e = err(with_url(SlurmSiteConfig {
+        let e = err(with_url(SiteConfig {
             api_version: "38".into(),
             ..Default::default()
         }));
         assert!(e.contains("connectors.slurm.sites.s1.api_version"), "{e}");
         let ok = SlurmSite::new(
             "s1",
-            &with_url(SlurmSiteConfig {
+            &with_url(SiteConfig {
                 api_version: "v0.0.38".into(),
                 user_name: "root".into(),
                 token: Credential {

@@ -3,7 +3,9 @@
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use fleet_api::Scope;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
+
+use crate::config::FleetConfig;
 
 #[derive(Subcommand)]
 pub enum TokenCommand {
@@ -29,7 +31,7 @@ pub enum TokenCommand {
 /// Runs the API until SIGINT/SIGTERM.
 pub async fn api(config: FleetConfig) -> anyhow::Result<()> {
     let (_trigger, shutdown) = Shutdown::from_signals();
-    fleet_api::run(config, shutdown).await
+    fleet_api::run(config.common(), config.api, shutdown).await
 }
 
 pub async fn token(config: FleetConfig, what: TokenCommand) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! `fleet bench ...`: benchmarks against the local NATS and PostgreSQL.
 
+use crate::config::FleetConfig;
 use clap::Subcommand;
-use fleet_runtime::FleetConfig;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {

@@ -230,7 +230,7 @@ pub struct Api {
 
 impl Api {
     pub fn new(url: &str, token: Option<&str>) -> anyhow::Result<Api> {
-        fleet_dev::install_tls_provider();
+        crate::dev::install_tls_provider();
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             anyhow::bail!("the API URL {url:?} is not an http(s) URL (--api-url or FLEET_API_URL)");
         }

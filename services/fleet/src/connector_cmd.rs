@@ -1,7 +1,8 @@
 //! `fleet connector <netbox|openstack|slurm|health|borneo|fabric>`: one subcommand per connector
-//! service, each a library crate with `run(config, shutdown)`.
+//! service, each a library crate with `run(common, config, shutdown)`.
 
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet::config::FleetConfig;
+use fleet_runtime::Shutdown;
 
 #[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectorCommand {
@@ -24,12 +25,16 @@ pub async fn run(
     which: ConnectorCommand,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    let common = config.common();
+    let c = config.connectors;
     match which {
-        ConnectorCommand::Netbox => fleet_connector_netbox::run(config, shutdown).await,
-        ConnectorCommand::Openstack => fleet_connector_openstack::run(config, shutdown).await,
-        ConnectorCommand::Slurm => fleet_connector_slurm::run(config, shutdown).await,
-        ConnectorCommand::Health => fleet_connector_health::run(config, shutdown).await,
-        ConnectorCommand::Borneo => fleet_connector_borneo::run(config, shutdown).await,
-        ConnectorCommand::Fabric => fleet_connector_fabric::run(config, shutdown).await,
+        ConnectorCommand::Netbox => fleet_connector_netbox::run(common, c.netbox, shutdown).await,
+        ConnectorCommand::Openstack => {
+            fleet_connector_openstack::run(common, c.openstack, shutdown).await
+        }
+        ConnectorCommand::Slurm => fleet_connector_slurm::run(common, c.slurm, shutdown).await,
+        ConnectorCommand::Health => fleet_connector_health::run(common, c.health, shutdown).await,
+        ConnectorCommand::Borneo => fleet_connector_borneo::run(common, c.borneo, shutdown).await,
+        ConnectorCommand::Fabric => fleet_connector_fabric::run(common, c.fabric, shutdown).await,
     }
 }

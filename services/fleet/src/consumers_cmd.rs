@@ -3,9 +3,10 @@
 
 use anyhow::Context;
 use clap::Subcommand;
+use fleet::config::FleetConfig;
 use fleet_bus::Subjects;
 use fleet_domain::Trust;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 
 #[derive(Subcommand)]
 pub enum GatewayCommand {
@@ -58,24 +59,24 @@ pub enum SimCommand {
 
 pub async fn placer(config: FleetConfig) -> anyhow::Result<()> {
     let (_trigger, shutdown) = Shutdown::from_signals();
-    fleet_placer::run(config, shutdown).await
+    fleet_placer::run(config.common(), config.placer, shutdown).await
 }
 
 pub async fn workflow(config: FleetConfig) -> anyhow::Result<()> {
     let (_trigger, shutdown) = Shutdown::from_signals();
-    fleet_workflow::run(config, shutdown).await
+    fleet_workflow::run(config.common(), config.workflow, shutdown).await
 }
 
 pub async fn radar(config: FleetConfig) -> anyhow::Result<()> {
     let (_trigger, shutdown) = Shutdown::from_signals();
-    fleet_radar::run(config, shutdown).await
+    fleet_radar::run(config.common(), config.radar, shutdown).await
 }
 
 pub async fn gateway(config: FleetConfig, what: Option<GatewayCommand>) -> anyhow::Result<()> {
     match what {
         None => {
             let (_trigger, shutdown) = Shutdown::from_signals();
-            fleet_gateway::run(config, shutdown).await
+            fleet_gateway::run(config.common(), config.gateway, shutdown).await
         }
         Some(GatewayCommand::JoinToken {
             site,
@@ -126,14 +127,14 @@ pub async fn sim(config: FleetConfig, what: SimCommand) -> anyhow::Result<()> {
             let nats = fleet_bus::connect_now(&config.nats, "fleet-sim").await?;
             let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
             let (_trigger, shutdown) = Shutdown::from_signals();
-            let opts = fleet_dev::agent_sim::SimOptions {
+            let opts = fleet::dev::agent_sim::SimOptions {
                 count,
                 join_token,
                 prefix,
                 gpus,
                 concurrency: 32,
             };
-            fleet_dev::agent_sim::run_agents(nats, subjects, opts, shutdown).await
+            fleet::dev::agent_sim::run_agents(nats, subjects, opts, shutdown).await
         }
     }
 }

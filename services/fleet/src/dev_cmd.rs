@@ -27,8 +27,8 @@ macro_rules! err {
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use fleet_dev::{Agreement, DevMesh, DevOptions, Summary};
-use fleet_runtime::FleetConfig;
+use fleet::config::FleetConfig;
+use fleet::dev::{Agreement, DevMesh, DevOptions, Summary};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DevArgs {
@@ -69,7 +69,7 @@ pub struct DevArgs {
 }
 
 /// CPU seconds (user + system) this process and the hub's threads
-/// (`fleet_dev::HUB_THREADS`, with `--hub-threads`; `None` without) have
+/// (`fleet::dev::HUB_THREADS`, with `--hub-threads`; `None` without) have
 /// used, from /proc. A thread that has ended takes its seconds with it, so
 /// a difference is at least 0.
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,7 +95,7 @@ impl CpuSecs {
             .flatten()
         {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if comm.trim_end() == fleet_dev::HUB_THREADS {
+            if comm.trim_end() == fleet::dev::HUB_THREADS {
                 *hub.get_or_insert(0.0) += read(task.path().join("stat")).unwrap_or(0.0);
             }
         }
@@ -151,7 +151,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     opts.tick = Duration::from_secs_f64(args.tick_secs.max(0.2));
     opts.resync_secs = args
         .resync_secs
-        .unwrap_or_else(|| fleet_dev::default_resync(args.sim))
+        .unwrap_or_else(|| fleet::dev::default_resync(args.sim))
         .max(0.5);
     // Converge to the fleet as generated first, then let it evolve.
     opts.held = true;
@@ -184,7 +184,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     );
     out!(
         "           fleet pools capacity {pool}; fleet allocations create --pool {pool} --tenant dev-tenant --gpus 8   (same FLEET_API_URL, FLEET_TOKEN)",
-        pool = fleet_dev::dev_pool("s1")
+        pool = fleet::dev::dev_pool("s1")
     );
     out!(
         "simulated  netbox {}  openstack {}  slurm {}  prometheus {}",
@@ -258,7 +258,7 @@ async fn show(
     let mut snapshots_at: Option<f64> = None;
     let mut last: Option<(Instant, f64, CpuSecs)> = None;
     let mut agreement: Option<Agreement> = None;
-    let mut progress: Option<fleet_dev::Progress> = None;
+    let mut progress: Option<fleet::dev::Progress> = None;
     let check_every = agreement_every(mesh.devices);
     let mut tick: u64 = 0;
     loop {

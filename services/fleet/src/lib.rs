@@ -4,10 +4,12 @@
 pub mod api_cmd;
 pub mod bench;
 pub mod cli;
+pub mod config;
+pub mod dev;
 pub mod inventory_cmd;
 
+use crate::config::FleetConfig;
 use anyhow::Context;
-use fleet_runtime::FleetConfig;
 
 /// Creates the database named in the URL when it does not exist, then
 /// migrates it.

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use fleet::config::FleetConfig;
 use fleet::{bench, migrate};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -183,7 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Hub => {
                 let (_trigger, shutdown) = Shutdown::from_signals();
-                fleet_hub::run(config, shutdown).await
+                fleet_hub::run(config.common(), config.hub, shutdown).await
             }
             Command::Migrate => migrate(&config).await,
             Command::Api => fleet::api_cmd::api(config).await,

@@ -307,12 +307,7 @@ impl Gateway {
         )
         .await?;
         let platform_secrets = if policy::gets_platform_secrets(device.trust) {
-            self.config
-                .gateway
-                .platform_secrets
-                .clone()
-                .into_iter()
-                .collect()
+            self.config.platform_secrets.clone().into_iter().collect()
         } else {
             Default::default()
         };
@@ -320,7 +315,11 @@ impl Gateway {
             error: None,
             epoch,
             session_token,
-            heartbeat_interval_secs: self.config.gateway.heartbeat_interval_secs as i32,
+            heartbeat_interval_secs: self
+                .config
+                .heartbeat_interval
+                .as_secs()
+                .clamp(1, i32::MAX as u64) as i32,
             platform_secrets,
             gateway_id: self.gateway_id.clone(),
         })
@@ -412,20 +411,22 @@ impl Gateway {
             .ok_or_else(|| {
                 GatewayError::new(ErrorCode::NotConnected, "the device has no live session")
             })?;
-        let max = self.config.gateway.max_command_deadline_ms.max(1);
-        let deadline_ms = match req.deadline_ms {
-            d if d <= 0 => self.config.gateway.command_deadline_ms,
-            d => d as u64,
+        let max = self
+            .config
+            .max_command_deadline
+            .max(Duration::from_millis(1));
+        let deadline = match req.deadline_ms {
+            d if d <= 0 => self.config.command_deadline,
+            d => Duration::from_millis(d as u64),
         }
         .min(max);
-        let deadline = Duration::from_millis(deadline_ms);
         let request_id = format!("cmd_{}", ulid::Ulid::new());
         let cmd = v1::AgentCommand {
             request_id: request_id.clone(),
             command: kind.as_str().into(),
             args: req.args.clone(),
             deadline: Some(timestamp(
-                Utc::now() + chrono::Duration::milliseconds(deadline_ms as i64),
+                Utc::now() + chrono::Duration::milliseconds(deadline.as_millis() as i64),
             )),
             epoch: s.epoch,
         };
@@ -437,7 +438,11 @@ impl Gateway {
             Err(_) => {
                 return Err(GatewayError::new(
                     ErrorCode::DeadlineExceeded,
-                    format!("{} got no answer within {deadline_ms} ms", kind.as_str()),
+                    format!(
+                        "{} got no answer within {} ms",
+                        kind.as_str(),
+                        deadline.as_millis()
+                    ),
                 ))
             }
             Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {

@@ -14,6 +14,7 @@
 //!
 //! [`sim`] is a simulated agent speaking the same protocol.
 
+mod config;
 pub(crate) mod metrics;
 pub(crate) mod policy;
 pub mod store;
@@ -31,9 +32,10 @@ use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
 use fleet_proto::{timestamp, v1, ErrorCode, Message};
 use fleet_runtime::http;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 use sqlx::PgPool;
 
+pub use config::Config;
 pub use metrics::GatewayMetrics;
 use policy::{Inventory, Profile};
 use sessions::Session;
@@ -82,7 +84,8 @@ impl From<fleet_bus::BusError> for GatewayError {
 }
 
 pub struct Gateway {
-    pub config: FleetConfig,
+    pub common: Common,
+    pub config: Config,
     pub pool: PgPool,
     pub nats: async_nats::Client,
     pub hub: fleet_hub_client::HubClient,
@@ -95,30 +98,31 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Gateway>> {
+    pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Gateway>> {
         let fleet_store::Deps {
             pool,
             nats,
             js,
             subjects,
             streams,
-        } = fleet_store::Deps::connect(&config, fleet_store::Role::Gateway).await?;
+        } = fleet_store::Deps::connect(&common, fleet_store::Role::Gateway).await?;
         // OBSERVATIONS is the hub's: wait for it and check the partition count.
-        fleet_bus::check_observations(&js, &config.nats, std::future::pending()).await?;
-        let gateway_id = if config.gateway.gateway_id.trim().is_empty() {
+        fleet_bus::check_observations(&js, &common.nats, std::future::pending()).await?;
+        let gateway_id = if config.gateway_id.trim().is_empty() {
             format!(
                 "gw-{}",
                 std::env::var("HOSTNAME").unwrap_or_else(|_| "local".into())
             )
         } else {
-            config.gateway.gateway_id.clone()
+            config.gateway_id.clone()
         };
         let hub = fleet_hub_client::HubClient::new(
             nats.clone(),
             subjects.clone(),
-            Duration::from_secs(config.gateway.hub_timeout_secs.max(1)),
+            config.hub_timeout.max(Duration::from_secs(1)),
         );
         Ok(Arc::new(Gateway {
+            common,
             config,
             pool,
             nats,
@@ -196,7 +200,7 @@ impl Gateway {
         fleet_bus::publish_observation(
             &self.js,
             &self.subjects,
-            self.config.nats.partitions,
+            self.common.nats.partitions,
             "gateway",
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
@@ -239,7 +243,7 @@ impl Gateway {
         fleet_bus::publish_observation(
             &self.js,
             &self.subjects,
-            self.config.nats.partitions,
+            self.common.nats.partitions,
             "gateway",
             &Self::device_key(site, device_id),
             now.timestamp_nanos_opt().unwrap_or_default(),
@@ -256,11 +260,14 @@ impl Gateway {
     /// How long a session may be silent before the gateway forgets it (the
     /// hub has called it `lost` by then).
     fn forget_after(&self) -> Duration {
-        Duration::from_secs(self.config.freshness.lost_after_secs.max(1))
+        self.common.freshness.lost_after.max(Duration::from_secs(1))
     }
 
     async fn identity_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_millis(self.config.gateway.identity_check_ms.max(50));
+        let every = self
+            .config
+            .identity_check_interval
+            .max(Duration::from_millis(50));
         let mut pause = every;
         loop {
             tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }
@@ -275,7 +282,10 @@ impl Gateway {
     }
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_secs(self.config.gateway.snapshot_resync_secs.max(1));
+        let every = self
+            .config
+            .snapshot_resync_interval
+            .max(Duration::from_secs(1));
         let mut pause = every;
         loop {
             tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }
@@ -291,14 +301,14 @@ impl Gateway {
 }
 
 /// Runs the gateway until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let gw = Gateway::connect(config).await?;
+pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let gw = Gateway::connect(common, config).await?;
     run_with(gw, shutdown).await
 }
 
 pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
-        &gw.config.gateway.listen,
+        &gw.config.listen,
         "gateway.listen",
         gw.metrics.registry.clone(),
         gw.nats.clone(),
@@ -326,8 +336,8 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
                 queue: route.queue(),
             },
             fleet_bus::Limits {
-                concurrency: gw.config.gateway.concurrency.max(1),
-                deadline: Duration::from_secs(gw.config.gateway.hub_timeout_secs.max(1) * 2),
+                concurrency: gw.config.concurrency.max(1),
+                deadline: gw.config.hub_timeout.max(Duration::from_secs(1)) * 2,
             },
             answers.clone(),
             shutdown.stopped(),
@@ -336,7 +346,7 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
     tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
     tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
     let stopped =
-        fleet_runtime::supervise("gateway", tasks, shutdown, gw.config.shutdown.grace()).await;
+        fleet_runtime::supervise("gateway", tasks, shutdown, gw.common.shutdown.grace).await;
     gw.nats.flush().await.ok();
     tracing::info!("gateway stopped");
     stopped

@@ -91,8 +91,8 @@ impl Hub {
     /// burst of commands (100,000 agents joining) must not take every
     /// connection and stall the observation batches.
     pub(crate) async fn serve_commands(self: Arc<Self>, shutdown: Shutdown) {
-        let reserved = self.config.hub.lanes.max(1) + 3;
-        let parallel = (self.config.database.max_connections as usize)
+        let reserved = self.config.lanes.max(1) + 3;
+        let parallel = (self.common.database.max_connections as usize)
             .saturating_sub(reserved)
             .clamp(1, 32);
         let answers = fleet_bus::ResponderMetrics::default();
@@ -111,9 +111,7 @@ impl Hub {
         let limits = Limits {
             concurrency: parallel,
             // The transaction's own timeout, with room for the lock wait.
-            deadline: std::time::Duration::from_secs(
-                self.config.hub.command_timeout_secs.max(1) * 2,
-            ),
+            deadline: self.config.command_timeout * 2,
         };
         fleet_bus::serve(
             self.nats.clone(),

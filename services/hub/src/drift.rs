@@ -42,7 +42,7 @@ impl Hub {
                 "Devices whose durable fabric latch disagrees with a fresh live observation, by site, latch and drift (unguarded, stale_guard)",
                 gauge.clone(),
             );
-        let every = Duration::from_millis(self.config.hub.sweep_interval_ms.max(100) * 6);
+        let every = self.config.sweep_interval.max(Duration::from_millis(100)) * 6;
         loop {
             let started = std::time::Instant::now();
             match self.drift_counts().await {

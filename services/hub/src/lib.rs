@@ -6,6 +6,7 @@
 
 pub(crate) mod backlog;
 pub(crate) mod commands;
+mod config;
 pub mod decode;
 pub(crate) mod drift;
 pub(crate) mod inventory;
@@ -27,16 +28,19 @@ use async_nats::jetstream;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
+use fleet_runtime::config::FreshnessConfig;
 use fleet_runtime::http;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 use futures::StreamExt;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, Notify};
 
+pub use config::Config;
 pub use metrics::HubMetrics;
 
 pub struct Hub {
-    pub config: FleetConfig,
+    pub common: Common,
+    pub config: Config,
     pub pool: PgPool,
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
@@ -56,33 +60,35 @@ pub struct Hub {
     epochs: Vec<(AtomicU64, Notify)>,
 }
 
-pub fn ttls(config: &FleetConfig) -> anyhow::Result<Ttls> {
-    let mut t = Ttls::uniform(chrono::Duration::seconds(
-        config.freshness.default_ttl_secs as i64,
-    ));
-    for (source, secs) in &config.freshness.ttl_secs {
+/// The freshness TTLs the hub derives with; a TTL naming no source is
+/// refused by its key.
+pub fn ttls(freshness: &FreshnessConfig) -> anyhow::Result<Ttls> {
+    let chrono =
+        |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36_500));
+    let mut t = Ttls::uniform(chrono(freshness.default_ttl));
+    for (source, ttl) in &freshness.ttl {
         let s = Source::parse(source)
-            .with_context(|| format!("configuration key freshness.ttl_secs.{source}"))?;
-        t.per_source
-            .insert(s, chrono::Duration::seconds(*secs as i64));
+            .with_context(|| format!("configuration key freshness.ttl.{source}"))?;
+        t.per_source.insert(s, chrono(*ttl));
     }
     Ok(t)
 }
 
 impl Hub {
     /// Connects, checks the schema and creates the streams.
-    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Hub>> {
+    pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Hub>> {
         let fleet_store::Deps {
             pool,
             nats,
             js,
             subjects,
             streams,
-        } = fleet_store::Deps::connect(&config, fleet_store::Role::Hub).await?;
-        fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Hub).await?;
-        let ttls = ttls(&config)?;
-        let config_partitions = config.nats.partitions;
+        } = fleet_store::Deps::connect(&common, fleet_store::Role::Hub).await?;
+        fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Hub).await?;
+        let ttls = ttls(&common.freshness)?;
+        let config_partitions = common.nats.partitions;
         Ok(Arc::new(Hub {
+            common,
             config,
             pool,
             nats,
@@ -103,10 +109,10 @@ impl Hub {
 
     /// The partitions this replica consumes.
     pub fn partitions(&self) -> Vec<u32> {
-        if self.config.hub.partitions.is_empty() {
-            (0..self.config.nats.partitions).collect()
+        if self.config.partitions.is_empty() {
+            (0..self.common.nats.partitions).collect()
         } else {
-            self.config.hub.partitions.clone()
+            self.config.partitions.clone()
         }
     }
 
@@ -191,7 +197,7 @@ impl Hub {
                 &self.streams.observations(),
                 &durable,
                 filter.clone(),
-                Duration::from_secs(self.config.hub.ack_wait_secs),
+                self.config.ack_wait,
             )
             .await
             {
@@ -205,7 +211,7 @@ impl Hub {
             };
             let messages = consumer
                 .stream()
-                .max_messages_per_batch(self.config.hub.batch_size)
+                .max_messages_per_batch(self.config.batch_size)
                 .heartbeat(Duration::from_secs(5))
                 .messages()
                 .await;
@@ -241,7 +247,7 @@ impl Hub {
                 match next {
                     Some(Ok(m)) => {
                         let mut item =
-                            observations::parse(m, &self.subjects, self.config.nats.partitions);
+                            observations::parse(m, &self.subjects, self.common.nats.partitions);
                         item.partition = partition;
                         item.epoch = epoch;
                         if lane.send(item).await.is_err() {
@@ -259,12 +265,12 @@ impl Hub {
     }
 
     /// One lane: takes what its partitions fetched, up to `batch_size`
-    /// messages or `linger_ms` after the first, and applies them in one
+    /// messages or `linger` after the first, and applies them in one
     /// transaction. It stops when its fetchers are gone and its queue is
     /// empty, so the batch in hand is always finished and acked.
     async fn apply_lane(self: Arc<Self>, mut rx: mpsc::Receiver<observations::Item>) {
-        let linger = Duration::from_millis(self.config.hub.linger_ms);
-        let max = self.config.hub.batch_size;
+        let linger = self.config.linger;
+        let max = self.config.batch_size;
         while let Some(first) = rx.recv().await {
             let mut items = vec![first];
             let deadline = tokio::time::Instant::now() + linger;
@@ -287,14 +293,14 @@ impl Hub {
 
 /// Runs the hub until shutdown: partition consumers, the command responder,
 /// the outbox relay, the sweeper and the ops server.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let hub = Hub::connect(config).await?;
+pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let hub = Hub::connect(common, config).await?;
     run_with(hub, shutdown).await
 }
 
 pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
-        &hub.config.hub.listen,
+        &hub.config.listen,
         "hub.listen",
         hub.metrics.registry.clone(),
         hub.nats.clone(),
@@ -306,10 +312,10 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
 
     let mut tasks = tokio::task::JoinSet::new();
-    let lanes = hub.config.hub.lanes.max(1);
+    let lanes = hub.config.lanes.max(1);
     let mut senders = Vec::with_capacity(lanes);
     for _ in 0..lanes {
-        let (tx, rx) = mpsc::channel(hub.config.hub.batch_size * 2);
+        let (tx, rx) = mpsc::channel(hub.config.batch_size * 2);
         senders.push(tx);
         // A lane ends once its fetchers are gone and its queue is applied.
         tasks.spawn(hub.clone().apply_lane(rx));
@@ -328,7 +334,7 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     // Fetchers stop; lanes finish and ack what they hold; then the relay
     // flushes. A dependency that is gone must not hold the process: after
     // the grace period it exits, and redelivery covers what was in hand.
-    let grace = hub.config.shutdown.grace();
+    let grace = hub.common.shutdown.grace;
     let stopped = fleet_runtime::supervise("hub", tasks, shutdown, grace).await;
     hub.relay_wake.notify_one();
     let flushed = tokio::time::timeout(grace, async {

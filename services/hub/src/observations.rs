@@ -189,7 +189,7 @@ impl Hub {
             return;
         }
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1) as u64;
-        if delivered >= self.config.hub.max_deliver {
+        if delivered >= self.config.max_deliver {
             tracing::error!(error = %e, subject = %msg.subject, delivered, "giving up on a message that cannot be applied");
             self.dead_letter(msg, "apply_failed", &e.to_string()).await;
         } else {

@@ -96,7 +96,7 @@ impl Hub {
             .relay_once(
                 &self.pool,
                 &self.js,
-                self.config.hub.outbox_batch,
+                self.config.outbox_batch,
                 RELAY_AGE_SECS,
                 |id| claimed.contains(&id),
             )

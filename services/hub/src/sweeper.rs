@@ -15,10 +15,12 @@ use crate::Hub;
 impl Hub {
     /// One sweep; returns the number of devices re-derived.
     pub async fn sweep_once(&self) -> anyhow::Result<usize> {
-        let h = &self.config.freshness;
+        let h = &self.common.freshness;
         let ttls: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
-        let unreachable = chrono::Duration::seconds(h.unreachable_after_secs as i64);
-        let lost = chrono::Duration::seconds(h.lost_after_secs as i64);
+        let unreachable = chrono::Duration::from_std(h.unreachable_after)
+            .unwrap_or(chrono::Duration::days(36_500));
+        let lost =
+            chrono::Duration::from_std(h.lost_after).unwrap_or(chrono::Duration::days(36_500));
         let mut total = 0;
         loop {
             let due = devices::due_for_sweep(
@@ -54,11 +56,13 @@ impl Hub {
         }
     }
 
-    /// Bounds `unresolved_observations` (`hub.unresolved_retention_secs`,
+    /// Bounds `unresolved_observations` (`hub.unresolved_retention`,
     /// `hub.unresolved_max_rows`).
     pub async fn expire_unresolved(&self) -> Result<u64, sqlx::Error> {
-        let h = &self.config.hub;
-        let before = Utc::now() - chrono::Duration::seconds(h.unresolved_retention_secs as i64);
+        let h = &self.config;
+        let before = Utc::now()
+            - chrono::Duration::from_std(h.unresolved_retention)
+                .unwrap_or(chrono::Duration::days(36_500));
         let gone = devices::expire_unresolved(&self.pool, before, h.unresolved_max_rows).await?;
         if gone > 0 {
             tracing::info!(removed = gone, "expired unresolved observation keys");
@@ -67,7 +71,7 @@ impl Hub {
     }
 
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_millis(self.config.hub.sweep_interval_ms.max(100));
+        let every = self.config.sweep_interval.max(Duration::from_millis(100));
         let mut pause = every;
         loop {
             tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }

@@ -12,6 +12,7 @@
 //! The API calls this service through `fleet_placer_client::PlacerClient`;
 //! tests and benchmarks may call [`Placer`] directly.
 
+mod config;
 pub(crate) mod error;
 pub(crate) mod metrics;
 pub(crate) mod packing;
@@ -26,10 +27,11 @@ use std::time::Duration;
 use async_nats::jetstream;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::CapacityBucket;
-use fleet_runtime::FleetConfig;
+use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
+pub use config::Config;
 pub use error::PlacerError;
 pub use fleet_placer_client::model::{self, AllocateRequest, Allocation, Atom, Capacity};
 pub use service::{run, run_with};
@@ -40,7 +42,8 @@ use store::LockMode;
 use view::View;
 
 pub struct Placer {
-    pub config: FleetConfig,
+    pub common: Common,
+    pub config: Config,
     pub pool: PgPool,
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
@@ -86,14 +89,14 @@ struct Checked {
 impl Placer {
     /// Connects, checks the schema, creates the streams and builds the
     /// capacity view from PostgreSQL.
-    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Placer>> {
+    pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Placer>> {
         let fleet_store::Deps {
             pool,
             nats,
             js,
             subjects,
             streams,
-        } = fleet_store::Deps::connect(&config, fleet_store::Role::Placer).await?;
+        } = fleet_store::Deps::connect(&common, fleet_store::Role::Placer).await?;
         // STATUS and DLQ are the hub's; the placer owns only its events.
         fleet_bus::await_streams(
             &js,
@@ -103,6 +106,7 @@ impl Placer {
         .await;
         service::ensure_events_stream(&js, &streams, &subjects).await?;
         let placer = Arc::new(Placer {
+            common,
             config,
             pool,
             nats,
@@ -159,7 +163,7 @@ impl Placer {
         if req.pool_id.trim().is_empty() {
             return bad("pool_id is required");
         }
-        let max = self.config.placer.max_gpus_per_request;
+        let max = self.config.max_gpus_per_request;
         if req.gpus == 0 || req.gpus > max {
             return Err(PlacerError::invalid_argument(format!(
                 "gpus must be between 1 and {max}"
@@ -173,7 +177,7 @@ impl Placer {
             gpus: req.gpus,
             same_device: req.same_device,
             domain,
-            spread_racks: self.config.placer.spread_racks,
+            spread_racks: self.config.spread_racks,
         };
         let req = AllocateRequest {
             nvlink_domain: req.nvlink_domain.filter(|d| !d.trim().is_empty()),
@@ -221,7 +225,7 @@ impl Placer {
         // Fast path: plan on the view, lock with SKIP LOCKED; devices this
         // process is booking are left to their bookers.
         let mut excluded: HashSet<String> = HashSet::new();
-        for _ in 0..self.config.placer.max_attempts.max(1) {
+        for _ in 0..self.config.max_attempts.max(1) {
             let plan = {
                 let mut v = self.view();
                 // A single device through the best-fit index; the whole
@@ -266,7 +270,7 @@ impl Placer {
         self.metrics.slow_path.inc();
         self.rebuild(Some(&req.pool_id)).await?;
         let mut excluded: HashSet<String> = HashSet::new();
-        for _ in 0..self.config.placer.max_attempts.max(1) {
+        for _ in 0..self.config.max_attempts.max(1) {
             let plan = {
                 let v = self.view();
                 let cands = v.candidates(&req.pool_id, &excluded, true);

@@ -17,7 +17,9 @@ use fleet_domain::{Axis, CapacityBucket};
 use fleet_outbox::PLACER;
 use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message};
 use fleet_runtime::http;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
+
+use crate::Config;
 
 use crate::error::PlacerError;
 use crate::model::AllocateRequest;
@@ -89,7 +91,7 @@ impl Placer {
             stream: self.streams.status(),
             durable: format!("placer-{axis}"),
             filter: self.subjects.status_axis(axis.as_str()),
-            ack_wait: Duration::from_secs(self.config.placer.ack_wait_secs.max(1)),
+            ack_wait: self.config.ack_wait.max(Duration::from_secs(1)),
             batch: 256,
             fetch_wait: Duration::from_millis(200),
         }
@@ -172,7 +174,7 @@ impl Placer {
     }
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_secs(self.config.placer.resync_secs.max(1));
+        let every = self.config.resync_interval.max(Duration::from_secs(1));
         loop {
             tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
             if let Err(e) = self.rebuild(None).await {
@@ -223,14 +225,14 @@ impl Responder for Placer {
 }
 
 /// Runs the placer until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let placer = Placer::connect(config).await?;
+pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let placer = Placer::connect(common, config).await?;
     run_with(placer, shutdown).await
 }
 
 pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
-        &placer.config.placer.listen,
+        &placer.config.listen,
         "placer.listen",
         placer.metrics.registry.clone(),
         placer.nats.clone(),
@@ -258,7 +260,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
             queue: Some("placer".into()),
         },
         Limits {
-            concurrency: placer.config.placer.concurrency.max(1),
+            concurrency: placer.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
         },
         answers,
@@ -288,7 +290,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
     tasks.spawn(placer.clone().resync_loop(shutdown.clone()));
     let relay = tokio::spawn(placer.clone().relay_loop(shutdown.clone()));
 
-    let grace = placer.config.shutdown.grace();
+    let grace = placer.common.shutdown.grace;
     let stopped = fleet_runtime::supervise("placer", tasks, shutdown, grace).await;
     // The relay flushes last, what the tasks committed included.
     if tokio::time::timeout(grace, relay).await.is_err() {

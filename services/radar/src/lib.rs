@@ -9,6 +9,7 @@
 //! from PostgreSQL and compared with what the stream holds; only
 //! differences are published. Radar never writes a device field.
 
+mod config;
 pub(crate) mod mapping;
 pub(crate) mod metrics;
 pub(crate) mod store;
@@ -26,11 +27,12 @@ use fleet_domain::Axis;
 use fleet_proto::ErrorCode;
 use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::http;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 
+pub use config::Config;
 use mapping::Decision;
 pub use metrics::RadarMetrics;
 
@@ -75,7 +77,8 @@ struct Published {
 }
 
 pub struct Radar {
-    pub config: FleetConfig,
+    pub common: Common,
+    pub config: Config,
     pub pool: PgPool,
     pub nats: async_nats::Client,
     pub js: jetstream::Context,
@@ -120,15 +123,15 @@ pub fn projection(row: &store::Row, at: chrono::DateTime<Utc>) -> v1::RadarProje
 }
 
 impl Radar {
-    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Radar>> {
+    pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Radar>> {
         let fleet_store::Deps {
             pool,
             nats,
             js,
             subjects,
             streams,
-        } = fleet_store::Deps::connect(&config, fleet_store::Role::Radar).await?;
-        fleet_bus::ensure_owned(&js, &config.nats, fleet_bus::Owner::Radar).await?;
+        } = fleet_store::Deps::connect(&common, fleet_store::Role::Radar).await?;
+        fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Radar).await?;
         // STATUS and DLQ are the hub's.
         fleet_bus::await_streams(
             &js,
@@ -137,6 +140,7 @@ impl Radar {
         )
         .await;
         Ok(Arc::new(Radar {
+            common,
             config,
             pool,
             nats,
@@ -324,7 +328,7 @@ impl Radar {
     }
 
     async fn resync_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_secs(self.config.radar.resync_secs.max(1));
+        let every = self.config.resync_interval.max(Duration::from_secs(1));
         loop {
             tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
             // A rebuild at 100,000 devices outlasts the shutdown grace; one
@@ -388,8 +392,8 @@ impl Responder for Radar {
 }
 
 /// Runs Radar until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let radar = Radar::connect(config).await?;
+pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let radar = Radar::connect(common, config).await?;
     run_with(radar, shutdown).await
 }
 
@@ -398,7 +402,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
     let published = radar.rebuild().await?;
     tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
     let addr = http::serve_ops(
-        &radar.config.radar.listen,
+        &radar.config.listen,
         "radar.listen",
         radar.metrics.registry.clone(),
         radar.nats.clone(),
@@ -418,8 +422,8 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
             stream: radar.streams.status(),
             durable: format!("radar-{axis}"),
             filter: radar.subjects.status_axis(axis.as_str()),
-            ack_wait: Duration::from_secs(radar.config.radar.ack_wait_secs.max(1)),
-            batch: radar.config.radar.batch_size.max(1),
+            ack_wait: radar.config.ack_wait.max(Duration::from_secs(1)),
+            batch: radar.config.batch_size.max(1),
             fetch_wait: Duration::from_millis(200),
         };
         let r = radar.clone();
@@ -454,7 +458,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
     ));
     tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
     let stopped =
-        fleet_runtime::supervise("radar", tasks, shutdown, radar.config.shutdown.grace()).await;
+        fleet_runtime::supervise("radar", tasks, shutdown, radar.common.shutdown.grace).await;
     radar.nats.flush().await.ok();
     tracing::info!("radar stopped");
     stopped

@@ -4,14 +4,15 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::config::{Config, SiteConfig};
+use fleet_connector::PollConfig;
 use fleet_connector::{ConnectorMetrics, HttpClient, SourceError};
 use fleet_domain::failure::FailureCode;
 use fleet_openstack::ironic::{error_message, Ironic, Node};
 use fleet_openstack::placement::{Placement, Traits};
 use fleet_openstack::Session;
-use fleet_runtime::config::{WorkflowConfig, WorkflowSiteConfig};
-use fleet_runtime::connectors::PollConfig;
 use serde_json::{json, Value};
 
 /// What an external call's failure means for the step.
@@ -87,7 +88,7 @@ impl CallError {
 /// One site's systems and settings.
 pub(crate) struct Site {
     session: Session,
-    pub config: WorkflowSiteConfig,
+    pub config: SiteConfig,
     ironic_version: String,
     placement_version: String,
 }
@@ -185,13 +186,13 @@ pub(crate) struct Sites {
 }
 
 impl Sites {
-    pub fn new(c: &WorkflowConfig) -> anyhow::Result<Self> {
+    pub fn new(c: &Config) -> anyhow::Result<Self> {
         let poll = PollConfig {
-            request_timeout_ms: c.request_timeout_ms,
-            connect_timeout_ms: c.connect_timeout_ms,
+            request_timeout: c.request_timeout,
+            connect_timeout: c.connect_timeout,
             max_retries: 2,
-            backoff_initial_ms: 200,
-            backoff_max_ms: 2000,
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(2),
             ..PollConfig::default()
         };
         let http = HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")

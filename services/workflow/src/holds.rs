@@ -1,7 +1,7 @@
 //! Impairment holds in batches: the devices being cordoned (or released)
 //! at once ask for their hold here, and one hub command
 //! (`impairment_holds`) carries every ask of the same event that arrived
-//! within `workflow.hold_batch_linger_ms`, up to `workflow.hold_batch_max`,
+//! within `workflow.hold_batch_linger`, up to `workflow.hold_batch_max`,
 //! in one hub transaction instead of one each. Each device gets its own
 //! answer: applied, or the hub's refusal of that device alone.
 

@@ -285,7 +285,7 @@ impl Workflow {
             store::settle(&self.pool, event).await?;
             return Ok(());
         }
-        let c = &self.config.workflow;
+        let c = &self.config;
         let mut attempts = row.attempts.max(0) as u32;
         let outcome = loop {
             match self.impairment_step(phase, event, &row).await {
@@ -457,7 +457,7 @@ impl Workflow {
                     ),
                 )
             })?;
-        let name = self.config.workflow.customer_ready_trait.trim();
+        let name = self.config.customer_ready_trait.trim();
         let current = site.traits(rp).await?;
         let Some(traits) = edit_traits(&current.traits, name, wanted) else {
             return Ok(());

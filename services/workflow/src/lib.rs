@@ -11,7 +11,7 @@
 //!   message on the `JOBS` work queue, written to `workflow_outbox` in the
 //!   job's transaction.
 //! - A worker that dies leaves its message unacknowledged; it is delivered
-//!   again after `workflow.ack_wait_secs` and the next worker resumes the
+//!   again after `workflow.ack_wait` and the next worker resumes the
 //!   device from a fresh read of the external system (every decision is
 //!   taken on a read, so no write the system already shows is repeated).
 //!
@@ -21,6 +21,7 @@
 //! The API calls it through `fleet_workflow_client::WorkflowClient`.
 
 pub(crate) mod activities;
+mod config;
 pub(crate) mod holds;
 pub(crate) mod impairment;
 pub(crate) mod impairment_store;
@@ -33,10 +34,11 @@ use std::sync::Arc;
 
 use async_nats::jetstream;
 use fleet_bus::{StreamNames, Subjects};
-use fleet_runtime::FleetConfig;
+use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
+pub use config::{Config, SiteConfig};
 pub use service::{run, run_with};
 
 /// The service's outbox: device work to `JOBS`.
@@ -47,7 +49,8 @@ pub(crate) const OUTBOX: fleet_outbox::Outbox = fleet_outbox::Outbox {
 };
 
 pub struct Workflow {
-    pub config: FleetConfig,
+    pub common: Common,
+    pub config: Config,
     pub(crate) pool: PgPool,
     pub(crate) nats: async_nats::Client,
     pub(crate) js: jetstream::Context,
@@ -63,27 +66,24 @@ pub struct Workflow {
 impl Workflow {
     /// Connects, checks the schema and the site configuration, and waits
     /// for the hub's `JOBS` stream.
-    pub async fn connect(config: FleetConfig) -> anyhow::Result<Arc<Workflow>> {
-        let sites = activities::Sites::new(&config.workflow)?;
+    pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Workflow>> {
+        let sites = activities::Sites::new(&config)?;
         let fleet_store::Deps {
             pool,
             nats,
             js,
             subjects,
             streams,
-        } = fleet_store::Deps::connect(&config, fleet_store::Role::Workflow).await?;
+        } = fleet_store::Deps::connect(&common, fleet_store::Role::Workflow).await?;
         fleet_bus::await_streams(&js, &[streams.jobs()], std::future::pending()).await;
         let hub = fleet_hub_client::HubClient::new(
             nats.clone(),
             subjects.clone(),
-            std::time::Duration::from_secs(config.workflow.hub_timeout_secs.max(1)),
+            config.hub_timeout.max(std::time::Duration::from_secs(1)),
         );
-        let holds = holds::Holds::start(
-            hub,
-            config.workflow.hold_batch_max,
-            std::time::Duration::from_millis(config.workflow.hold_batch_linger_ms),
-        );
+        let holds = holds::Holds::start(hub, config.hold_batch_max, config.hold_batch_linger);
         Ok(Arc::new(Workflow {
+            common,
             config,
             pool,
             nats,

@@ -12,7 +12,9 @@ use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
 use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
 use fleet_proto::{v1, ErrorCode, Message};
-use fleet_runtime::{http, FleetConfig, Shutdown};
+use fleet_runtime::{http, Common, Shutdown};
+
+use crate::Config;
 
 use crate::{store, Workflow, OUTBOX};
 
@@ -198,7 +200,7 @@ impl Workflow {
     /// `workflow.max_devices_per_job` of them, none empty.
     pub(crate) fn device_ids(&self, raw: &[String]) -> Result<Vec<String>, Refusal> {
         let ids: BTreeSet<String> = raw.iter().map(|d| d.trim().to_string()).collect();
-        let max = self.config.workflow.max_devices_per_job.max(1);
+        let max = self.config.max_devices_per_job.max(1);
         if ids.is_empty() || ids.len() > max || ids.contains("") {
             return Err(Refusal::invalid(format!(
                 "device_ids must name 1 to {max} devices, none empty"
@@ -324,14 +326,14 @@ impl Responder for Workflow {
 }
 
 /// Runs the workflow service until shutdown.
-pub async fn run(config: FleetConfig, shutdown: Shutdown) -> anyhow::Result<()> {
-    let w = Workflow::connect(config).await?;
+pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let w = Workflow::connect(common, config).await?;
     run_with(w, shutdown).await
 }
 
 pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()> {
     let addr = http::serve_ops(
-        &w.config.workflow.listen,
+        &w.config.listen,
         "workflow.listen",
         w.metrics.registry.clone(),
         w.nats.clone(),
@@ -352,7 +354,7 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
             queue: Some("workflow".into()),
         },
         Limits {
-            concurrency: w.config.workflow.concurrency.max(1),
+            concurrency: w.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
         },
         answers,
@@ -360,7 +362,7 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
     ));
     tasks.spawn(w.clone().work_loop(shutdown.clone()));
     let relay = tokio::spawn(w.clone().relay_loop(shutdown.clone()));
-    let grace = w.config.shutdown.grace();
+    let grace = w.common.shutdown.grace;
     let stopped = fleet_runtime::supervise("workflow", tasks, shutdown, grace).await;
     if tokio::time::timeout(grace, relay).await.is_err() {
         tracing::warn!("the workflow relay did not finish within the grace period; the rest is published at the next start");

@@ -33,9 +33,9 @@ impl Workflow {
     /// current call and are left unacknowledged (a later worker resumes
     /// them).
     pub(crate) async fn work_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let workers = self.config.workflow.workers.max(1);
+        let workers = self.config.workers.max(1);
         let limit = Arc::new(tokio::sync::Semaphore::new(workers));
-        let ack_wait = Duration::from_secs(self.config.workflow.ack_wait_secs.max(1));
+        let ack_wait = self.config.ack_wait;
         let mut backoff = Duration::from_millis(200);
         while !shutdown.is_triggered() {
             let consumer = match self.consumer(ack_wait, workers).await {
@@ -265,9 +265,9 @@ impl Workflow {
             .get("instance_uuid")
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        let c = &self.config.workflow;
-        let poll = Duration::from_millis(c.poll_interval_ms.max(10));
-        let timeout = Duration::from_secs(c.step_timeout_secs.max(1));
+        let c = &self.config;
+        let poll = c.poll_interval.max(Duration::from_millis(10));
+        let timeout = c.step_timeout.max(Duration::from_secs(1));
         let mut attempts: u32 = run.attempts.max(0) as u32;
         let mut waiting_since: Option<Instant> = None;
         loop {
@@ -324,14 +324,12 @@ impl Workflow {
     }
 
     /// The back-off before try `attempts + 1` of a step: doubling from
-    /// `retry_initial_ms` up to `retry_max_ms`.
+    /// `retry_initial` up to `retry_max`.
     pub(crate) fn backoff(&self, attempts: u32) -> Duration {
-        let c = &self.config.workflow;
-        Duration::from_millis(
-            c.retry_initial_ms
-                .saturating_mul(1 << attempts.min(16))
-                .min(c.retry_max_ms.max(c.retry_initial_ms)),
-        )
+        let c = &self.config;
+        c.retry_initial
+            .saturating_mul(1 << attempts.min(16))
+            .min(c.retry_max.max(c.retry_initial))
     }
 
     /// One read of the node, one decision, at most one write.

@@ -12,7 +12,7 @@ use crate::secret::{has_userinfo, redact_url, Secret};
 use crate::BusError;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NatsConfig {
     /// `nats://host:port` (several, comma-separated); no credentials here.
     pub url: String,
@@ -42,14 +42,15 @@ pub struct NatsConfig {
     /// P in `hash(device key) mod P`.
     pub partitions: u32,
     /// How long `OBSERVATIONS` keeps a message nobody consumed.
-    pub observations_max_age_secs: u64,
+    #[serde(with = "humantime_serde")]
+    pub observations_max_age: Duration,
     /// How many bytes `OBSERVATIONS` may hold; past it publishes are
     /// refused (and retried by the publishers).
     pub observations_max_bytes: i64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NatsTls {
     /// Refuse a server that does not offer TLS.
     pub required: bool,
@@ -76,7 +77,7 @@ impl Default for NatsConfig {
             radar_root: "radar".into(),
             stream_prefix: String::new(),
             partitions: 16,
-            observations_max_age_secs: 24 * 3600,
+            observations_max_age: Duration::from_secs(24 * 3600),
             observations_max_bytes: 1 << 30,
         }
     }

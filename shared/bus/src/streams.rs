@@ -53,7 +53,7 @@ pub struct ObservationLimits {
 impl ObservationLimits {
     pub fn of(config: &crate::NatsConfig) -> Self {
         ObservationLimits {
-            max_age: Duration::from_secs(config.observations_max_age_secs.max(60)),
+            max_age: config.observations_max_age.max(Duration::from_secs(60)),
             max_bytes: config.observations_max_bytes,
             partitions: config.partitions,
         }

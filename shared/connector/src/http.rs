@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fleet_runtime::connectors::PollConfig;
+use crate::config::PollConfig;
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
@@ -39,18 +39,18 @@ impl HttpClient {
     ) -> Result<Self, SourceError> {
         install_crypto_provider();
         let client = Client::builder()
-            .timeout(Duration::from_millis(poll.request_timeout_ms.max(1)))
-            .connect_timeout(Duration::from_millis(poll.connect_timeout_ms.max(1)))
+            .timeout(poll.request_timeout.max(Duration::from_millis(1)))
+            .connect_timeout(poll.connect_timeout.max(Duration::from_millis(1)))
             .user_agent(concat!("fleet-connector/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| SourceError::Config(format!("cannot build the HTTP client: {e}")))?;
         Ok(HttpClient {
             client,
-            timeout_ms: poll.request_timeout_ms,
+            timeout_ms: poll.request_timeout.as_millis() as u64,
             max_retries: poll.max_retries,
             backoff: Backoff {
-                initial: Duration::from_millis(poll.backoff_initial_ms),
-                max: Duration::from_millis(poll.backoff_max_ms.max(poll.backoff_initial_ms)),
+                initial: poll.backoff_initial,
+                max: poll.backoff_max.max(poll.backoff_initial),
             },
             metrics,
             source,

@@ -7,6 +7,7 @@
 //! its system and a pure mapping from that system's JSON to snapshots.
 
 pub mod backoff;
+pub mod config;
 pub mod error;
 pub mod http;
 pub mod metrics;
@@ -23,11 +24,12 @@ use anyhow::Context as _;
 use async_nats::jetstream;
 use fleet_bus::Subjects;
 use fleet_domain::Source;
-use fleet_runtime::connectors::PollConfig;
 use fleet_runtime::http::Ops;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::{Common, Shutdown};
 
+pub use config::PollConfig;
 pub use error::SourceError;
+pub use fleet_runtime::Credential;
 pub use http::HttpClient;
 pub use metrics::ConnectorMetrics;
 pub use poll::{PollContext, Target, Tracker};
@@ -54,7 +56,7 @@ pub struct Runtime {
 /// `poll`, and polls them until shutdown. `name` is the configuration
 /// section (`connectors.<name>`).
 pub async fn serve<T: Target>(
-    config: &FleetConfig,
+    common: &Common,
     source: Source,
     name: &str,
     listen: &str,
@@ -62,7 +64,7 @@ pub async fn serve<T: Target>(
     shutdown: Shutdown,
     targets: impl FnOnce(&HttpClient) -> anyhow::Result<Vec<T>>,
 ) -> anyhow::Result<()> {
-    let rt = Runtime::start_named(config, source, name, listen, shutdown.clone())
+    let rt = Runtime::start_named(common, source, name, listen, shutdown.clone())
         .await
         .with_context(|| format!("starting connector-{name}"))?;
     let http = rt.http(poll)?;
@@ -72,30 +74,30 @@ pub async fn serve<T: Target>(
 
 impl Runtime {
     pub async fn start(
-        config: &FleetConfig,
+        common: &Common,
         source: Source,
         listen: &str,
         shutdown: Shutdown,
     ) -> anyhow::Result<Runtime> {
-        Self::start_named(config, source, source.as_str(), listen, shutdown).await
+        Self::start_named(common, source, source.as_str(), listen, shutdown).await
     }
 
     /// [`Runtime::start`] for a connector whose configuration section is
     /// not named after its source (`fabric` publishes for three sources).
     pub async fn start_named(
-        config: &FleetConfig,
+        common: &Common,
         source: Source,
         name: &str,
         listen: &str,
         shutdown: Shutdown,
     ) -> anyhow::Result<Runtime> {
-        let nats = fleet_bus::connect_now(&config.nats, &format!("fleet-connector-{name}")).await?;
+        let nats = fleet_bus::connect_now(&common.nats, &format!("fleet-connector-{name}")).await?;
         let js = jetstream::new(nats.clone());
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
+        let subjects = Subjects::new(&common.nats.subject_root, &common.nats.radar_root);
         // OBSERVATIONS is the hub's: wait for it (or shutdown) and check it
         // was made for this connector's partition count.
         let mut stop = shutdown.clone();
-        if !fleet_bus::check_observations(&js, &config.nats, async move { stop.wait().await })
+        if !fleet_bus::check_observations(&js, &common.nats, async move { stop.wait().await })
             .await?
         {
             anyhow::bail!("shut down while waiting for the OBSERVATIONS stream");
@@ -126,7 +128,7 @@ impl Runtime {
                 nats,
                 js,
                 subjects,
-                partitions: config.nats.partitions.max(1),
+                partitions: common.nats.partitions.max(1),
             },
             metrics,
             ops_addr,

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::config::PollConfig;
 use chrono::{DateTime, Utc};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
-use fleet_runtime::connectors::PollConfig;
 use fleet_runtime::Shutdown;
 
 use crate::backoff::{jittered, unit};
@@ -198,11 +198,9 @@ pub async fn run_target<T: Target>(
 ) {
     let source = target.source().as_str();
     let site = target.site().to_string();
-    let interval = Duration::from_secs_f64(if poll.resync_interval_secs.is_finite() {
-        poll.resync_interval_secs.clamp(0.05, 86_400.0)
-    } else {
-        60.0
-    });
+    let interval = poll
+        .resync_interval
+        .clamp(Duration::from_millis(50), Duration::from_secs(86_400));
     let mut tracker = Tracker::default();
     // Failed reads in a row: the outage is logged when it starts and when
     // it ends, the reads between at debug (the error metric counts each).

@@ -193,7 +193,7 @@ impl FailureCode {
             ),
             F::IronicTimeout => (
                 "The node did not reach the state the step waits for within \
-                 workflow.step_timeout_secs.",
+                 workflow.step_timeout.",
                 O::BareMetal,
                 true,
             ),

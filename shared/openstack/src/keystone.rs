@@ -2,10 +2,11 @@
 //! expiry, and endpoint lookup in the service catalogue. Pure except for
 //! [`Keystone::authenticate`].
 
+use crate::SiteConfig;
 use chrono::{DateTime, Duration, Utc};
 use fleet_connector::paginate::join;
 use fleet_connector::{HttpClient, SourceError};
-use fleet_runtime::connectors::{Credential, OpenstackSiteConfig};
+use fleet_runtime::Credential;
 use reqwest::Url;
 use serde::Deserialize;
 
@@ -69,7 +70,7 @@ impl Token {
 }
 
 /// The `POST /v3/auth/tokens` body for a password, project-scoped token.
-pub fn password_body(c: &OpenstackSiteConfig, password: &str) -> serde_json::Value {
+pub fn password_body(c: &SiteConfig, password: &str) -> serde_json::Value {
     serde_json::json!({
         "auth": {
             "identity": {
@@ -126,7 +127,7 @@ pub fn endpoint(
 pub struct Keystone {
     pub site: String,
     pub tokens_url: Url,
-    pub config: OpenstackSiteConfig,
+    pub config: SiteConfig,
     pub password: Credential,
     pub cached: Option<Token>,
 }
@@ -194,7 +195,7 @@ mod tests {
 
     #[test]
     fn body_names_user_project_and_domains() {
-        let c = OpenstackSiteConfig {
+        let c = SiteConfig {
             username: "fleet".into(),
             project_name: "service".into(),
             ..Default::default()

@@ -4,9 +4,11 @@
 //! endpoints (configured or from the catalogue), Ironic's node calls and
 //! Placement's trait calls.
 
+mod config;
 pub mod ironic;
 pub mod keystone;
 pub mod placement;
 mod session;
 
+pub use config::SiteConfig;
 pub use session::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};

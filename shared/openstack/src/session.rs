@@ -1,9 +1,9 @@
 //! One site's OpenStack session: the token to send (when the site
 //! authenticates) and the endpoint of each service.
 
+use crate::SiteConfig;
 use fleet_connector::paginate::base_url;
 use fleet_connector::{HttpClient, SourceError};
-use fleet_runtime::connectors::OpenstackSiteConfig;
 use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
 
@@ -14,7 +14,7 @@ pub const HEADER_API_VERSION: &str = "OpenStack-API-Version";
 
 pub struct Session {
     pub site: String,
-    pub config: OpenstackSiteConfig,
+    pub config: SiteConfig,
     /// Configured endpoints; otherwise from the Keystone catalogue.
     ironic_url: Option<Url>,
     placement_url: Option<Url>,
@@ -26,12 +26,7 @@ pub struct Session {
 
 impl Session {
     /// Checks `c` (its keys named under `key`) and builds the session.
-    pub fn new(
-        site: &str,
-        key: &str,
-        c: &OpenstackSiteConfig,
-        http: HttpClient,
-    ) -> anyhow::Result<Self> {
+    pub fn new(site: &str, key: &str, c: &SiteConfig, http: HttpClient) -> anyhow::Result<Self> {
         let url = |field: &str, v: &str| -> anyhow::Result<Option<Url>> {
             if v.trim().is_empty() {
                 Ok(None)

@@ -1,236 +1,248 @@
-//! Configuration with the `config` crate: built-in defaults, then an
-//! optional file (`--config fleet.toml`), then the environment
-//! (`FLEET__HUB__BATCH_SIZE`, `FLEET__DATABASE__URL`, `FLEET__NATS__URL`).
+//! Configuration. Each service crate owns its section (`fleet_hub::Config`,
+//! `fleet_api::Config`, ...) with its defaults and its validation; this
+//! module holds what they all share: [`Common`] (where PostgreSQL and NATS
+//! are, logging, shutdown, freshness), the pieces sections are made of
+//! (durations, [`Credential`]), and the one loader: built-in defaults, then
+//! an optional file (`--config fleet.toml`), then the environment
+//! (`FLEET__HUB__BATCH_SIZE=64`, `FLEET__HUB__LINGER=20ms`). The `fleet`
+//! binary composes the sections (`fleet::config::FleetConfig`).
+//!
+//! Durations are written as durations: `"30s"`, `"500ms"`, `"7days"`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use crate::connectors::ConnectorsConfig;
-pub use crate::consumers::{
-    GatewayConfig, PlacerConfig, RadarConfig, WorkflowConfig, WorkflowSiteConfig,
-};
-pub use fleet_bus::{NatsConfig, NatsTls};
+pub use fleet_bus::{NatsConfig, NatsTls, Secret};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FleetConfig {
+/// The sections every service reads: where PostgreSQL and NATS are, how it
+/// logs and stops, and when an observation or a session goes stale.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Common {
     pub database: DatabaseConfig,
     pub nats: NatsConfig,
-    pub hub: HubConfig,
     pub log: LogConfig,
-    /// The placer (`fleet placer`); see `consumers.rs`.
-    #[serde(default)]
-    pub placer: PlacerConfig,
-    /// The node agent gateway (`fleet gateway`).
-    #[serde(default)]
-    pub gateway: GatewayConfig,
-    /// The Radar projection (`fleet radar`).
-    #[serde(default)]
-    pub radar: RadarConfig,
-    /// The workflow service (`fleet workflow`): jobs.
-    #[serde(default)]
-    pub workflow: WorkflowConfig,
-    /// Connector services (`fleet connector <name>`); see `connectors.rs`.
-    #[serde(default)]
-    pub connectors: ConnectorsConfig,
-    /// The operator HTTP API (`fleet api`).
-    #[serde(default)]
-    pub api: ApiConfig,
     /// How every service stops.
-    #[serde(default)]
     pub shutdown: ShutdownConfig,
-    /// When an observation or a session goes stale: the hub derives with
-    /// it, the API marks rows stale with it, the gateway and the sweeper
-    /// read liveness from it. One section, so they never disagree.
-    #[serde(default)]
+    /// The hub derives with it, the API marks rows stale with it, the
+    /// gateway and the sweeper read liveness from it: one section, so they
+    /// never disagree.
     pub freshness: FreshnessConfig,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FreshnessConfig {
-    /// Freshness TTL when a source has none of its own.
-    pub default_ttl_secs: u64,
-    /// Per-source TTL (`FLEET__FRESHNESS__TTL_SECS__SLURM=90`).
-    pub ttl_secs: BTreeMap<String, u64>,
-    /// A device whose node agent sent no heartbeat for this long is
-    /// `unreachable`.
-    pub unreachable_after_secs: u64,
-    /// ... and for this long, `lost`.
-    pub lost_after_secs: u64,
-}
-
-impl Default for FreshnessConfig {
-    fn default() -> Self {
-        FreshnessConfig {
-            default_ttl_secs: 180,
-            ttl_secs: BTreeMap::new(),
-            unreachable_after_secs: 60,
-            lost_after_secs: 600,
+impl Common {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.database.url.trim().is_empty() {
+            return Err(ConfigError::invalid("database.url", "is required"));
         }
-    }
-}
-
-/// Keys that moved, with where they went: a configuration still setting
-/// one is refused at start instead of being ignored.
-const MOVED: &[(&str, &str)] = &[
-    ("hub.default_ttl_secs", "freshness.default_ttl_secs"),
-    ("hub.ttl_secs", "freshness.ttl_secs"),
-    (
-        "hub.unreachable_after_secs",
-        "freshness.unreachable_after_secs",
-    ),
-    ("hub.lost_after_secs", "freshness.lost_after_secs"),
-];
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ShutdownConfig {
-    /// Seconds a SIGTERM gives a service's tasks to finish what they hold
-    /// (a batch, an answer, the outbox flush) before the rest is aborted
-    /// (and redelivered).
-    pub grace_secs: u64,
-}
-
-impl Default for ShutdownConfig {
-    fn default() -> Self {
-        ShutdownConfig { grace_secs: 20 }
-    }
-}
-
-impl ShutdownConfig {
-    pub fn grace(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.grace_secs)
+        self.nats
+            .validate()
+            .map_err(|e| ConfigError::invalid(e.key, e.message))?;
+        self.freshness.validate()
     }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ApiConfig {
-    /// Address of the API (and its `/healthz`, `/readyz`, `/metrics`).
-    pub listen: String,
-    /// How long a mutation waits for the hub's reply before answering 503.
-    pub hub_timeout_ms: u64,
-    /// How long a read waits for a database connection before answering 503.
-    pub db_timeout_ms: u64,
-    /// Page size when a request names none, and the largest one accepted.
-    pub default_page_size: i64,
-    pub max_page_size: i64,
-    /// Seconds a verified token (and its scopes) is cached in memory.
-    pub token_cache_secs: u64,
-    /// Largest request body accepted.
-    pub max_body_bytes: usize,
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        ApiConfig {
-            listen: "127.0.0.1:9402".into(),
-            hub_timeout_ms: 5000,
-            db_timeout_ms: 3000,
-            default_page_size: 100,
-            max_page_size: 1000,
-            token_cache_secs: 10,
-            max_body_bytes: 1 << 20,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DatabaseConfig {
     pub url: String,
     pub max_connections: u32,
     /// Each service works as its own PostgreSQL role (`fleet_hub`,
     /// `fleet_api`, ...; `migrations/0007_roles.sql`), which the URL's user
     /// must be a member of. `false` works as the URL's user itself.
-    #[serde(default = "yes")]
     pub set_role: bool,
 }
 
-fn yes() -> bool {
-    true
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: "postgres://postgres@127.0.0.1:5432/fleet".into(),
+            max_connections: 16,
+            set_role: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct HubConfig {
-    /// Address of `/healthz`, `/readyz`, `/metrics`.
-    pub listen: String,
-    /// The partitions this replica consumes; empty means all of them.
-    #[serde(default)]
-    pub partitions: Vec<u32>,
-    /// Messages applied in one transaction at most.
-    pub batch_size: usize,
-    /// Concurrent appliers; each owns the partitions `p mod lanes`.
-    pub lanes: usize,
-    /// How long a lane waits after a first message to fill its batch.
-    pub linger_ms: u64,
-    pub ack_wait_secs: u64,
-    /// Deliveries after which a message that fails to apply is dead-lettered.
-    pub max_deliver: u64,
-    pub sweep_interval_ms: u64,
-    pub outbox_batch: i64,
-    /// Seconds a command handler waits for its transaction.
-    pub command_timeout_secs: u64,
-    /// Unresolved observation keys not seen for this long are removed.
-    #[serde(default = "default_unresolved_retention")]
-    pub unresolved_retention_secs: u64,
-    /// At most this many unresolved keys are kept (the oldest go first).
-    #[serde(default = "default_unresolved_max_rows")]
-    pub unresolved_max_rows: i64,
-}
-
-fn default_unresolved_retention() -> u64 {
-    7 * 24 * 3600
-}
-
-fn default_unresolved_max_rows() -> i64 {
-    100_000
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
     pub filter: String,
 }
 
-impl Default for FleetConfig {
+impl Default for LogConfig {
     fn default() -> Self {
-        FleetConfig {
-            database: DatabaseConfig {
-                url: "postgres://postgres@127.0.0.1:5432/fleet".into(),
-                max_connections: 16,
-                set_role: true,
-            },
-            nats: NatsConfig::default(),
-            hub: HubConfig {
-                listen: "127.0.0.1:9401".into(),
-                partitions: vec![],
-                batch_size: 256,
-                lanes: 4,
-                linger_ms: 20,
-                ack_wait_secs: 30,
-                max_deliver: 5,
-                sweep_interval_ms: 5000,
-                outbox_batch: 1000,
-                command_timeout_secs: 5,
-                unresolved_retention_secs: default_unresolved_retention(),
-                unresolved_max_rows: default_unresolved_max_rows(),
-            },
-            log: LogConfig {
-                format: "text".into(),
-                filter: "info".into(),
-            },
-            placer: PlacerConfig::default(),
-            gateway: GatewayConfig::default(),
-            radar: RadarConfig::default(),
-            workflow: WorkflowConfig::default(),
-            connectors: ConnectorsConfig::default(),
-            api: ApiConfig::default(),
-            shutdown: ShutdownConfig::default(),
-            freshness: FreshnessConfig::default(),
+        LogConfig {
+            format: "text".into(),
+            filter: "info".into(),
         }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// How long a SIGTERM gives a service's tasks to finish what they hold
+    /// (a batch, an answer, the outbox flush) before the rest is aborted
+    /// (and redelivered).
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        ShutdownConfig {
+            grace: Duration::from_secs(20),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FreshnessConfig {
+    /// Freshness TTL when a source has none of its own.
+    #[serde(with = "humantime_serde")]
+    pub default_ttl: Duration,
+    /// Per-source TTL (`FLEET__FRESHNESS__TTL__SLURM=90s`). A source's `-`
+    /// may be written `_`, since an environment variable cannot hold `-`
+    /// (`FLEET__FRESHNESS__TTL__HEALTH_STATUS` is `health-status`).
+    #[serde(with = "source_durations")]
+    pub ttl: BTreeMap<String, Duration>,
+    /// A device whose node agent sent no heartbeat for this long is
+    /// `unreachable`...
+    #[serde(with = "humantime_serde")]
+    pub unreachable_after: Duration,
+    /// ... and for this long, `lost`.
+    #[serde(with = "humantime_serde")]
+    pub lost_after: Duration,
+}
+
+impl Default for FreshnessConfig {
+    fn default() -> Self {
+        FreshnessConfig {
+            default_ttl: Duration::from_secs(180),
+            ttl: BTreeMap::new(),
+            unreachable_after: Duration::from_secs(60),
+            lost_after: Duration::from_secs(600),
+        }
+    }
+}
+
+impl FreshnessConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.default_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "freshness.default_ttl",
+                "must be at least 1s",
+            ));
+        }
+        if let Some((source, _)) = self.ttl.iter().find(|(_, t)| **t < Duration::from_secs(1)) {
+            return Err(ConfigError::invalid(
+                format!("freshness.ttl.{source}"),
+                "must be at least 1s",
+            ));
+        }
+        if self.lost_after < self.unreachable_after {
+            return Err(ConfigError::invalid(
+                "freshness.lost_after",
+                "must not be shorter than freshness.unreachable_after",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `BTreeMap<source, Duration>` written as durations, with a source's `_`
+/// read as `-` (one spelling in a file, the environment and `fleet config`).
+mod source_durations {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(
+        m: &BTreeMap<String, Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let shown: BTreeMap<&str, String> = m
+            .iter()
+            .map(|(k, v)| (k.as_str(), humantime::format_duration(*v).to_string()))
+            .collect();
+        shown.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, Duration>, D::Error> {
+        let raw = BTreeMap::<String, String>::deserialize(d)?;
+        raw.into_iter()
+            .map(|(k, v)| {
+                let t = humantime::parse_duration(v.trim()).map_err(|e| {
+                    serde::de::Error::custom(format!(
+                        "{k}: {e} (a duration such as \"90s\" or \"5m\")"
+                    ))
+                })?;
+                Ok((k.replace('_', "-"), t))
+            })
+            .collect()
+    }
+}
+
+/// Where a credential comes from: the value itself (best set through the
+/// environment), a file (read on every use, so a rotated token needs no
+/// restart), or the name of an environment variable. Never printed:
+/// `Debug` and `Serialize` redact the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Credential {
+    pub value: Secret,
+    pub file: String,
+    pub env: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("configuration key {key}.file: cannot read {path}: {source}")]
+    File {
+        key: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("configuration key {key}.env: environment variable {var} is not set")]
+    Env { key: String, var: String },
+}
+
+impl Credential {
+    pub fn is_configured(&self) -> bool {
+        !self.value.is_empty() || !self.file.is_empty() || !self.env.is_empty()
+    }
+
+    /// The secret, or `None` when none is configured. `key` names the
+    /// configuration key in errors (never the value).
+    pub fn resolve(&self, key: &str) -> Result<Option<Secret>, CredentialError> {
+        if !self.value.is_empty() {
+            return Ok(Some(self.value.clone()));
+        }
+        if !self.file.is_empty() {
+            let s =
+                std::fs::read_to_string(&self.file).map_err(|source| CredentialError::File {
+                    key: key.to_string(),
+                    path: self.file.clone(),
+                    source,
+                })?;
+            return Ok(Some(Secret::new(s.trim())));
+        }
+        if !self.env.is_empty() {
+            let v = std::env::var(&self.env).map_err(|_| CredentialError::Env {
+                key: key.to_string(),
+                var: self.env.clone(),
+            })?;
+            return Ok(Some(Secret::new(v.trim())));
+        }
+        Ok(None)
     }
 }
 
@@ -239,163 +251,244 @@ pub enum ConfigError {
     #[error("configuration: {0}")]
     Load(#[from] config::ConfigError),
     #[error("configuration key {key}: {message}")]
-    Invalid { key: &'static str, message: String },
+    Invalid { key: String, message: String },
 }
 
-impl FleetConfig {
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_from(file, None)
-    }
-
-    /// `load` with the environment given as a map instead of the process's
-    /// (`FLEET__NATS__USER` -> value), so a test can load exactly what
-    /// compose or Helm hands a service.
-    pub fn load_from(
-        file: Option<&Path>,
-        env: Option<std::collections::HashMap<String, String>>,
-    ) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder()
-            .add_source(config::Config::try_from(&FleetConfig::default())?);
-        if let Some(f) = file {
-            b = b.add_source(config::File::from(f).required(true));
+impl ConfigError {
+    pub fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            message: message.into(),
         }
-        b = b.add_source(
-            config::Environment::with_prefix("FLEET")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true)
-                .list_separator(",")
-                .with_list_parse_key("hub.partitions")
-                .source(env),
-        );
-        let built = b.build()?;
-        for (old, new) in MOVED {
-            if built.get::<config::Value>(old).is_ok() {
-                return Err(ConfigError::Invalid {
-                    key: old,
-                    message: format!("has moved to {new}"),
-                });
-            }
-        }
-        let mut c: FleetConfig = built.try_deserialize()?;
-        // One spelling everywhere: a source's `-` may be written `_`, since
-        // an environment variable name cannot hold `-`
-        // (`FLEET__FRESHNESS__TTL_SECS__HEALTH_STATUS=90` is `health-status`).
-        c.freshness.ttl_secs = std::mem::take(&mut c.freshness.ttl_secs)
-            .into_iter()
-            .map(|(source, secs)| (source.replace('_', "-"), secs))
-            .collect();
-        c.validate()?;
-        Ok(c)
     }
+}
 
-    fn validate(&self) -> Result<(), ConfigError> {
-        let req = |key: &'static str, v: &str| {
-            if v.trim().is_empty() {
-                Err(ConfigError::Invalid {
-                    key,
-                    message: "is required".into(),
-                })
-            } else {
-                Ok(())
-            }
+/// What [`load`] needs to know of the configuration it builds besides its
+/// type.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Layout<'a> {
+    /// Keys whose environment value is a comma-separated list
+    /// (`FLEET__HUB__PARTITIONS=0,1,2`).
+    pub lists: &'a [&'a str],
+    /// Keys that moved, with where they went: a configuration still
+    /// setting one is refused at start instead of being ignored.
+    pub moved: &'a [(&'a str, &'a str)],
+}
+
+/// Builds `T` from its defaults, then `file`, then the environment
+/// (`FLEET__SECTION__KEY`; `env` instead of the process's when given, so a
+/// test can load exactly what compose or Helm hands a service). A key the
+/// defaults do not have is refused by name, never ignored; a key that
+/// became a duration (`hub.linger_ms`) says what it is called now.
+pub fn load<T>(
+    file: Option<&Path>,
+    env: Option<HashMap<String, String>>,
+    layout: Layout<'_>,
+) -> Result<T, ConfigError>
+where
+    T: Default + Serialize + DeserializeOwned,
+{
+    let defaults = T::default();
+    let mut b = config::Config::builder().add_source(config::Config::try_from(&defaults)?);
+    if let Some(f) = file {
+        b = b.add_source(config::File::from(f).required(true));
+    }
+    let mut environment = config::Environment::with_prefix("FLEET")
+        .prefix_separator("__")
+        .separator("__")
+        .try_parsing(true);
+    // Without named keys, a list separator would make every value a list.
+    if !layout.lists.is_empty() {
+        environment = environment.list_separator(",");
+        for key in layout.lists {
+            environment = environment.with_list_parse_key(key);
+        }
+    }
+    let built = b.add_source(environment.source(env)).build()?;
+    for (old, new) in layout.moved {
+        if built.get::<config::Value>(old).is_ok() {
+            return Err(ConfigError::invalid(*old, format!("has moved to {new}")));
+        }
+    }
+    let known = serde_json::to_value(&defaults)
+        .map_err(|e| ConfigError::invalid("", format!("defaults do not serialize: {e}")))?;
+    let given: serde_json::Value = built.clone().try_deserialize()?;
+    check_keys("", &given, &known)?;
+    Ok(built.try_deserialize()?)
+}
+
+/// Refuses a key of `given` that `known` (the defaults) does not have. An
+/// empty object in the defaults is a map (sites, per-source TTLs): what is
+/// under it is the entries', checked by their own types.
+fn check_keys(
+    prefix: &str,
+    given: &serde_json::Value,
+    known: &serde_json::Value,
+) -> Result<(), ConfigError> {
+    let (Some(given), Some(known)) = (given.as_object(), known.as_object()) else {
+        return Ok(());
+    };
+    if known.is_empty() {
+        return Ok(());
+    }
+    for (k, v) in given {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
         };
-        req("database.url", &self.database.url)?;
-        self.nats.validate().map_err(|e| ConfigError::Invalid {
-            key: e.key,
-            message: e.message,
-        })?;
-        if let Some(p) = self
-            .hub
-            .partitions
-            .iter()
-            .find(|p| **p >= self.nats.partitions)
-        {
-            return Err(ConfigError::Invalid {
-                key: "hub.partitions",
-                message: format!(
-                    "partition {p} is not below nats.partitions = {}",
-                    self.nats.partitions
-                ),
-            });
+        match known.get(k) {
+            Some(kv) => check_keys(&key, v, kv)?,
+            None => {
+                let stem = k.strip_suffix("_secs").or_else(|| k.strip_suffix("_ms"));
+                let message = match stem.filter(|s| known.contains_key(*s)) {
+                    Some(s) => format!(
+                        "is now `{}`, a duration such as \"30s\" or \"500ms\"",
+                        if prefix.is_empty() {
+                            s.to_string()
+                        } else {
+                            format!("{prefix}.{s}")
+                        }
+                    ),
+                    None => "is not a configuration key".to_string(),
+                };
+                return Err(ConfigError::invalid(key, message));
+            }
         }
-        if self.hub.batch_size == 0 {
-            return Err(ConfigError::Invalid {
-                key: "hub.batch_size",
-                message: "must be at least 1".into(),
-            });
-        }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn common(pairs: &[(&str, &str)]) -> Result<Common, ConfigError> {
+        load::<Common>(None, env(pairs), Layout::default())
+    }
+
+    #[test]
+    fn durations_are_written_as_durations() {
+        let c = common(&[
+            ("FLEET__SHUTDOWN__GRACE", "1m 30s"),
+            ("FLEET__FRESHNESS__UNREACHABLE_AFTER", "500ms"),
+        ])
+        .unwrap();
+        assert_eq!(c.shutdown.grace, Duration::from_secs(90));
+        assert_eq!(c.freshness.unreachable_after, Duration::from_millis(500));
+        let err = common(&[("FLEET__SHUTDOWN__GRACE", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("grace"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_became_a_duration_says_its_new_name() {
+        let err = common(&[("FLEET__SHUTDOWN__GRACE_SECS", "20")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shutdown.grace_secs") && err.contains("`shutdown.grace`"),
+            "{err}"
+        );
+        let err = common(&[("FLEET__DATABASE__URLL", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("database.urll") && err.contains("not a configuration key"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn a_source_with_a_hyphen_can_be_set_from_the_environment() {
-        let env: std::collections::HashMap<String, String> = [
-            ("FLEET__FRESHNESS__TTL_SECS__HEALTH_STATUS", "90"),
-            ("FLEET__FRESHNESS__TTL_SECS__SLURM", "30"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let c = super::FleetConfig::load_from(None, Some(env)).unwrap();
-        assert_eq!(c.freshness.ttl_secs.get("health-status"), Some(&90));
-        assert_eq!(c.freshness.ttl_secs.get("slurm"), Some(&30));
-        assert!(!c.freshness.ttl_secs.contains_key("health_status"));
+        let c = common(&[
+            ("FLEET__FRESHNESS__TTL__HEALTH_STATUS", "90s"),
+            ("FLEET__FRESHNESS__TTL__SLURM", "30s"),
+        ])
+        .unwrap();
+        let ttl = &c.freshness.ttl;
+        assert_eq!(ttl.get("health-status"), Some(&Duration::from_secs(90)));
+        assert_eq!(ttl.get("slurm"), Some(&Duration::from_secs(30)));
+        assert!(!ttl.contains_key("health_status"));
+        let shown = serde_json::to_value(&c.freshness).unwrap();
+        assert_eq!(shown["ttl"]["health-status"], "1m 30s");
     }
 
     #[test]
-    fn default_listen_addresses_never_collide() {
-        let c = FleetConfig::default();
-        let n = &c.connectors;
-        let all = [
-            &c.hub.listen,
-            &c.api.listen,
-            &c.placer.listen,
-            &c.gateway.listen,
-            &c.radar.listen,
-            &n.netbox.listen,
-            &n.openstack.listen,
-            &n.slurm.listen,
-            &n.health.listen,
-            &n.borneo.listen,
-            &n.fabric.listen,
-        ];
-        let unique: std::collections::BTreeSet<_> = all.iter().collect();
-        assert_eq!(unique.len(), all.len(), "{all:?}");
+    fn validation_names_the_key() {
+        let mut c = Common::default();
+        c.freshness.lost_after = Duration::from_secs(1);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("freshness.lost_after"), "{err}");
+        c = Common::default();
+        c.database.url = " ".into();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("database.url"));
     }
 
-    use super::*;
+    #[test]
+    fn moved_keys_are_refused_with_where_they_went() {
+        let err = load::<Common>(
+            None,
+            env(&[("FLEET__DATABASE__URL", "postgres://x")]),
+            Layout {
+                lists: &[],
+                moved: &[("database.url", "somewhere.else")],
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("somewhere.else"), "{err}");
+    }
 
     #[test]
-    fn defaults_then_environment() {
-        // One test touches the environment, so it cannot race another.
-        std::env::set_var("FLEET__HUB__BATCH_SIZE", "64");
-        std::env::set_var("FLEET__HUB__PARTITIONS", "1,3");
-        let c = FleetConfig::load(None).unwrap();
-        assert_eq!(c.hub.batch_size, 64);
-        assert_eq!(c.hub.partitions, vec![1, 3]);
-        assert_eq!(c.nats.url, "nats://127.0.0.1:4222");
-        std::env::set_var("FLEET__HUB__PARTITIONS", "99");
-        let err = FleetConfig::load(None).unwrap_err().to_string();
-        assert!(err.contains("hub.partitions"), "{err}");
-        std::env::remove_var("FLEET__HUB__BATCH_SIZE");
-        std::env::remove_var("FLEET__HUB__PARTITIONS");
-        // The freshness keys moved out of `hub`: the old key is refused
-        // with where it went, never silently ignored.
-        std::env::set_var("FLEET__HUB__TTL_SECS__SLURM", "90");
-        let err = FleetConfig::load(None).unwrap_err().to_string();
+    fn secrets_never_print() {
+        let c = Credential {
+            value: Secret::new("hunter2"),
+            ..Default::default()
+        };
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(!serde_json::to_string(&c).unwrap().contains("hunter2"));
+        assert_eq!(
+            c.resolve("k").unwrap().map(|s| s.expose().to_string()),
+            Some("hunter2".into())
+        );
+    }
+
+    #[test]
+    fn credential_sources() {
+        let path = std::env::temp_dir().join(format!("fleet-cred-{}", std::process::id()));
+        std::fs::write(&path, "tok-from-file\n").unwrap();
+        let c = Credential {
+            file: path.display().to_string(),
+            ..Default::default()
+        };
+        assert_eq!(c.resolve("k").unwrap().unwrap().expose(), "tok-from-file");
+        std::fs::remove_file(&path).unwrap();
+        let err = c.resolve("connectors.slurm.sites.s1.token").unwrap_err();
         assert!(
-            err.contains("hub.ttl_secs") && err.contains("freshness.ttl_secs"),
+            err.to_string()
+                .contains("connectors.slurm.sites.s1.token.file"),
             "{err}"
         );
-        std::env::remove_var("FLEET__HUB__TTL_SECS__SLURM");
-        std::env::set_var("FLEET__FRESHNESS__TTL_SECS__SLURM", "90");
-        let c = FleetConfig::load(None).unwrap();
-        assert_eq!(c.freshness.ttl_secs.get("slurm"), Some(&90));
-        std::env::remove_var("FLEET__FRESHNESS__TTL_SECS__SLURM");
+        let missing = Credential {
+            env: "FLEET_TEST_SURELY_UNSET_VAR".into(),
+            ..Default::default()
+        };
+        assert!(missing.resolve("k").is_err());
+        assert!(Credential::default().resolve("k").unwrap().is_none());
     }
 }

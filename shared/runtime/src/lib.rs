@@ -3,15 +3,13 @@
 //! pacing of periodic scans.
 
 pub mod config;
-pub mod connectors;
-pub mod consumers;
 pub mod http;
 pub mod pace;
 pub mod process;
 pub mod shutdown;
 pub mod supervise;
 
-pub use config::FleetConfig;
+pub use config::{Common, ConfigError, Credential};
 pub use shutdown::Shutdown;
 pub use supervise::supervise;
 

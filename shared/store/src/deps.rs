@@ -4,7 +4,7 @@
 
 use async_nats::jetstream;
 use fleet_bus::{StreamNames, Subjects};
-use fleet_runtime::FleetConfig;
+use fleet_runtime::Common;
 use sqlx::PgPool;
 
 use crate::Role;
@@ -20,22 +20,22 @@ pub struct Deps {
 impl Deps {
     /// Connects as `role` (when `database.set_role`), checks the schema is
     /// this build's, and connects to NATS as `fleet-<service>`.
-    pub async fn connect(config: &FleetConfig, role: Role) -> anyhow::Result<Deps> {
+    pub async fn connect(common: &Common, role: Role) -> anyhow::Result<Deps> {
         let pool = crate::connect_as(
-            &config.database.url,
-            config.database.max_connections,
-            config.database.set_role.then_some(role),
+            &common.database.url,
+            common.database.max_connections,
+            common.database.set_role.then_some(role),
         )
         .await?;
         crate::check_schema(&pool).await?;
-        let nats = fleet_bus::connect_now(&config.nats, role.client_name()).await?;
+        let nats = fleet_bus::connect_now(&common.nats, role.client_name()).await?;
         let js = jetstream::new(nats.clone());
         Ok(Deps {
             pool,
             nats,
             js,
-            subjects: Subjects::new(&config.nats.subject_root, &config.nats.radar_root),
-            streams: StreamNames::new(&config.nats.stream_prefix),
+            subjects: Subjects::new(&common.nats.subject_root, &common.nats.radar_root),
+            streams: StreamNames::new(&common.nats.stream_prefix),
         })
     }
 }

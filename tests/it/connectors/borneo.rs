@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use fleet_latch::{Latch, LatchWrite, LatchWriter};
 use fleet_proto::v1;
 use fleet_proto::v1::condition_snapshot::Mirror;
-use fleet_runtime::connectors::{Credential, Secret};
+use fleet_runtime::config::{Credential, Secret};
 
 use super::fake::*;
 use crate::support::*;
@@ -181,9 +181,9 @@ fn partner_owned(serial: &str) -> serde_json::Value {
         "credential": {"id": "cred-7f3a91", "username": "bmc-admin", "password": BMC_PASSWORD}})
 }
 
-fn borneo_config(env: &TestEnv, url: &str, listen: &str) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.borneo;
+fn borneo_config(url: &str, listen: &str) -> fleet_connector_borneo::Config {
+    let mut config = fleet_connector_borneo::Config::default();
+    let c = &mut config;
     c.listen = listen.into();
     c.poll = fast_poll();
     c.url = format!("{url}/custody");
@@ -198,8 +198,9 @@ fn borneo_config(env: &TestEnv, url: &str, listen: &str) -> fleet_runtime::Fleet
     config
 }
 
-fn run_borneo(config: fleet_runtime::FleetConfig) -> Running {
-    Running::start(|shutdown| tokio::spawn(fleet_connector_borneo::run(config, shutdown)))
+fn run_borneo(env: &TestEnv, config: fleet_connector_borneo::Config) -> Running {
+    let common = env.common.clone();
+    Running::start(|shutdown| tokio::spawn(fleet_connector_borneo::run(common, config, shutdown)))
 }
 
 async fn create_with_serial(env: &TestEnv, name: &str, serial: &str) -> String {
@@ -285,7 +286,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
     ]))
     .await;
     let port = free_port();
-    let connector = run_borneo(borneo_config(&env, &url, &format!("127.0.0.1:{port}")));
+    let connector = run_borneo(&env, borneo_config(&url, &format!("127.0.0.1:{port}")));
 
     // Delegated and the HandoverBreach latch appear together: no read
     // ever sees one without the other.
@@ -512,7 +513,7 @@ async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metr
     ]))
     .await;
     let port = free_port();
-    let connector = run_borneo(borneo_config(&env, &url, &format!("127.0.0.1:{port}")));
+    let connector = run_borneo(&env, borneo_config(&url, &format!("127.0.0.1:{port}")));
 
     let s = reader
         .until("the partner-owned machine", |s| {

@@ -13,10 +13,11 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use chrono::{DateTime, Utc};
+use fleet_connector_fabric::SiteConfig as FabricSiteConfig;
 use fleet_domain::drift::{drift, PAIRS};
 use fleet_domain::ConditionStatus;
 use fleet_latch::{Latch, LatchWrite, LatchWriter};
-use fleet_runtime::connectors::{Credential, FabricSiteConfig, Secret};
+use fleet_runtime::config::{Credential, Secret};
 use fleet_store::drift::{DriftFilter, Freshness};
 
 use super::fake::*;
@@ -193,9 +194,9 @@ fn gpus(repair: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn fabric_config(env: &TestEnv, url: &str) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.fabric;
+fn fabric_config(url: &str) -> fleet_connector_fabric::Config {
+    let mut config = fleet_connector_fabric::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
     c.netbox_url = format!("{url}/netbox");
@@ -258,7 +259,7 @@ const NV: &str = "NvLinkGpusObservedInRepairPartition";
 async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_outages() {
     let mut env = TestEnv::new().await;
     let hub_port = free_port();
-    env.config.hub.listen = format!("127.0.0.1:{hub_port}");
+    env.hub.listen = format!("127.0.0.1:{hub_port}");
     let (hub, hub_trigger, hub_task) = start_hub(&env).await;
     let f1 = env.create_device("s1", "gpu-f1-01").await;
     let f2 = env.create_device("s1", "gpu-f1-02").await;
@@ -298,8 +299,13 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
         gpus: Mutex::new(gpus(&["g1", "g2"])),
     })
     .await;
-    let connector =
-        Running::start(|s| tokio::spawn(fleet_connector_fabric::run(fabric_config(&env, &url), s)));
+    let connector = Running::start(|s| {
+        tokio::spawn(fleet_connector_fabric::run(
+            env.common.clone(),
+            fabric_config(&url),
+            s,
+        ))
+    });
 
     let m = expect(&env, &f1, FE, "True", "CustomerVrfObserved").await;
     assert_eq!(

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use fleet_connector::PollConfig;
 use fleet_proto::{v1, Message};
-use fleet_runtime::connectors::PollConfig;
 use fleet_runtime::shutdown::ShutdownTrigger;
 use futures::StreamExt;
 
@@ -140,13 +140,13 @@ pub fn json(status: StatusCode, body: serde_json::Value) -> Response {
 /// Polls every 200 ms; one retry; a 400 ms request timeout.
 pub fn fast_poll() -> PollConfig {
     PollConfig {
-        resync_interval_secs: 0.2,
+        resync_interval: Duration::from_millis(200),
         jitter: 0.0,
-        request_timeout_ms: 400,
-        connect_timeout_ms: 400,
+        request_timeout: Duration::from_millis(400),
+        connect_timeout: Duration::from_millis(400),
         max_retries: 1,
-        backoff_initial_ms: 10,
-        backoff_max_ms: 20,
+        backoff_initial: Duration::from_millis(10),
+        backoff_max: Duration::from_millis(20),
         max_pages: 50,
         publish_in_flight: 64,
         resync_spread: 0.0,

@@ -10,8 +10,8 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use fleet_connector_health::mapping::SERIES;
+use fleet_connector_health::SiteConfig as HealthSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
-use fleet_runtime::connectors::HealthSiteConfig;
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -96,9 +96,9 @@ pub async fn mimir_fake(fake: MimirFake) -> (String, Arc<MimirFake>, Arc<Control
     (serve(router, control.clone()).await, fake, control)
 }
 
-fn health_config(env: &TestEnv, url: &str, tenant: &str) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.health;
+fn health_config(url: &str, tenant: &str) -> fleet_connector_health::Config {
+    let mut config = fleet_connector_health::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
     c.sites.insert(
@@ -112,8 +112,9 @@ fn health_config(env: &TestEnv, url: &str, tenant: &str) -> fleet_runtime::Fleet
     config
 }
 
-fn run_health(config: fleet_runtime::FleetConfig) -> Running {
-    Running::start(|shutdown| tokio::spawn(fleet_connector_health::run(config, shutdown)))
+fn run_health(env: &TestEnv, config: fleet_connector_health::Config) -> Running {
+    let common = env.common.clone();
+    Running::start(|shutdown| tokio::spawn(fleet_connector_health::run(common, config, shutdown)))
 }
 
 async fn health_of(env: &TestEnv, id: &str) -> (String, String) {
@@ -145,7 +146,7 @@ async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unkn
     // gpu-a1-02's warning is explained by a degraded GPU.
     fake.set("nvidia_gpu_health", "gpu-a1-02", "1");
     let (url, fake, control) = mimir_fake(fake).await;
-    let connector = run_health(health_config(&env, &url, TENANT));
+    let connector = run_health(&env, health_config(&url, TENANT));
 
     eventually("health statuses", || async {
         let mut got = vec![];
@@ -278,9 +279,9 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     fake.set("chassis_health", "gpu01", "2");
     let (url, fake, control) = mimir_fake(fake).await;
     let port = free_port();
-    let mut config = health_config(&env, &url, TENANT);
-    config.connectors.health.listen = format!("127.0.0.1:{port}");
-    let connector = run_health(config);
+    let mut config = health_config(&url, TENANT);
+    config.listen = format!("127.0.0.1:{port}");
+    let connector = run_health(&env, config);
 
     let s = reader
         .until("gpu01 critical", |s| {
@@ -360,9 +361,9 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
 
     // The wrong tenant: Mimir's 401 is an auth outage.
     let port = free_port();
-    let mut config = health_config(&env, &url, "someone-else");
-    config.connectors.health.listen = format!("127.0.0.1:{port}");
-    let connector = run_health(config);
+    let mut config = health_config(&url, "someone-else");
+    config.listen = format!("127.0.0.1:{port}");
+    let connector = run_health(&env, config);
     // A restarted connector knows no hosts until a good read: it publishes
     // nothing that pretends to know.
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;

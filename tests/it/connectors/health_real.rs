@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use fleet_runtime::connectors::HealthSiteConfig;
+use fleet_connector_health::SiteConfig as HealthSiteConfig;
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -152,11 +152,11 @@ async fn health_connector_reads_the_real_prometheus() {
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     let ida = env.create_device("s1", &a).await;
     let idb = env.create_device("s1", &b).await;
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.health;
+    let mut config = fleet_connector_health::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
-    c.poll.request_timeout_ms = 5_000;
+    c.poll.request_timeout = std::time::Duration::from_secs(5);
     c.sites.insert(
         "s1".into(),
         HealthSiteConfig {
@@ -165,8 +165,13 @@ async fn health_connector_reads_the_real_prometheus() {
             ..Default::default()
         },
     );
-    let connector =
-        Running::start(|shutdown| tokio::spawn(fleet_connector_health::run(config, shutdown)));
+    let connector = Running::start(|shutdown| {
+        tokio::spawn(fleet_connector_health::run(
+            env.common.clone(),
+            config,
+            shutdown,
+        ))
+    });
 
     eventually("critical and degraded from the real Prometheus", || async {
         let sa = env.device_field(&ida, "health_status").await;

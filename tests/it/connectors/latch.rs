@@ -159,7 +159,7 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     // No hub answers: unavailable after every attempt, with the code.
     let mut lost = LatchWriter::new(
         env.nats.clone(),
-        fleet_bus::Subjects::new(&format!("{}-nohub", env.config.nats.subject_root), "r"),
+        fleet_bus::Subjects::new(&format!("{}-nohub", env.common.nats.subject_root), "r"),
         "workflow:test",
     );
     lost.timeout = Duration::from_millis(200);

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use fleet_proto::v1::condition_snapshot::Mirror;
-use fleet_runtime::connectors::{Credential, Secret};
+use fleet_runtime::config::{Credential, Secret};
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -139,9 +139,9 @@ async fn netbox_fake(authorization: &str) -> (String, Arc<NetboxFake>, Arc<Contr
     (serve(router, control.clone()).await, fake, control)
 }
 
-fn netbox_config(env: &TestEnv, url: &str, token: Credential) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.netbox;
+fn netbox_config(url: &str, token: Credential) -> fleet_connector_netbox::Config {
+    let mut config = fleet_connector_netbox::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
     c.url = url.into();
@@ -156,8 +156,9 @@ fn netbox_config(env: &TestEnv, url: &str, token: Credential) -> fleet_runtime::
     config
 }
 
-fn run_netbox(config: fleet_runtime::FleetConfig) -> Running {
-    Running::start(|shutdown| tokio::spawn(fleet_connector_netbox::run(config, shutdown)))
+fn run_netbox(env: &TestEnv, config: fleet_connector_netbox::Config) -> Running {
+    let common = env.common.clone();
+    Running::start(|shutdown| tokio::spawn(fleet_connector_netbox::run(common, config, shutdown)))
 }
 
 #[derive(Debug, PartialEq, Eq, sqlx::FromRow)]
@@ -190,14 +191,16 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     // Known to the hub already: create_device answers CONFLICT.
     env.create_device("s1", "gpu01").await;
     let (url, _fake, control) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
-    let connector = run_netbox(netbox_config(
+    let connector = run_netbox(
         &env,
-        &url,
-        Credential {
-            value: Secret::new(V1_TOKEN),
-            ..Default::default()
-        },
-    ));
+        netbox_config(
+            &url,
+            Credential {
+                value: Secret::new(V1_TOKEN),
+                ..Default::default()
+            },
+        ),
+    );
 
     let gpu05 = eventually("gpu05 created from netbox", || async {
         let r = rows(&env, "gpu05").await;
@@ -332,15 +335,14 @@ async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     std::env::set_var(&var, V2_TOKEN);
     let port = free_port();
     let mut config = netbox_config(
-        &env,
         &url,
         Credential {
             env: var.clone(),
             ..Default::default()
         },
     );
-    config.connectors.netbox.listen = format!("127.0.0.1:{port}");
-    let connector = run_netbox(config);
+    config.listen = format!("127.0.0.1:{port}");
+    let connector = run_netbox(&env, config);
     // No hub runs: creation gets no reply, and the snapshots are published anyway.
     let s = reader.until("gpu10", |s| key_of(s) == "gpu10").await;
     let k = s.device.as_ref().unwrap();

@@ -9,8 +9,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use chrono::Utc;
+use fleet_openstack::SiteConfig as OpenstackSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
-use fleet_runtime::connectors::{Credential, OpenstackSiteConfig, Secret};
+use fleet_runtime::config::{Credential, Secret};
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -249,9 +250,9 @@ fn site_config(url: &str) -> OpenstackSiteConfig {
     }
 }
 
-fn openstack_config(env: &TestEnv, site: OpenstackSiteConfig) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.openstack;
+fn openstack_config(site: OpenstackSiteConfig) -> fleet_connector_openstack::Config {
+    let mut config = fleet_connector_openstack::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
     c.page_size = 2;
@@ -260,8 +261,11 @@ fn openstack_config(env: &TestEnv, site: OpenstackSiteConfig) -> fleet_runtime::
     config
 }
 
-fn run_openstack(config: fleet_runtime::FleetConfig) -> Running {
-    Running::start(|shutdown| tokio::spawn(fleet_connector_openstack::run(config, shutdown)))
+fn run_openstack(env: &TestEnv, config: fleet_connector_openstack::Config) -> Running {
+    let common = env.common.clone();
+    Running::start(|shutdown| {
+        tokio::spawn(fleet_connector_openstack::run(common, config, shutdown))
+    })
 }
 
 async fn statuses(env: &TestEnv, ids: &[(String, String)]) -> Vec<String> {
@@ -314,7 +318,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
     }
     let (url, fake, control) =
         openstack_fake(OpenstackFake::new(true, nodes, &["u1", "u2", "u4"])).await;
-    let connector = run_openstack(openstack_config(&env, site_config(&url)));
+    let connector = run_openstack(&env, openstack_config(site_config(&url)));
 
     let want = ["in_use", "available", "failed", "quarantine", "quarantine"];
     eventually(&format!("operational statuses {want:?}"), || async {
@@ -485,17 +489,14 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
         &[],
     ))
     .await;
-    let mut config = openstack_config(
-        &env,
-        OpenstackSiteConfig {
-            ironic_url: format!("{url}/baremetal"),
-            placement_enabled: false,
-            maintenance_project_id: MAINT_PROJECT.into(),
-            ..Default::default()
-        },
-    );
-    config.connectors.openstack.key_by = "infrastructure_ref".into();
-    let connector = run_openstack(config);
+    let mut config = openstack_config(OpenstackSiteConfig {
+        ironic_url: format!("{url}/baremetal"),
+        placement_enabled: false,
+        maintenance_project_id: MAINT_PROJECT.into(),
+        ..Default::default()
+    });
+    config.key_by = "infrastructure_ref".into();
+    let connector = run_openstack(&env, config);
 
     let a = reader.until("u1", |s| key_of(s) == "u1").await;
     assert_eq!(a.device.as_ref().unwrap().kind, "infrastructure_ref");
@@ -588,7 +589,7 @@ async fn openstack_placement_outage_and_a_vanished_node() {
         &["u1"],
     ))
     .await;
-    let connector = run_openstack(openstack_config(&env, site_config(&url)));
+    let connector = run_openstack(&env, openstack_config(site_config(&url)));
     reader
         .until("gpu-a ready", |s| {
             key_of(s) == "gpu-a"

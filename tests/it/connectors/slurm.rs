@@ -9,8 +9,9 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
+use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
-use fleet_runtime::connectors::{Credential, SlurmSiteConfig};
+use fleet_runtime::config::Credential;
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -118,9 +119,9 @@ pub async fn slurm_fake(fake: SlurmFake) -> (String, Arc<SlurmFake>, Arc<Control
     (serve(router, control.clone()).await, fake, control)
 }
 
-fn slurm_config(env: &TestEnv, url: &str, site: SlurmSiteConfig) -> fleet_runtime::FleetConfig {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.slurm;
+fn slurm_config(url: &str, site: SlurmSiteConfig) -> fleet_connector_slurm::Config {
+    let mut config = fleet_connector_slurm::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
     c.sites.insert(
@@ -133,8 +134,9 @@ fn slurm_config(env: &TestEnv, url: &str, site: SlurmSiteConfig) -> fleet_runtim
     config
 }
 
-fn run_slurm(config: fleet_runtime::FleetConfig) -> Running {
-    Running::start(|shutdown| tokio::spawn(fleet_connector_slurm::run(config, shutdown)))
+fn run_slurm(env: &TestEnv, config: fleet_connector_slurm::Config) -> Running {
+    let common = env.common.clone();
+    Running::start(|shutdown| tokio::spawn(fleet_connector_slurm::run(common, config, shutdown)))
 }
 
 async fn status_of(env: &TestEnv, id: &str) -> String {
@@ -195,18 +197,20 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
     .await;
     let token_file = std::env::temp_dir().join(format!("fleet-slurm-jwt-{}", env.db_name));
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let connector = run_slurm(slurm_config(
+    let connector = run_slurm(
         &env,
-        &url,
-        SlurmSiteConfig {
-            user_name: "root".into(),
-            token: Credential {
-                file: token_file.display().to_string(),
+        slurm_config(
+            &url,
+            SlurmSiteConfig {
+                user_name: "root".into(),
+                token: Credential {
+                    file: token_file.display().to_string(),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
-            ..Default::default()
-        },
-    ));
+        ),
+    );
 
     expect_statuses(&env, &ids, ["validation", "quarantine", "quarantine"]).await;
     assert_eq!(slurm_states(&env, &ids[1]).await, vec!["IDLE", "DRAIN"]);
@@ -347,9 +351,9 @@ async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
     })
     .await;
     let port = free_port();
-    let mut config = slurm_config(&env, &url, SlurmSiteConfig::default());
-    config.connectors.slurm.listen = format!("127.0.0.1:{port}");
-    let connector = run_slurm(config);
+    let mut config = slurm_config(&url, SlurmSiteConfig::default());
+    config.listen = format!("127.0.0.1:{port}");
+    let connector = run_slurm(&env, config);
 
     let s = reader
         .until("gpu01 drained", |s| {
@@ -445,14 +449,16 @@ async fn slurm_connection_refused_at_start_publishes_nothing_and_keeps_polling()
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "slurm").await;
     let port = free_port();
-    let connector = run_slurm(slurm_config(
+    let connector = run_slurm(
         &env,
-        &format!("http://127.0.0.1:{port}"),
-        SlurmSiteConfig {
-            api_version: "v0.0.38".into(),
-            ..Default::default()
-        },
-    ));
+        slurm_config(
+            &format!("http://127.0.0.1:{port}"),
+            SlurmSiteConfig {
+                api_version: "v0.0.38".into(),
+                ..Default::default()
+            },
+        ),
+    );
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     assert!(reader.drain().await.is_empty());
     connector.assert_alive();

@@ -3,7 +3,8 @@
 //! fails, with the command to start it, when slurmrestd is not reachable.
 //! `SLURM_REST_URL` and `SLURM_JWT_FILE` override the defaults.
 
-use fleet_runtime::connectors::{Credential, SlurmSiteConfig};
+use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
+use fleet_runtime::config::Credential;
 
 use super::fake::*;
 use crate::support::start_hub;
@@ -59,11 +60,11 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     let gpu01 = env.create_device("s1", "gpu01").await;
     let gpu02 = env.create_device("s1", "gpu02").await;
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.slurm;
+    let mut config = fleet_connector_slurm::Config::default();
+    let c = &mut config;
     c.listen = "127.0.0.1:0".into();
     c.poll = fast_poll();
-    c.poll.request_timeout_ms = 5_000;
+    c.poll.request_timeout = std::time::Duration::from_secs(5);
     c.sites.insert(
         "s1".into(),
         SlurmSiteConfig {
@@ -77,8 +78,13 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
             },
         },
     );
-    let connector =
-        Running::start(|shutdown| tokio::spawn(fleet_connector_slurm::run(config, shutdown)));
+    let connector = Running::start(|shutdown| {
+        tokio::spawn(fleet_connector_slurm::run(
+            env.common.clone(),
+            config,
+            shutdown,
+        ))
+    });
 
     for id in [&gpu01, &gpu02] {
         let (status, reason, _) =

@@ -28,7 +28,7 @@ async fn oversized(addr: std::net::SocketAddr, path: &str, token: &str, len: usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     let env = TestEnv::new().await;
-    let (addr, stop) = start_api(&env.config).await;
+    let (addr, stop) = start_api(&env.common, &Default::default()).await;
     let t = token(&env, fleet_api::Scope::ALL).await;
     // No hub runs in this test: the device row is set up directly.
     let id = "dev_edge01".to_string();

@@ -29,28 +29,28 @@ async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
     );
     assert_eq!(
         fleet_bus::streams::partitions_in(info.config.description.as_deref()),
-        Some(env.config.nats.partitions)
+        Some(env.common.nats.partitions)
     );
 
     // A connector (and a second hub) with another partition count refuse
     // to start, saying why.
-    let mut other = env.config.clone();
-    other.nats.partitions = env.config.nats.partitions * 2;
+    let mut other = env.common.clone();
+    other.nats.partitions = env.common.nats.partitions * 2;
     let (_t, shutdown) = fleet_runtime::Shutdown::new();
     let e = fleet_connector::Runtime::start(&other, Source::Slurm, "127.0.0.1:0", shutdown)
         .await
         .err()
         .expect("a connector with another nats.partitions starts");
     assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
-    let e = fleet_hub::Hub::connect(other)
+    let e = fleet_hub::Hub::connect(other, env.hub.clone())
         .await
         .err()
         .expect("a hub with another P starts");
     assert!(format!("{e:#}").contains("nats.partitions"), "{e:#}");
 
     // A message on a partition no hub consumes is counted, not lost in silence.
-    let p = env.config.nats.partitions + 3;
-    let subject = format!("{}.obs.slurm.{p}.name-x", env.config.nats.subject_root);
+    let p = env.common.nats.partitions + 3;
+    let subject = format!("{}.obs.slurm.{p}.name-x", env.common.nats.subject_root);
     env.js
         .publish(subject, "x".into())
         .await

@@ -73,7 +73,7 @@ async fn a_database_outage_loses_no_transition() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     env.database_reachable(true).await;
 
-    let pool = fleet_store::connect(&env.config.database.url, 2)
+    let pool = fleet_store::connect(&env.common.database.url, 2)
         .await
         .unwrap();
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();

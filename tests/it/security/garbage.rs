@@ -102,14 +102,22 @@ fn ended(b: &[u8]) -> Option<Option<String>> {
 async fn every_responder_answers_garbage_with_a_typed_error_and_keeps_serving() {
     let env = TestEnv::new().await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env).await;
+    let (_gw, gw_stop, gw_task) = start_gateway(&env, |_| {}).await;
     let (placer_stop, shutdown) = fleet_runtime::Shutdown::new();
-    let mut pc = env.config.clone();
-    pc.placer.listen = "127.0.0.1:0".into();
-    let placer_task = tokio::spawn(fleet_placer::service::run(pc, shutdown.clone()));
-    let mut rc = env.config.clone();
-    rc.radar.listen = "127.0.0.1:0".into();
-    let radar_task = tokio::spawn(fleet_radar::run(rc, shutdown));
+    let pc = fleet_placer::Config {
+        listen: "127.0.0.1:0".into(),
+        ..Default::default()
+    };
+    let placer_task = tokio::spawn(fleet_placer::service::run(
+        env.common.clone(),
+        pc,
+        shutdown.clone(),
+    ));
+    let rc = fleet_radar::Config {
+        listen: "127.0.0.1:0".into(),
+        ..Default::default()
+    };
+    let radar_task = tokio::spawn(fleet_radar::run(env.common.clone(), rc, shutdown));
 
     let s = &env.subjects;
     let mut targets: Vec<(String, Decoder)> = HUB_VERBS

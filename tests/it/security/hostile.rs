@@ -14,7 +14,7 @@ async fn publish_raw(env: &TestEnv, key: &v1::DeviceKey, payload: Vec<u8>) {
     fleet_bus::publish_observation(
         &env.js,
         &env.subjects,
-        env.config.nats.partitions,
+        env.common.nats.partitions,
         "openstack",
         key,
         ulid::Ulid::new().timestamp_ms() as i64 * 1_000_000 + rand::random::<u16>() as i64,
@@ -141,7 +141,7 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unresolved_observations_are_cut_and_expire() {
     let mut env = TestEnv::new().await;
-    env.config.hub.unresolved_max_rows = 2;
+    env.hub.unresolved_max_rows = 2;
     let (hub, trigger, task) = start_hub(&env).await;
     let now = micros(Utc::now());
     // A large observation for a key no device has: kept cut to 16 KiB.

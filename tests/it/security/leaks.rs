@@ -55,7 +55,7 @@ async fn connect_errors_name_the_user_and_never_the_password() {
     let env = nats.env().await;
     let base = |url: String| {
         vec![
-            ("FLEET__DATABASE__URL", env.config.database.url.clone()),
+            ("FLEET__DATABASE__URL", env.common.database.url.clone()),
             ("FLEET__NATS__URL", url),
             ("FLEET__HUB__LISTEN", "127.0.0.1:0".to_string()),
         ]

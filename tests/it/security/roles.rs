@@ -40,7 +40,7 @@ async fn only_the_hubs_role_writes_devices_and_conditions() {
     );
     let freshness = format!("DELETE FROM device_source_freshness WHERE device_id = '{id}'");
     for role in Role::ALL {
-        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+        let pool = fleet_store::connect_as(&env.common.database.url, 1, Some(role))
             .await
             .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
         let who: String = sqlx::query_scalar("SELECT current_user::text")
@@ -133,7 +133,7 @@ async fn a_user_outside_the_role_cannot_connect_as_it() {
         .execute(admin)
         .await
         .unwrap();
-    let url = &env.config.database.url;
+    let url = &env.common.database.url;
     let (scheme, rest) = url.split_once("://").expect("a URL");
     let host = rest.split_once('@').map_or(rest, |(_, host)| host);
     let url = format!("{scheme}://{user}@{host}");
@@ -159,7 +159,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
     let env = TestEnv::new().await;
     let script = repo("compose/postgres-roles.sql");
     let mut cmd = std::process::Command::new("psql");
-    cmd.arg(&env.config.database.url)
+    cmd.arg(&env.common.database.url)
         .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -222,7 +222,7 @@ async fn compose_login_users_are_members_of_their_role_only() {
 async fn only_the_workflow_role_writes_jobs_and_impairment_events() {
     let env = TestEnv::new().await;
     for role in Role::ALL {
-        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+        let pool = fleet_store::connect_as(&env.common.database.url, 1, Some(role))
             .await
             .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
         let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
@@ -281,7 +281,7 @@ async fn only_the_workflow_role_writes_jobs_and_impairment_events() {
 async fn only_the_hubs_role_writes_the_inventory() {
     let env = TestEnv::new().await;
     for role in Role::ALL {
-        let pool = fleet_store::connect_as(&env.config.database.url, 1, Some(role))
+        let pool = fleet_store::connect_as(&env.common.database.url, 1, Some(role))
             .await
             .unwrap_or_else(|e| panic!("connect as {}: {e}", role.name()));
         let expected = (role != Role::Hub).then(|| INSUFFICIENT_PRIVILEGE.to_string());

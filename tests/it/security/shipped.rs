@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fleet_runtime::FleetConfig;
+use fleet::config::FleetConfig;
 
 use crate::support::{repo, TestEnv};
 
@@ -185,7 +185,7 @@ impl ShippedNats {
                 .replace("@nats:4222", &format!("@127.0.0.1:{}", self.port))
                 .replace("nats://nats:4222", &self.url());
             if k == "FLEET__DATABASE__URL" {
-                map.insert(k.clone(), env.config.database.url.clone());
+                map.insert(k.clone(), env.common.database.url.clone());
             } else if k.ends_with("__LISTEN") {
                 map.insert(k.clone(), "127.0.0.1:0".into());
             } else if !k.starts_with("OTEL_") {
@@ -194,7 +194,7 @@ impl ShippedNats {
         }
         let mut c = FleetConfig::load_from(None, Some(map))
             .unwrap_or_else(|e| panic!("{what}: the configuration loads: {e}"));
-        c.database.url = env.config.database.url.clone();
+        c.database.url = env.common.database.url.clone();
         c.database.max_connections = 4;
         c
     }

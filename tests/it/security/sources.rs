@@ -52,7 +52,8 @@ async fn raw_publish(
 async fn a_connector_cannot_pose_as_another_source() {
     let nats = ShippedNats::start().await;
     let env = nats.env().await;
-    let hub = fleet_hub::Hub::connect(nats.service_config("hub", &env))
+    let c = nats.service_config("hub", &env);
+    let hub = fleet_hub::Hub::connect(c.common(), c.hub)
         .await
         .expect("the hub starts as user hub");
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();

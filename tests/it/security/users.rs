@@ -340,15 +340,15 @@ async fn responders_answer_and_nobody_reads_another_users_replies() {
 async fn every_service_starts(
     nats: &ShippedNats,
     env: &crate::support::TestEnv,
-    hubs: Vec<fleet_runtime::FleetConfig>,
-    services: std::collections::BTreeMap<String, fleet_runtime::FleetConfig>,
+    hubs: Vec<fleet::config::FleetConfig>,
+    services: std::collections::BTreeMap<String, fleet::config::FleetConfig>,
 ) {
     let (trigger, shutdown) = Shutdown::new();
     let mut tasks = tokio::task::JoinSet::new();
     let mut partitions = vec![];
     for hub in hubs {
         assert_eq!(hub.nats.user, "hub");
-        let hub = fleet_hub::Hub::connect(hub)
+        let hub = fleet_hub::Hub::connect(hub.common(), hub.hub)
             .await
             .expect("a hub starts as user hub");
         partitions.extend(hub.partitions());
@@ -400,12 +400,24 @@ async fn every_service_starts(
     assert!(reply.error.is_none(), "{:?}", reply.error);
     let id = device_of(&reply).id;
 
+    let placer = config("placer");
     tasks.spawn(fleet_placer::service::run(
-        config("placer"),
+        placer.common(),
+        placer.placer,
         shutdown.clone(),
     ));
-    tasks.spawn(fleet_radar::run(config("radar"), shutdown.clone()));
-    tasks.spawn(fleet_gateway::run(config("gateway"), shutdown.clone()));
+    let radar = config("radar");
+    tasks.spawn(fleet_radar::run(
+        radar.common(),
+        radar.radar,
+        shutdown.clone(),
+    ));
+    let gateway = config("gateway");
+    tasks.spawn(fleet_gateway::run(
+        gateway.common(),
+        gateway.gateway,
+        shutdown.clone(),
+    ));
 
     // Each responder answers (an error reply to a verb it does not know
     // is an answer: it is subscribed and may respond).
@@ -446,7 +458,7 @@ async fn every_service_starts(
         assert_eq!(config.nats.user, service);
         let name = service.trim_start_matches("connector-");
         let rt = fleet_connector::Runtime::start_named(
-            &config,
+            &config.common(),
             source,
             name,
             "127.0.0.1:0",

@@ -250,21 +250,24 @@ pub fn start_openstack_connector(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    let mut config = env.config.clone();
-    let c = &mut config.connectors.openstack;
+    let mut c = fleet_connector_openstack::Config::default();
     c.listen = "127.0.0.1:0".into();
-    c.poll.resync_interval_secs = every_secs;
+    c.poll.resync_interval = Duration::from_secs_f64(every_secs);
     c.poll.jitter = 0.0;
     c.poll.resync_spread = 0.0;
     c.sites.insert(
         "s1".into(),
-        fleet_runtime::connectors::OpenstackSiteConfig {
+        fleet_openstack::SiteConfig {
             ironic_url: ironic.url.clone(),
             placement_enabled: false,
             ..Default::default()
         },
     );
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();
-    let task = tokio::spawn(fleet_connector_openstack::run(config, shutdown));
+    let task = tokio::spawn(fleet_connector_openstack::run(
+        env.common.clone(),
+        c,
+        shutdown,
+    ));
     (trigger, task)
 }

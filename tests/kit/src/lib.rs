@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use fleet_bus::{StreamNames, Subjects};
 use fleet_proto::{timestamp, v1, Message};
-use fleet_runtime::FleetConfig;
+use fleet_runtime::Common;
 use sqlx::PgPool;
 
 pub fn admin_url() -> String {
@@ -43,7 +43,10 @@ pub fn nats_url() -> String {
 }
 
 pub struct TestEnv {
-    pub config: FleetConfig,
+    /// The shared sections: this test's database and subject root.
+    pub common: Common,
+    /// The hub's section, quick for tests (linger 2 ms, sweep 200 ms).
+    pub hub: fleet_hub::Config,
     pub db_name: String,
     pub pool: PgPool,
     pub nats: async_nats::Client,
@@ -86,8 +89,8 @@ impl Drop for TestEnv {
         }
         let (db, prefix, nats) = (
             self.db_name.clone(),
-            self.config.nats.stream_prefix.clone(),
-            self.config.nats.url.clone(),
+            self.common.nats.stream_prefix.clone(),
+            self.common.nats.url.clone(),
         );
         // Dropped while a test unwinds inside its runtime: clean up from a
         // thread with a runtime of its own.
@@ -121,7 +124,7 @@ impl TestEnv {
     pub async fn with_nats_config(f: impl FnOnce(&mut fleet_bus::NatsConfig)) -> TestEnv {
         let id = ulid::Ulid::new().to_string().to_lowercase();
         let db_name = format!("fleet_test_{id}");
-        let mut config = FleetConfig::default();
+        let mut config = Common::default();
         let admin = admin_url();
         let base = admin
             .rsplit_once('/')
@@ -135,9 +138,12 @@ impl TestEnv {
         config.nats.stream_prefix = format!("T{}_", id.to_uppercase());
         config.nats.partitions = 4;
         f(&mut config.nats);
-        config.hub.listen = "127.0.0.1:0".into();
-        config.hub.linger_ms = 2;
-        config.hub.sweep_interval_ms = 200;
+        let hub = fleet_hub::Config {
+            listen: "127.0.0.1:0".into(),
+            linger: Duration::from_millis(2),
+            sweep_interval: Duration::from_millis(200),
+            ..Default::default()
+        };
         fleet_store::ensure_database(&config.database.url).await.unwrap_or_else(|e| {
             panic!("PostgreSQL is needed at {admin}: {e:#}\nstart it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start")
         });
@@ -169,7 +175,8 @@ impl TestEnv {
         .await
         .unwrap();
         TestEnv {
-            config,
+            common: config,
+            hub,
             db_name,
             pool,
             nats,
@@ -185,8 +192,8 @@ impl TestEnv {
         self.pool.close().await;
         remove(
             &self.db_name,
-            &self.config.nats.stream_prefix,
-            &self.config.nats.url,
+            &self.common.nats.stream_prefix,
+            &self.common.nats.url,
         )
         .await;
         self.cleaned = true;
@@ -256,7 +263,7 @@ impl TestEnv {
         fleet_bus::publish_observation(
             &self.js,
             &self.subjects,
-            self.config.nats.partitions,
+            self.common.nats.partitions,
             &snap.source,
             &key,
             at,
@@ -519,7 +526,7 @@ pub async fn start_hub(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 ) {
-    let hub = fleet_hub::Hub::connect(env.config.clone())
+    let hub = fleet_hub::Hub::connect(env.common.clone(), env.hub.clone())
         .await
         .expect("hub connects");
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();
@@ -535,7 +542,7 @@ pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged
     let stream = env.js.get_stream(env.streams.status()).await.unwrap();
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.status.*.*.{}", env.config.nats.subject_root, device),
+            filter_subject: format!("{}.status.*.*.{}", env.common.nats.subject_root, device),
             ..Default::default()
         })
         .await
@@ -562,10 +569,12 @@ pub async fn start_placer(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 ) {
-    let mut config = env.config.clone();
-    config.placer.listen = "127.0.0.1:0".into();
-    config.placer.resync_secs = 2;
-    let placer = fleet_placer::Placer::connect(config)
+    let config = fleet_placer::Config {
+        listen: "127.0.0.1:0".into(),
+        resync_interval: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let placer = fleet_placer::Placer::connect(env.common.clone(), config)
         .await
         .expect("placer connects");
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();
@@ -638,20 +647,22 @@ pub mod placement;
 /// until its trigger fires; returns once it answers requests.
 pub async fn start_workflow(
     env: &TestEnv,
-    f: impl FnOnce(&mut fleet_runtime::config::WorkflowConfig),
+    f: impl FnOnce(&mut fleet_workflow::Config),
 ) -> (
     std::sync::Arc<fleet_workflow::Workflow>,
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 ) {
-    let mut config = env.config.clone();
-    config.workflow.listen = "127.0.0.1:0".into();
-    config.workflow.poll_interval_ms = 100;
-    config.workflow.retry_initial_ms = 100;
-    config.workflow.retry_max_ms = 1000;
-    config.workflow.ack_wait_secs = 3;
-    f(&mut config.workflow);
-    let w = fleet_workflow::Workflow::connect(config)
+    let mut config = fleet_workflow::Config {
+        listen: "127.0.0.1:0".into(),
+        poll_interval: Duration::from_millis(100),
+        retry_initial: Duration::from_millis(100),
+        retry_max: Duration::from_secs(1),
+        ack_wait: Duration::from_secs(3),
+        ..Default::default()
+    };
+    f(&mut config);
+    let w = fleet_workflow::Workflow::connect(env.common.clone(), config)
         .await
         .expect("workflow service connects");
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();

@@ -182,9 +182,9 @@ impl FakePlacement {
     }
 
     /// The site configuration that points the workflow service at it.
-    pub fn site_config(&self) -> fleet_runtime::config::WorkflowSiteConfig {
-        fleet_runtime::config::WorkflowSiteConfig {
-            openstack: fleet_runtime::connectors::OpenstackSiteConfig {
+    pub fn site_config(&self) -> fleet_workflow::SiteConfig {
+        fleet_workflow::SiteConfig {
+            openstack: fleet_openstack::SiteConfig {
                 // No Ironic call is made by an impairment; the session
                 // needs one endpoint or a Keystone to start.
                 ironic_url: "http://127.0.0.1:9/".into(),

@@ -8,9 +8,10 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::FleetConfig;
 use anyhow::{bail, Context};
 use fleet_api::Scope;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 use rand::Rng;
 use sqlx::PgPool;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -224,7 +225,7 @@ pub async fn run(mut config: FleetConfig, b: ApiBench) -> anyhow::Result<()> {
     );
     let (_, token) = fleet_api::create_token(&pool, &[Scope::DeviceRead], "bench").await?;
 
-    let app = fleet_api::App::connect(&config).await?;
+    let app = fleet_api::App::connect(&config.common(), &config.api).await?;
     let (trigger, shutdown) = Shutdown::new();
     let addr = fleet_api::serve(app, "127.0.0.1:0", shutdown).await?;
     let n = b.devices;

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::config::FleetConfig;
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use fleet_bus::{StreamNames, Subjects};
 use fleet_proto::{timestamp, v1, Message};
-use fleet_runtime::FleetConfig;
 use futures::StreamExt;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -187,7 +187,7 @@ impl Bench {
             .env("FLEET__NATS__STREAM_PREFIX", &c.nats.stream_prefix)
             .env("FLEET__NATS__PARTITIONS", c.nats.partitions.to_string())
             .env("FLEET__HUB__LISTEN", &c.hub.listen)
-            .env("FLEET__FRESHNESS__DEFAULT_TTL_SECS", "86400")
+            .env("FLEET__FRESHNESS__DEFAULT_TTL", "1day")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -11,10 +11,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::FleetConfig;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_placer::{AllocateRequest, Placer};
 use fleet_placer_client::{PlacerClient, PlacerError};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 use rand::{Rng, SeedableRng};
 
 #[derive(clap::Args, Debug)]
@@ -120,7 +121,7 @@ async fn bench(config: &FleetConfig, args: &PlacerBench) -> anyhow::Result<Strin
         let streams = StreamNames::new(&config.nats.stream_prefix);
         fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
     }
-    let placer = Placer::connect(config.clone()).await?;
+    let placer = Placer::connect(config.common(), config.placer.clone()).await?;
     let (trigger, shutdown) = Shutdown::new();
     let task = tokio::spawn(fleet_placer::run_with(placer.clone(), shutdown));
     let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);

@@ -1,6 +1,6 @@
 //! `fleet bench workflow` (issue 16, "Benchmark"): an impairment cordon and
 //! release over N devices against the simulated Keystone and Placement of
-//! `fleet dev` (`fleet_dev::servers`), with the hub and the workflow
+//! `fleet dev` (`crate::dev::servers`), with the hub and the workflow
 //! service in this process on a fresh database and subject root. The
 //! devices are created through the hub's `create_devices` and made `in_use`
 //! by one OpenStack snapshot each (so the release restores their trait);
@@ -14,10 +14,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::config::FleetConfig;
 use anyhow::Context;
 use fleet_bus::Subjects;
 use fleet_proto::{v1, Message};
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 use fleet_workflow_client::WorkflowClient;
 
 #[derive(clap::Args, Debug)]
@@ -78,36 +79,40 @@ async fn bench(config: &mut FleetConfig, args: &WorkflowBench) -> anyhow::Result
         .await?;
 
     // The simulated systems, every provider carrying the trait.
-    let mut scenario = fleet_dev::engine::Scenario::new(n, &["s1".to_string()], 7);
+    let mut scenario = crate::dev::engine::Scenario::new(n, &["s1".to_string()], 7);
     for d in &mut scenario.devices {
         d.customer_ready = true;
     }
-    let scenario: fleet_dev::servers::Shared = Arc::new(Mutex::new(scenario));
-    let (endpoints, sim_tasks) = fleet_dev::servers::start(scenario.clone()).await?;
-    let os = fleet_runtime::connectors::OpenstackSiteConfig {
+    let scenario: crate::dev::servers::Shared = Arc::new(Mutex::new(scenario));
+    let (endpoints, sim_tasks) = crate::dev::servers::start(scenario.clone()).await?;
+    let os = fleet_openstack::SiteConfig {
         auth_url: format!("{}/s1/identity/v3", endpoints.openstack),
-        username: fleet_dev::servers::OPENSTACK_USER.into(),
-        password: fleet_runtime::connectors::Credential {
-            value: fleet_runtime::connectors::Secret::new(fleet_dev::servers::OPENSTACK_PASSWORD),
+        username: crate::dev::servers::OPENSTACK_USER.into(),
+        password: fleet_runtime::Credential {
+            value: fleet_runtime::config::Secret::new(crate::dev::servers::OPENSTACK_PASSWORD),
             ..Default::default()
         },
-        project_name: fleet_dev::servers::OPENSTACK_PROJECT.into(),
+        project_name: crate::dev::servers::OPENSTACK_PROJECT.into(),
         ironic_url: format!("{}/s1/ironic", endpoints.openstack),
         placement_url: format!("{}/s1/placement", endpoints.openstack),
         placement_enabled: true,
         ..Default::default()
     };
-    config.workflow.customer_ready_trait = fleet_dev::engine::CUSTOMER_READY_TRAIT.into();
+    config.workflow.customer_ready_trait = crate::dev::engine::CUSTOMER_READY_TRAIT.into();
     config.workflow.sites.insert(
         "s1".into(),
-        fleet_runtime::config::WorkflowSiteConfig {
+        fleet_workflow::SiteConfig {
             openstack: os,
             ..Default::default()
         },
     );
 
     let (hub_trigger, hub_shutdown) = Shutdown::new();
-    let hub_task = tokio::spawn(fleet_hub::run(config.clone(), hub_shutdown));
+    let hub_task = tokio::spawn(fleet_hub::run(
+        config.common(),
+        config.hub.clone(),
+        hub_shutdown,
+    ));
     let nats = fleet_bus::connect_now(&config.nats, "fleet-bench").await?;
     let js = async_nats::jetstream::new(nats.clone());
     let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
@@ -232,7 +237,11 @@ async fn bench(config: &mut FleetConfig, args: &WorkflowBench) -> anyhow::Result
     }
 
     let (w_trigger, w_shutdown) = Shutdown::new();
-    let w_task = tokio::spawn(fleet_workflow::run(config.clone(), w_shutdown));
+    let w_task = tokio::spawn(fleet_workflow::run(
+        config.common(),
+        config.workflow.clone(),
+        w_shutdown,
+    ));
     let client = WorkflowClient::new(nats.clone(), subjects.clone(), Duration::from_secs(60));
 
     let events_in = |db: sqlx::PgPool, statuses: &'static [&'static str]| async move {

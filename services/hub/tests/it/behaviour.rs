@@ -147,7 +147,7 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
             fleet_bus::publish_observation(
                 &env.js,
                 &env.subjects,
-                env.config.nats.partitions,
+                env.common.nats.partitions,
                 &source,
                 &key,
                 n,
@@ -267,7 +267,7 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
     );
     assert!(dlq.iter().all(|(s, _)| s.starts_with(&format!(
         "{}.dlq.observations.",
-        env.config.nats.subject_root
+        env.common.nats.subject_root
     ))));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
         .bind(&id)
@@ -683,7 +683,10 @@ async fn inventory_only_devices_are_never_derived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_source_is_swept_to_unknown() {
     let mut env = TestEnv::new().await;
-    env.config.freshness.ttl_secs.insert("openstack".into(), 1);
+    env.common
+        .freshness
+        .ttl
+        .insert("openstack".into(), Duration::from_secs(1));
     let (_hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-q-01").await;
     env.publish_snapshot(&openstack(
@@ -721,13 +724,13 @@ async fn a_silent_source_is_swept_to_unknown() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_refuses_a_schema_that_is_behind() {
     let env = TestEnv::new().await;
-    let mut config = env.config.clone();
+    let mut common = env.common.clone();
     let fresh = format!("{}_empty", env.db_name);
-    config.database.url = config.database.url.replace(&env.db_name, &fresh);
-    fleet_store::ensure_database(&config.database.url)
+    common.database.url = common.database.url.replace(&env.db_name, &fresh);
+    fleet_store::ensure_database(&common.database.url)
         .await
         .unwrap();
-    let err = fleet_hub::Hub::connect(config)
+    let err = fleet_hub::Hub::connect(common, env.hub.clone())
         .await
         .err()
         .expect("refuses to start")
@@ -761,7 +764,7 @@ async fn status_events_continue_the_publishers_trace() {
     fleet_bus::publish_observation(
         &env.js,
         &env.subjects,
-        env.config.nats.partitions,
+        env.common.nats.partitions,
         "openstack",
         snap.device.as_ref().unwrap(),
         1,

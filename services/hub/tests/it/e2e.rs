@@ -284,7 +284,7 @@ async fn publish_connectivity(
     fleet_bus::publish_observation(
         &env.js,
         &env.subjects,
-        env.config.nats.partitions,
+        env.common.nats.partitions,
         "gateway",
         &key,
         at.timestamp_nanos_opt().unwrap_or_default(),

@@ -59,7 +59,7 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     let mut nats = nats_server(port, &store);
     wait_port(port).await;
     let mut env = TestEnv::with_nats(&format!("nats://127.0.0.1:{port}")).await;
-    env.config.hub.ack_wait_secs = 2;
+    env.hub.ack_wait = std::time::Duration::from_secs(2);
     let (hub, trigger, task) = start_hub(&env).await;
     let mut ids = vec![];
     for i in 0..10 {
@@ -157,7 +157,7 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     let mut env = TestEnv::new().await;
-    env.config.hub.max_deliver = 2;
+    env.hub.max_deliver = 2;
     let (hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-p-01").await;
     let t0 = micros(Utc::now());
@@ -213,7 +213,7 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     env.database_reachable(true).await;
-    let pool = fleet_store::connect(&env.config.database.url, 1)
+    let pool = fleet_store::connect(&env.common.database.url, 1)
         .await
         .unwrap();
     eventually("in_use once PostgreSQL is back", || async {

@@ -63,7 +63,7 @@ async fn go_silent_long_ago(env: &TestEnv, id: &str, epoch: i64) {
     fleet_bus::publish_observation(
         &env.js,
         &env.subjects,
-        env.config.nats.partitions,
+        env.common.nats.partitions,
         "gateway",
         &key,
         at.timestamp_nanos_opt().unwrap_or_default(),
@@ -126,7 +126,7 @@ fn bucket_at(history: &BTreeMap<String, Vec<(i64, String)>>, device: &str, versi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requesters_never_double_book_while_devices_change_under_them() {
     let mut env = TestEnv::new().await;
-    env.config.freshness.unreachable_after_secs = 3600;
+    env.common.freshness.unreachable_after = std::time::Duration::from_secs(3600);
     let devices = 96;
     seed_pool(&env, "p1", devices, 8).await;
     let (_hub, hub_stop, hub_task) = start_hub(&env).await;

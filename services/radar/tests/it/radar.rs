@@ -25,10 +25,14 @@ async fn start_radar(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 ) {
-    let mut config = env.config.clone();
-    config.radar.listen = "127.0.0.1:0".into();
-    config.radar.resync_secs = resync_secs;
-    let radar = Radar::connect(config).await.expect("radar connects");
+    let config = fleet_radar::Config {
+        listen: "127.0.0.1:0".into(),
+        resync_interval: Duration::from_secs(resync_secs),
+        ..Default::default()
+    };
+    let radar = Radar::connect(env.common.clone(), config)
+        .await
+        .expect("radar connects");
     let (trigger, shutdown) = Shutdown::new();
     let r = radar.clone();
     let task = tokio::spawn(async move {

@@ -340,7 +340,7 @@ async fn a_restarted_service_finishes_the_cordon_without_writing_twice() {
         placement.provider(&uuid, &[READY]);
     }
     let site = placement.site_config();
-    let config = |c: &mut fleet_runtime::config::WorkflowConfig| {
+    let config = |c: &mut fleet_workflow::Config| {
         c.workers = 4;
         c.sites.insert("s1".into(), site.clone());
     };

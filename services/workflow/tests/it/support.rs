@@ -12,9 +12,9 @@ pub async fn standalone_site(env: &TestEnv) {
         .unwrap();
 }
 
-pub fn site_config(ironic: &RealIronic) -> fleet_runtime::config::WorkflowSiteConfig {
-    fleet_runtime::config::WorkflowSiteConfig {
-        openstack: fleet_runtime::connectors::OpenstackSiteConfig {
+pub fn site_config(ironic: &RealIronic) -> fleet_workflow::SiteConfig {
+    fleet_workflow::SiteConfig {
+        openstack: fleet_openstack::SiteConfig {
             ironic_url: ironic.url.clone(),
             placement_enabled: false,
             ..Default::default()
@@ -84,7 +84,7 @@ pub async fn mirrored(env: &TestEnv, device: &str, state: &str) {
 /// `s1` is a standalone-Ironic site, the hub, connector-openstack reading
 /// that Ironic, and the workflow service configured for it.
 pub struct Mesh {
-    pub site: fleet_runtime::config::WorkflowSiteConfig,
+    pub site: fleet_workflow::SiteConfig,
     stops: Vec<(
         fleet_runtime::shutdown::ShutdownTrigger,
         tokio::task::JoinHandle<()>,

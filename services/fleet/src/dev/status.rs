@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::DevMesh;
+use crate::dev::DevMesh;
 
 /// Devices the hub knows, and those it has derived from the OpenStack
 /// conditions (an applied openstack snapshot), of the simulated N.
@@ -166,7 +166,7 @@ impl DevMesh {
             let s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
             let mut f = BTreeMap::new();
             for ((t, st), n) in s.fabric_truth() {
-                if st == crate::engine::Tri::True {
+                if st == crate::dev::engine::Tri::True {
                     f.insert(t, n);
                 }
             }
@@ -208,7 +208,7 @@ impl DevMesh {
 /// Counts the hub's rows `(site, name, operational, health, connectivity)`
 /// that match `truth`; a device the hub does not hold matches nothing.
 pub fn agree(
-    truth: &std::collections::HashMap<(String, String), crate::engine::Expected>,
+    truth: &std::collections::HashMap<(String, String), crate::dev::engine::Expected>,
     rows: &[(String, String, String, String, String)],
     agents_not_open: usize,
 ) -> Agreement {
@@ -307,7 +307,7 @@ async fn http_request(url: &str, authorization: Option<&str>) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
-    use crate::engine::Expected;
+    use crate::dev::engine::Expected;
 
     #[test]
     fn agreement_counts_each_axis_and_a_missing_device_matches_nothing() {

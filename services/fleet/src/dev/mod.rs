@@ -20,9 +20,10 @@ mod wiring;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::config::FleetConfig;
 use anyhow::Context;
 use fleet_runtime::shutdown::ShutdownTrigger;
-use fleet_runtime::{FleetConfig, Shutdown};
+use fleet_runtime::Shutdown;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 
@@ -308,11 +309,11 @@ impl DevMesh {
         // Three missed reads before a row goes stale, as in production, and
         // never under 15 s, so a hub lagging on a loaded machine does not
         // read its own backlog as silent sources.
-        let ttl = |resync: f64| (resync * 3.0).ceil().max(15.0) as u64;
+        let ttl = |resync: f64| Duration::from_secs((resync * 3.0).ceil().max(15.0) as u64);
         for source in ["openstack", "slurm", "netbox", "health-status"] {
             config
                 .freshness
-                .ttl_secs
+                .ttl
                 .insert(source.into(), ttl(opts.resync_secs));
         }
         // The fabric publishes three snapshots per device per read: read it
@@ -321,27 +322,28 @@ impl DevMesh {
         for source in ["frontend-fabric", "backend-fabric", "nvlink-fabric"] {
             config
                 .freshness
-                .ttl_secs
+                .ttl
                 .insert(source.into(), ttl(fabric_resync));
         }
         // The gateway re-publishes `GpuCountMismatch` for every live session
         // as often as the connectors read: with one agent per device, at the
         // default minute that is more than all connectors together.
-        config.gateway.snapshot_resync_secs = opts.resync_secs.ceil() as u64;
+        config.gateway.snapshot_resync_interval =
+            Duration::from_secs(opts.resync_secs.ceil() as u64);
         config
             .freshness
-            .ttl_secs
+            .ttl
             .insert("gateway".into(), ttl(opts.resync_secs.ceil()));
-        config.hub.sweep_interval_ms = 1000;
+        config.hub.sweep_interval = Duration::from_secs(1);
         let heartbeat = agents::heartbeat_interval(opts.agents.min(opts.devices));
-        config.freshness.unreachable_after_secs = config
+        config.freshness.unreachable_after = config
             .freshness
-            .unreachable_after_secs
+            .unreachable_after
             .max(agents::unreachable_after(heartbeat));
-        config.freshness.lost_after_secs = config
+        config.freshness.lost_after = config
             .freshness
-            .lost_after_secs
-            .max(config.freshness.unreachable_after_secs * 2);
+            .lost_after
+            .max(config.freshness.unreachable_after * 2);
 
         fleet_store::ensure_database(&config.database.url).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;
@@ -429,7 +431,11 @@ impl DevMesh {
                 .build()
                 .context("building the hub's runtime")?;
             let (trigger, shutdown) = Shutdown::new();
-            let handle = rt.spawn(fleet_hub::run(config.clone(), shutdown));
+            let handle = rt.spawn(fleet_hub::run(
+                config.common(),
+                config.hub.clone(),
+                shutdown,
+            ));
             tasks.push(Task {
                 name: "hub",
                 trigger,
@@ -438,7 +444,7 @@ impl DevMesh {
             });
         } else {
             spawn("hub", &mut tasks, false, |c, s| {
-                Box::pin(fleet_hub::run(c, s))
+                Box::pin(fleet_hub::run(c.common(), c.hub, s))
             });
         }
         // The connectors' first reads create devices through the hub: wait
@@ -461,39 +467,63 @@ impl DevMesh {
             return Err(e);
         }
         spawn("api", &mut tasks, false, |c, s| {
-            Box::pin(fleet_api::run(c, s))
+            Box::pin(fleet_api::run(c.common(), c.api, s))
         });
         if opts.consumers {
             spawn("placer", &mut tasks, false, |c, s| {
-                Box::pin(fleet_placer::run(c, s))
+                Box::pin(fleet_placer::run(c.common(), c.placer, s))
             });
             spawn("gateway", &mut tasks, false, |c, s| {
-                Box::pin(fleet_gateway::run(c, s))
+                Box::pin(fleet_gateway::run(c.common(), c.gateway, s))
             });
             spawn("radar", &mut tasks, false, |c, s| {
-                Box::pin(fleet_radar::run(c, s))
+                Box::pin(fleet_radar::run(c.common(), c.radar, s))
             });
             spawn("workflow", &mut tasks, false, |c, s| {
-                Box::pin(fleet_workflow::run(c, s))
+                Box::pin(fleet_workflow::run(c.common(), c.workflow, s))
             });
         }
         spawn("connector-netbox", &mut tasks, false, |c, s| {
-            Box::pin(fleet_connector_netbox::run(c, s))
+            Box::pin(fleet_connector_netbox::run(
+                c.common(),
+                c.connectors.netbox,
+                s,
+            ))
         });
         spawn("connector-openstack", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_openstack::run(c, s))
+            Box::pin(fleet_connector_openstack::run(
+                c.common(),
+                c.connectors.openstack,
+                s,
+            ))
         });
         spawn("connector-slurm", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_slurm::run(c, s))
+            Box::pin(fleet_connector_slurm::run(
+                c.common(),
+                c.connectors.slurm,
+                s,
+            ))
         });
         spawn("connector-health", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_health::run(c, s))
+            Box::pin(fleet_connector_health::run(
+                c.common(),
+                c.connectors.health,
+                s,
+            ))
         });
         spawn("connector-borneo", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_borneo::run(c, s))
+            Box::pin(fleet_connector_borneo::run(
+                c.common(),
+                c.connectors.borneo,
+                s,
+            ))
         });
         spawn("connector-fabric", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_fabric::run(c, s))
+            Box::pin(fleet_connector_fabric::run(
+                c.common(),
+                c.connectors.fabric,
+                s,
+            ))
         });
         // The handover workflow writes latches through the hub.
         let nats = fleet_bus::connect(&config.nats, "fleet-dev-handover")

@@ -1,6 +1,6 @@
 //! The simulated external systems: NetBox (devices and cabled
 //! interfaces), Keystone + Ironic + Placement, slurmrestd, Prometheus, and
-//! (in [`crate::partner`] and [`crate::fabric`]) the Borneo custody API,
+//! (in [`crate::dev::partner`] and [`crate::dev::fabric`]) the Borneo custody API,
 //! the switches' NVUE and NMX-M, each an axum server on 127.0.0.1 port 0
 //! serving the real JSON shapes from the scenario engine's state, so the
 //! real connectors run unchanged against them. Every site is a path prefix
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::engine::{Scenario, CUSTOMER_READY_TRAIT};
+use crate::dev::engine::{Scenario, CUSTOMER_READY_TRAIT};
 
 pub const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef0123dead";
 pub const OPENSTACK_USER: &str = "fleet";
@@ -91,9 +91,9 @@ pub async fn start(scenario: Shared) -> anyhow::Result<(Endpoints, Vec<JoinHandl
         openstack,
         slurm,
         prometheus,
-        crate::partner::router,
-        crate::fabric::nvue_router,
-        crate::fabric::nmx_router,
+        crate::dev::partner::router,
+        crate::dev::fabric::nvue_router,
+        crate::dev::fabric::nmx_router,
     ] {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
@@ -121,7 +121,7 @@ fn netbox(app: App) -> Router {
         .route("/api/dcim/devices/", get(netbox_devices))
         .route(
             "/api/dcim/interfaces/",
-            get(crate::fabric::netbox_interfaces),
+            get(crate::dev::fabric::netbox_interfaces),
         )
         .with_state(app)
 }
@@ -376,7 +376,7 @@ fn placement_error(status: StatusCode, detail: &str) -> Response {
     )
 }
 
-fn traits_of(d: &crate::engine::SimDevice) -> Value {
+fn traits_of(d: &crate::dev::engine::SimDevice) -> Value {
     let mut t = vec![HARDWARE_TRAIT];
     if d.customer_ready {
         t.insert(0, CUSTOMER_READY_TRAIT);
@@ -545,7 +545,7 @@ async fn prometheus_query(
     };
     let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
     let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    let value = |d: &crate::engine::SimDevice| -> Option<u8> {
+    let value = |d: &crate::dev::engine::SimDevice| -> Option<u8> {
         match metric.as_str() {
             "chassis_health" | "redfish_thermal_health" => Some(d.health),
             "nvidia_fpga_health" => None,

@@ -19,9 +19,9 @@ use fleet_bus::Subjects;
 use fleet_latch::{Latch, LatchWrite, LatchWriter};
 use fleet_proto::v1;
 
-use crate::engine::{FlipJob, FrontendLatch};
-use crate::fabric::{NVUE_PASSWORD, NVUE_USER};
-use crate::servers::{basic, Shared};
+use crate::dev::engine::{FlipJob, FrontendLatch};
+use crate::dev::fabric::{NVUE_PASSWORD, NVUE_USER};
+use crate::dev::servers::{basic, Shared};
 
 /// Flips handled per round, so a large initial backlog does not hold the
 /// scenario lock for long or flood the hub.
@@ -139,7 +139,8 @@ impl Workflow {
             "{}/{}/nvue_v1/interface?rev=operational",
             self.nvue, job.switch
         );
-        let text = crate::status::http_get_auth(&url, &basic(NVUE_USER, NVUE_PASSWORD)).await?;
+        let text =
+            crate::dev::status::http_get_auth(&url, &basic(NVUE_USER, NVUE_PASSWORD)).await?;
         let body: serde_json::Value = serde_json::from_str(&text)?;
         let interfaces =
             fleet_connector_fabric::nvue::interfaces(body).map_err(anyhow::Error::msg)?;

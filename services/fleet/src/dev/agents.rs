@@ -1,5 +1,5 @@
 //! Simulated node agents for the gateway the mesh runs: one
-//! [`crate::agent_sim::SimAgent`] per device the scenario gave an agent,
+//! [`crate::dev::agent_sim::SimAgent`] per device the scenario gave an agent,
 //! speaking the real agent protocol over NATS. Each machine's hardware
 //! identifiers are generated from its number, its system serial the one
 //! NetBox lists. An agent joins once NetBox brought its device in (the
@@ -15,14 +15,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent_sim::{SimAgent, SimSpec};
+use crate::dev::agent_sim::{SimAgent, SimSpec};
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{hardware_key, HardwareIds};
 use fleet_domain::Trust;
 use sqlx::PgPool;
 
-use crate::engine::GPUS_PER_DEVICE;
-use crate::servers::Shared;
+use crate::dev::engine::GPUS_PER_DEVICE;
+use crate::dev::servers::Shared;
 
 /// Workers the agents are spread over.
 const WORKERS: usize = 16;
@@ -36,7 +36,7 @@ const JOINS_PER_PASS: usize = 8;
 /// Heartbeat interval: 10 s up to 2,000 agents, 20 s up to 20,000, then
 /// one second per 1,000 agents (100 s at 100,000): every heartbeat is a
 /// gateway request and a hub observation, and this keeps them near 1,000/s.
-/// `fleet dev` sets `freshness.unreachable_after_secs` to three intervals
+/// `fleet dev` sets `freshness.unreachable_after` to three intervals
 /// ([`unreachable_after`]), as production would for its agents' interval.
 pub fn heartbeat_interval(agents: usize) -> Duration {
     Duration::from_secs(match agents {
@@ -46,10 +46,10 @@ pub fn heartbeat_interval(agents: usize) -> Duration {
     })
 }
 
-/// `freshness.unreachable_after_secs` for agents heartbeating every `heartbeat`:
+/// `freshness.unreachable_after` for agents heartbeating every `heartbeat`:
 /// three missed heartbeats, and never below the default 60 s.
-pub fn unreachable_after(heartbeat: Duration) -> u64 {
-    (heartbeat.as_secs() * 3).max(60)
+pub fn unreachable_after(heartbeat: Duration) -> Duration {
+    (heartbeat * 3).max(Duration::from_secs(60))
 }
 
 pub struct Agents {

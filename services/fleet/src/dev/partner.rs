@@ -13,8 +13,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::engine::Custody;
-use crate::servers::{basic, body, header, App};
+use crate::dev::engine::Custody;
+use crate::dev::servers::{basic, body, header, App};
 
 pub const CLIENT_ID: &str = "fleet-custody";
 pub const CLIENT_SECRET: &str = "sim-borneo-client-secret";

@@ -22,11 +22,11 @@ use axum::routing::get;
 use axum::Router;
 use serde_json::{json, Map, Value};
 
-use crate::engine::{
+use crate::dev::engine::{
     switch_port, SimDevice, CUSTOMER_VRF_PREFIX, DEFAULT_PARTITION_ID, GPUS_PER_DEVICE, RACK_SIZE,
     REPAIR_PARTITION, REPAIR_PARTITION_ID,
 };
-use crate::servers::{basic, body, header, netbox_auth, App};
+use crate::dev::servers::{basic, body, header, netbox_auth, App};
 
 pub const NVUE_USER: &str = "fleet-ro";
 pub const NVUE_PASSWORD: &str = "sim-nvue-password";

@@ -1,13 +1,17 @@
 //! `fleet dev`'s wiring: every connector pointed at the simulated systems
 //! of every site, with the credentials and poll settings they expect.
 
-use fleet_runtime::connectors::{
-    Credential, FabricSiteConfig, HealthSiteConfig, OpenstackSiteConfig, PollConfig, Secret,
-    SlurmSiteConfig,
-};
-use fleet_runtime::FleetConfig;
+use std::time::Duration;
 
-use crate::{dev_pool, engine, fabric, free_addr, partner, servers};
+use crate::config::FleetConfig;
+use fleet_connector::PollConfig;
+use fleet_connector_fabric::SiteConfig as FabricSiteConfig;
+use fleet_connector_health::SiteConfig as HealthSiteConfig;
+use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
+use fleet_openstack::SiteConfig as OpenstackSiteConfig;
+use fleet_runtime::config::{Credential, Secret};
+
+use crate::dev::{dev_pool, engine, fabric, free_addr, partner, servers};
 
 /// Points the connectors at the simulated systems, every site.
 pub(crate) fn wire_connectors(
@@ -73,7 +77,7 @@ pub(crate) fn wire_connectors(
         .map(|(s, os)| {
             (
                 s.clone(),
-                fleet_runtime::config::WorkflowSiteConfig {
+                fleet_workflow::SiteConfig {
                     openstack: os.clone(),
                     ..Default::default()
                 },
@@ -184,12 +188,12 @@ pub(crate) fn wire_connectors(
 
 fn fast_poll(resync: f64) -> PollConfig {
     PollConfig {
-        resync_interval_secs: resync,
+        resync_interval: Duration::from_secs_f64(resync.max(0.05)),
         jitter: 0.1,
-        request_timeout_ms: 20_000,
+        request_timeout: Duration::from_secs(20),
         max_retries: 1,
-        backoff_initial_ms: 100,
-        backoff_max_ms: 500,
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_millis(500),
         publish_in_flight: 1024,
         ..PollConfig::default()
     }

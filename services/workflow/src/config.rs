@@ -1,0 +1,130 @@
+//! The `workflow` section.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleet_runtime::ConfigError;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of `/healthz`, `/readyz`, `/metrics`.
+    pub listen: String,
+    /// Requests (create, get, list, cancel) answered at once.
+    pub concurrency: usize,
+    /// Devices worked on at once by this replica.
+    pub workers: usize,
+    /// A JOBS message not acknowledged for this long (its worker died) is
+    /// delivered again; the next worker resumes after the last step the
+    /// device completed. A live worker extends it while it works.
+    #[serde(with = "humantime_serde")]
+    pub ack_wait: Duration,
+    /// How long a hub command may take.
+    #[serde(with = "humantime_serde")]
+    pub hub_timeout: Duration,
+    /// Impairment holds asked for at once go to the hub as one command of
+    /// up to this many devices...
+    pub hold_batch_max: usize,
+    /// ...gathered for at most this long after the first.
+    #[serde(with = "humantime_serde")]
+    pub hold_batch_linger: Duration,
+    /// Tries of one step after transient failures (an outage, a lock
+    /// conflict) before the device fails with a retryable code.
+    pub max_attempts: u32,
+    /// Back-off between two tries of a step, doubling up to the maximum.
+    #[serde(with = "humantime_serde")]
+    pub retry_initial: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max: Duration,
+    /// How often a waiting step reads the external system again.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// How long a step may wait for the external system (a deploy, a
+    /// teardown) before the device fails with `IRONIC_TIMEOUT`.
+    #[serde(with = "humantime_serde")]
+    pub step_timeout: Duration,
+    /// Largest number of devices one job may name.
+    pub max_devices_per_job: usize,
+    /// Timeout of one HTTP request to an external system.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Ironic API microversion sent with every Ironic request.
+    pub ironic_api_version: String,
+    /// Placement API microversion of the trait calls (1.6 or later).
+    pub placement_api_version: String,
+    /// The trait an impairment cordon removes from a device's resource
+    /// provider and its release restores (the one
+    /// `connectors.openstack.customer_ready_trait` reads).
+    pub customer_ready_trait: String,
+    /// Per site: how the workflows reach its systems.
+    pub sites: BTreeMap<String, SiteConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:9413".into(),
+            concurrency: 64,
+            workers: 64,
+            ack_wait: Duration::from_secs(30),
+            hub_timeout: Duration::from_secs(10),
+            hold_batch_max: 200,
+            hold_batch_linger: Duration::from_millis(5),
+            max_attempts: 5,
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(1),
+            step_timeout: Duration::from_secs(1800),
+            max_devices_per_job: 10_000,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            ironic_api_version: "1.80".into(),
+            placement_api_version: "1.18".into(),
+            customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
+            sites: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ack_wait < Duration::from_secs(1) {
+            return Err(ConfigError::invalid(
+                "workflow.ack_wait",
+                "must be at least 1s",
+            ));
+        }
+        if self.retry_max < self.retry_initial {
+            return Err(ConfigError::invalid(
+                "workflow.retry_max",
+                "must not be shorter than workflow.retry_initial",
+            ));
+        }
+        if self.max_attempts == 0 {
+            return Err(ConfigError::invalid(
+                "workflow.max_attempts",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One site as the workflows see it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiteConfig {
+    /// Keystone, Ironic and Placement of the site (the same keys as
+    /// `connectors.openstack.sites.<site>`).
+    pub openstack: fleet_openstack::SiteConfig,
+    /// Image Node, Ironic-direct arm: the image written to the node's
+    /// `instance_info.image_source`, its checksum, and the public keys of
+    /// the config drive ("the per-site configured image, checksum, and
+    /// config-drive public keys").
+    pub image_source: String,
+    pub image_checksum: String,
+    pub config_drive_public_keys: Vec<String>,
+}
