@@ -12,7 +12,7 @@ pub(crate) mod mapping;
 use std::collections::HashSet;
 
 use fleet_connector::paginate::{base_url, collect_pages, join};
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::config::Credential;
@@ -245,21 +245,10 @@ pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<Netbo
         .collect())
 }
 
-/// Runs connector-netbox until shutdown.
 /// Runs the connector with its section (`connectors.netbox`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::Netbox;
-    fleet_connector::serve(
-        &common,
-        source,
-        "netbox",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
+    let section = Section::new(Source::Netbox, "netbox", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]

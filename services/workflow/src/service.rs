@@ -12,7 +12,8 @@ use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
 use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
 use fleet_proto::{v1, ErrorCode, Message};
-use fleet_runtime::{http, Common, Shutdown};
+use fleet_runtime::{Common, Shutdown};
+use fleet_store::{Ops, Shell};
 
 use crate::Config;
 
@@ -332,21 +333,14 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let addr = http::serve_ops(
-        &w.config.listen,
-        "workflow.listen",
-        w.metrics.registry.clone(),
-        w.nats.clone(),
-        fleet_store::ready_check(w.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = Ops {
+        listen: &w.config.listen,
+        key: "workflow.listen",
+        registry: w.metrics.registry.clone(),
+    };
+    let (mut shell, addr) = Shell::start("workflow", ops, &w.nats, &w.pool, &shutdown).await?;
     tracing::info!(%addr, "workflow service running");
-    let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(&mut w.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(fleet_bus::serve(
-        w.nats.clone(),
+    shell.respond(
         w.clone(),
         Route {
             name: "cmd",
@@ -357,17 +351,11 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
             concurrency: w.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
         },
-        answers,
-        shutdown.stopped(),
-    ));
-    tasks.spawn(w.clone().work_loop(shutdown.clone()));
-    let relay = tokio::spawn(w.clone().relay_loop(shutdown.clone()));
-    let grace = w.common.shutdown.grace;
-    let stopped = fleet_runtime::supervise("workflow", tasks, shutdown, grace).await;
-    if tokio::time::timeout(grace, relay).await.is_err() {
-        tracing::warn!("the workflow relay did not finish within the grace period; the rest is published at the next start");
-    }
-    w.nats.flush().await.ok();
-    tracing::info!("workflow service stopped");
-    stopped
+    );
+    shell.spawn(w.clone().work_loop(shutdown.clone()));
+    let wake = w.clone();
+    shell.relay(w.clone().relay_loop(shutdown.clone()), move || {
+        wake.wake_relay()
+    });
+    shell.run(w.common.shutdown.grace).await
 }
