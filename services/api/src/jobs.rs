@@ -196,6 +196,7 @@ pub async fn create(
         device_ids: b.device_ids,
         created_by: caller.token_id.clone(),
         cordon_only: b.cordon_only,
+        ..Default::default()
     };
     let job = app
         .workflow

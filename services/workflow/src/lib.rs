@@ -22,6 +22,7 @@
 
 pub(crate) mod activities;
 mod config;
+pub(crate) mod flows;
 pub(crate) mod holds;
 pub(crate) mod impairment;
 pub(crate) mod impairment_store;

@@ -31,6 +31,57 @@ fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal
     M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
 }
 
+/// The request's options.
+fn options_of(r: &v1::CreateJobRequest) -> Options {
+    Options {
+        cordon_only: r.cordon_only,
+        force_reclaim: r.force_reclaim,
+        release_to_customer_pool: r.release_to_customer_pool,
+        simulate: r.simulate,
+    }
+}
+
+/// Each device with its parameters. A parameter for a device the job does
+/// not name, or one the workflow does not take, is refused; the front-end
+/// VRF return needs the customer VRF of every device.
+fn params_of(
+    kind: Kind,
+    ids: &[String],
+    given: &HashMap<String, v1::DeviceParams>,
+) -> Result<Vec<(String, store::Params)>, Refusal> {
+    if let Some(stray) = given.keys().find(|d| !ids.iter().any(|i| i == d.trim())) {
+        return Err(Refusal::invalid(format!(
+            "params names device {stray}, which the job does not"
+        )));
+    }
+    let return_flip = kind == Kind::FrontendVrfReturn;
+    ids.iter()
+        .map(|id| {
+            let p = given
+                .iter()
+                .find(|(d, _)| d.trim() == id)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            let customer_vrf = p.customer_vrf.trim().to_string();
+            if !return_flip && !customer_vrf.is_empty() {
+                return Err(Refusal::invalid(format!(
+                    "{kind} does not take a customer_vrf (device {id})"
+                )));
+            }
+            if return_flip {
+                fleet_domain::inventory::check_id(
+                    &format!("params.{id}.customer_vrf"),
+                    &customer_vrf,
+                )
+                .map_err(|e| {
+                    Refusal::invalid(format!("{kind} needs each device's customer VRF: {e}"))
+                })?;
+            }
+            Ok((id.clone(), store::Params { customer_vrf }))
+        })
+        .collect()
+}
+
 /// A refused job: the reply carries every refusal, device by device.
 struct Ineligible(Vec<v1::DeviceRefusal>);
 
@@ -131,6 +182,9 @@ impl Workflow {
         if r.created_by.trim().is_empty() {
             return Err(Refusal::invalid("created_by is required"));
         }
+        let options = options_of(&r);
+        options.check(kind).map_err(Refusal::invalid)?;
+        let params = params_of(kind, &ids, &r.params)?;
         let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
         if devices.len() != ids.len() {
             let missing: Vec<&str> = ids
@@ -171,8 +225,8 @@ impl Workflow {
             &job_id,
             kind.as_str(),
             r.created_by.trim(),
-            r.cordon_only,
-            &ids,
+            &options,
+            &params,
         )
         .await
         .map_err(db)?;
@@ -233,9 +287,7 @@ impl Workflow {
                 conditions.insert((d, t), s);
             }
         }
-        let options = Options {
-            cordon_only: r.cordon_only,
-        };
+        let options = options_of(r);
         let mut out = vec![];
         for d in devices {
             let facts = DeviceFacts {

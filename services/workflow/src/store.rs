@@ -2,8 +2,10 @@
 //! reads of the devices (it never writes a device table).
 
 use chrono::{DateTime, Utc};
+use fleet_domain::eligibility::Options;
 use fleet_domain::jobs::{job_status, DeviceRunStatus, JobStatus};
 use fleet_proto::{timestamp, v1};
+use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 
 /// What eligibility and the activities read of one device.
@@ -77,26 +79,53 @@ pub(crate) async fn busy(
     .await
 }
 
+/// What one device's run is given besides its own facts
+/// (`job_devices.params`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct Params {
+    /// The front-end VRF return: the customer VRF its ports go back into.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub customer_vrf: String,
+}
+
+/// What one step read back or did on one target (`job_devices.results`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct StepResult {
+    pub target: String,
+    pub detail: String,
+    pub applied: bool,
+    pub simulated: bool,
+}
+
 pub(crate) async fn insert_job(
     tx: &mut Transaction<'_, Postgres>,
     id: &str,
     workflow: &str,
     created_by: &str,
-    cordon_only: bool,
-    devices: &[String],
+    options: &Options,
+    devices: &[(String, Params)],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO jobs (id, workflow, created_by, cordon_only) VALUES ($1, $2, $3, $4)")
-        .bind(id)
-        .bind(workflow)
-        .bind(created_by)
-        .bind(cordon_only)
-        .execute(&mut **tx)
-        .await?;
     sqlx::query(
-        "INSERT INTO job_devices (job_id, device_id) SELECT $1, d FROM unnest($2::text[]) AS d",
+        "INSERT INTO jobs (id, workflow, created_by, cordon_only, options) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(id)
-    .bind(devices)
+    .bind(workflow)
+    .bind(created_by)
+    .bind(options.cordon_only)
+    .bind(Json(options))
+    .execute(&mut **tx)
+    .await?;
+    let ids: Vec<&str> = devices.iter().map(|(d, _)| d.as_str()).collect();
+    let params: Vec<Json<&Params>> = devices.iter().map(|(_, p)| Json(p)).collect();
+    sqlx::query(
+        "INSERT INTO job_devices (job_id, device_id, params) \
+         SELECT $1, d, p FROM unnest($2::text[], $3::jsonb[]) AS x(d, p)",
+    )
+    .bind(id)
+    .bind(&ids)
+    .bind(&params)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -108,7 +137,7 @@ pub(crate) struct JobRow {
     pub workflow: String,
     pub status: String,
     pub created_by: String,
-    pub cordon_only: bool,
+    pub options: Json<Options>,
     pub cancel_requested: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -123,6 +152,8 @@ pub(crate) struct RunRow {
     pub step: String,
     pub attempts: i32,
     pub pinned: serde_json::Value,
+    pub params: Json<Params>,
+    pub results: Json<Vec<StepResult>>,
     pub failure_code: Option<String>,
     pub failure_message: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
@@ -131,12 +162,12 @@ pub(crate) struct RunRow {
 }
 
 const JOB_COLUMNS: &str =
-    "j.id, j.workflow, j.status, j.created_by, j.cordon_only, j.cancel_requested, \
+    "j.id, j.workflow, j.status, j.created_by, j.options, j.cancel_requested, \
     j.created_at, j.updated_at, j.finished_at, \
     (SELECT count(*) FROM job_devices x WHERE x.job_id = j.id) AS device_count";
 
 const RUN_COLUMNS: &str =
-    "device_id, status, step, attempts, pinned, failure_code, failure_message, \
+    "device_id, status, step, attempts, pinned, params, results, failure_code, failure_message, \
     started_at, finished_at, updated_at";
 
 pub(crate) async fn job(pool: &PgPool, id: &str) -> Result<Option<JobRow>, sqlx::Error> {
@@ -256,22 +287,24 @@ pub(crate) async fn start(
     Ok(status.as_deref() == Some("running"))
 }
 
-/// Records a completed step (and what the run pinned with it).
+/// Records a completed step, with what the run pinned and read back so far.
 pub(crate) async fn step(
     pool: &PgPool,
     job_id: &str,
     device_id: &str,
     step: &str,
     pinned: &serde_json::Value,
+    results: &[StepResult],
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE job_devices SET step = $3, pinned = $4, attempts = 0, updated_at = now() \
+        "UPDATE job_devices SET step = $3, pinned = $4, results = $5, attempts = 0, updated_at = now() \
          WHERE job_id = $1 AND device_id = $2 AND status = 'running'",
     )
     .bind(job_id)
     .bind(device_id)
     .bind(step)
     .bind(pinned)
+    .bind(Json(results))
     .execute(pool)
     .await?;
     Ok(())
@@ -368,6 +401,16 @@ impl RunRow {
             started_at: self.started_at.map(timestamp),
             finished_at: self.finished_at.map(timestamp),
             updated_at: Some(timestamp(self.updated_at)),
+            results: self
+                .results
+                .iter()
+                .map(|r| v1::StepResult {
+                    target: r.target.clone(),
+                    detail: r.detail.clone(),
+                    applied: r.applied,
+                    simulated: r.simulated,
+                })
+                .collect(),
         }
     }
 }
@@ -380,7 +423,10 @@ impl JobRow {
             status: self.status.clone(),
             created_by: self.created_by.clone(),
             cancel_requested: self.cancel_requested,
-            cordon_only: self.cordon_only,
+            cordon_only: self.options.cordon_only,
+            force_reclaim: self.options.force_reclaim,
+            release_to_customer_pool: self.options.release_to_customer_pool,
+            simulate: self.options.simulate,
             created_at: Some(timestamp(self.created_at)),
             updated_at: Some(timestamp(self.updated_at)),
             finished_at: self.finished_at.map(timestamp),

@@ -59,7 +59,7 @@ pub async fn create(
             workflow: workflow.into(),
             device_ids: devices.to_vec(),
             created_by: "test".into(),
-            cordon_only: false,
+            ..Default::default()
         })
         .await
 }
