@@ -29,6 +29,7 @@ pub(crate) mod impairment_store;
 pub(crate) mod metrics;
 pub(crate) mod service;
 pub(crate) mod store;
+pub(crate) mod storm;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-pub use config::{Config, SiteConfig};
+pub use config::{Config, SiteConfig, StormGuardConfig};
 pub use service::{run, run_with};
 
 /// The service's outbox: device work to `JOBS`.

@@ -17,6 +17,7 @@ use fleet_store::{Ops, Shell};
 
 use crate::Config;
 
+use crate::storm::{self, Work};
 use crate::{store, Workflow, OUTBOX};
 
 /// The workflows this build runs. Every other workflow of seed 002 is
@@ -29,6 +30,23 @@ fn db(e: sqlx::Error) -> Refusal {
 
 fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
     M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
+}
+
+/// A confirmation's job or event id, who confirms, and why (all required).
+pub(crate) fn confirmation(r: &v1::ConfirmRequest) -> Result<(&str, &str, &str), Refusal> {
+    let (id, by, reason) = (r.id.trim(), r.confirmed_by.trim(), r.reason.trim());
+    if id.is_empty() || by.is_empty() {
+        return Err(Refusal::invalid("id and confirmed_by are required"));
+    }
+    if reason.is_empty() {
+        return Err(Refusal::invalid(
+            "a confirmation needs a reason: why taking these devices out of service is right",
+        ));
+    }
+    if reason.chars().count() > 1024 {
+        return Err(Refusal::invalid("reason is longer than 1024 characters"));
+    }
+    Ok((id, by, reason))
 }
 
 /// The request's options.
@@ -115,11 +133,15 @@ impl Workflow {
                 tracing::info!(job_id = %r.job_id, requested_by = %r.requested_by, "job cancel requested");
                 R::Job(self.job(&r.job_id).await?)
             }
+            "confirm_job" => {
+                let r = decode::<v1::ConfirmRequest>(payload, "ConfirmRequest")?;
+                R::Job(self.confirm_job(r).await?)
+            }
             "list_jobs" => {
                 let r = decode::<v1::ListJobsRequest>(payload, "ListJobsRequest")?;
                 R::Page(self.list(r).await?)
             }
-            "create_impairment" | "clear_impairment" => {
+            "create_impairment" | "clear_impairment" | "confirm_impairment" => {
                 R::Impairment(self.impairment_request(verb, payload).await?)
             }
             other => return Err(Refusal::invalid(format!("unknown workflow verb {other:?}"))),
@@ -132,7 +154,12 @@ impl Workflow {
             .map_err(db)?
             .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
         let runs = store::runs(&self.pool, id).await.map_err(db)?;
-        Ok(job.to_proto(&runs))
+        let mut out = job.to_proto(&runs);
+        if out.storm_guard.is_some() {
+            let trips = storm::trips(&self.pool, Work::Job, id).await.map_err(db)?;
+            out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
+        }
+        Ok(out)
     }
 
     async fn list(&self, r: v1::ListJobsRequest) -> Result<v1::JobPage, Refusal> {
@@ -230,13 +257,46 @@ impl Workflow {
         )
         .await
         .map_err(db)?;
+        let held = match self.config.storm_guard.policy() {
+            Some(policy) if kind.takes_out_of_service() => {
+                let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+                let trips = storm::guard(&mut tx, &policy, Work::Job, &job_id, &candidates)
+                    .await
+                    .map_err(db)?;
+                !trips.is_empty()
+            }
+            _ => false,
+        };
+        if held {
+            store::hold(&mut tx, &job_id).await.map_err(db)?;
+        } else {
+            self.queue_job(&mut tx, kind, &job_id, &ids).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        self.wake_relay();
+        if held {
+            tracing::warn!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job held by the storm guard: waiting for an operator's confirmation");
+        } else {
+            tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
+        }
+        Ok(Ok(self.job(&job_id).await?))
+    }
+
+    /// One JOBS message per device, in the caller's transaction.
+    async fn queue_job(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        kind: Kind,
+        job_id: &str,
+        ids: &[String],
+    ) -> Result<(), Refusal> {
         let rows = ids
             .iter()
             .map(|d| fleet_outbox::Row {
-                subject: self.subjects.job(kind.as_str(), &job_id, d),
+                subject: self.subjects.job(kind.as_str(), job_id, d),
                 schema: fleet_proto::schema::<v1::JobDeviceWork>(),
                 payload: v1::JobDeviceWork {
-                    job_id: job_id.clone(),
+                    job_id: job_id.to_string(),
                     device_id: d.clone(),
                     workflow: kind.as_str().into(),
                 }
@@ -244,11 +304,56 @@ impl Workflow {
                 traceparent: None,
             })
             .collect();
-        OUTBOX.insert(&mut tx, rows).await.map_err(db)?;
+        OUTBOX.insert(tx, rows).await.map(|_| ()).map_err(db)
+    }
+
+    /// An operator confirms a job the storm guard holds: its devices go in
+    /// the ledger and its work is queued. Confirming twice answers the same
+    /// job; a cancelled job, or one the guard never held, is refused.
+    async fn confirm_job(&self, r: v1::ConfirmRequest) -> Result<v1::Job, Refusal> {
+        let (id, by, reason) = confirmation(&r)?;
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let Some((cancelled, awaiting, confirmed)) =
+            store::lock_for_confirm(&mut tx, id).await.map_err(db)?
+        else {
+            return Err(Refusal::new(
+                ErrorCode::NotFound,
+                format!("job {id} not found"),
+            ));
+        };
+        if confirmed {
+            drop(tx);
+            return self.job(id).await;
+        }
+        if cancelled {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("job {id} was cancelled; there is nothing to confirm"),
+            ));
+        }
+        if !awaiting {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("job {id} is not held by the storm guard"),
+            ));
+        }
+        let job = store::job(&self.pool, id)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
+        let kind = Kind::parse(&job.workflow)
+            .map_err(|e| Refusal::unavailable("a job has an unknown workflow", e))?;
+        let ids = store::device_ids(&mut tx, id).await.map_err(db)?;
+        let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+        storm::admit(&mut tx, Work::Job, id, &candidates)
+            .await
+            .map_err(db)?;
+        store::confirm(&mut tx, id, by, reason).await.map_err(db)?;
+        self.queue_job(&mut tx, kind, id, &ids).await?;
         tx.commit().await.map_err(db)?;
         self.wake_relay();
-        tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
-        Ok(Ok(self.job(&job_id).await?))
+        tracing::warn!(job_id = %id, confirmed_by = %by, reason = %reason, devices = ids.len(), "storm guard: job confirmed by an operator");
+        self.job(id).await
     }
 
     /// The request's device ids, trimmed, de-duplicated and sorted: 1 to

@@ -108,7 +108,8 @@ pub(crate) async fn insert_job(
     devices: &[(String, Params)],
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO jobs (id, workflow, created_by, cordon_only, options) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO jobs (id, workflow, created_by, cordon_only, options) \
+         VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(id)
     .bind(workflow)
@@ -139,6 +140,10 @@ pub(crate) struct JobRow {
     pub created_by: String,
     pub options: Json<Options>,
     pub cancel_requested: bool,
+    pub awaiting_confirmation: bool,
+    pub confirmed_by: Option<String>,
+    pub confirmed_at: Option<DateTime<Utc>>,
+    pub confirm_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -163,6 +168,7 @@ pub(crate) struct RunRow {
 
 const JOB_COLUMNS: &str =
     "j.id, j.workflow, j.status, j.created_by, j.options, j.cancel_requested, \
+    j.awaiting_confirmation, j.confirmed_by, j.confirmed_at, j.confirm_reason, \
     j.created_at, j.updated_at, j.finished_at, \
     (SELECT count(*) FROM job_devices x WHERE x.job_id = j.id) AS device_count";
 
@@ -354,6 +360,59 @@ pub(crate) async fn finish(
     tx.commit().await
 }
 
+/// The storm guard holds the job until an operator confirms it.
+pub(crate) async fn hold(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE jobs SET awaiting_confirmation = true WHERE id = $1")
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The job locked for a confirmation: `(cancel_requested,
+/// awaiting_confirmation, confirmed)`.
+pub(crate) async fn lock_for_confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+) -> Result<Option<(bool, bool, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT cancel_requested, awaiting_confirmation, confirmed_at IS NOT NULL FROM jobs \
+         WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+pub(crate) async fn confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE jobs SET awaiting_confirmation = false, confirmed_by = $2, confirmed_at = now(), \
+         confirm_reason = $3, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(by)
+    .bind(reason)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The job's device ids.
+pub(crate) async fn device_ids(
+    tx: &mut Transaction<'_, Postgres>,
+    job_id: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT device_id FROM job_devices WHERE job_id = $1 ORDER BY device_id")
+        .bind(job_id)
+        .fetch_all(&mut **tx)
+        .await
+}
+
 /// Cancel: devices not started become `cancelled` at once; running ones
 /// stop at their next step. Returns false when the job does not exist.
 pub(crate) async fn cancel(pool: &PgPool, job_id: &str) -> Result<bool, sqlx::Error> {
@@ -416,6 +475,18 @@ impl RunRow {
 }
 
 impl JobRow {
+    /// The storm guard's hold, when it ever held the job (`trips` are read
+    /// by the caller when it shows one job).
+    pub fn storm_guard(&self, trips: Vec<v1::StormTrip>) -> Option<v1::StormGuard> {
+        (self.awaiting_confirmation || self.confirmed_at.is_some()).then(|| v1::StormGuard {
+            awaiting_confirmation: self.awaiting_confirmation,
+            trips,
+            confirmed_by: self.confirmed_by.clone().unwrap_or_default(),
+            confirmed_at: self.confirmed_at.map(timestamp),
+            confirm_reason: self.confirm_reason.clone().unwrap_or_default(),
+        })
+    }
+
     pub fn to_proto(&self, runs: &[RunRow]) -> v1::Job {
         v1::Job {
             id: self.id.clone(),
@@ -432,6 +503,7 @@ impl JobRow {
             finished_at: self.finished_at.map(timestamp),
             devices: runs.iter().map(RunRow::to_proto).collect(),
             device_count: self.device_count as i32,
+            storm_guard: self.storm_guard(vec![]),
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod predicates;
 pub mod provision;
 pub mod slurm;
 pub mod state;
+pub mod storm;
 pub mod vocab;
 
 pub use catalogue::ConditionType;

@@ -4,4 +4,5 @@
 mod eligibility;
 mod impairment;
 mod ironic_real;
+mod storm;
 mod support;
