@@ -117,6 +117,14 @@ impl Site {
             .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
+    pub async fn power(&self, uuid: &str, target: &str) -> Result<(), CallError> {
+        let ironic = self.ironic();
+        ironic
+            .power(uuid, target)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Ironic))
+    }
+
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
         let ironic = self.ironic();
         ironic

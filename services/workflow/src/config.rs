@@ -175,4 +175,26 @@ pub struct SiteConfig {
     pub image_source: String,
     pub image_checksum: String,
     pub config_drive_public_keys: Vec<String>,
+    /// How Enrolment treats the site's nodes.
+    pub enrolment: EnrolmentConfig,
+}
+
+/// `workflow.sites.<site>.enrolment`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnrolmentConfig {
+    /// Power-cycle a node before inspecting it (through Ironic's power
+    /// interface); refused with `IRONIC_DRIVER_MISMATCH` for a node whose
+    /// driver is not `required_driver`.
+    pub power_cycle_before_inspect: bool,
+    pub required_driver: String,
+}
+
+impl Default for EnrolmentConfig {
+    fn default() -> Self {
+        EnrolmentConfig {
+            power_cycle_before_inspect: false,
+            required_driver: "ipmi".into(),
+        }
+    }
 }

@@ -62,6 +62,9 @@ pub struct Workflow {
     pub(crate) sites: activities::Sites,
     /// Impairment holds through the hub's `impairment_holds`, batched.
     pub(crate) holds: holds::Holds,
+    /// Every other write the workflows make to device state (proofs,
+    /// latches) goes through the hub's commands.
+    pub(crate) hub: fleet_hub_client::HubClient,
     relay_wake: Notify,
 }
 
@@ -83,7 +86,8 @@ impl Workflow {
             subjects.clone(),
             config.hub_timeout.max(std::time::Duration::from_secs(1)),
         );
-        let holds = holds::Holds::start(hub, config.hold_batch_max, config.hold_batch_linger);
+        let holds =
+            holds::Holds::start(hub.clone(), config.hold_batch_max, config.hold_batch_linger);
         Ok(Arc::new(Workflow {
             common,
             config,
@@ -95,6 +99,7 @@ impl Workflow {
             metrics: metrics::WorkflowMetrics::new(),
             sites,
             holds,
+            hub,
             relay_wake: Notify::new(),
         }))
     }

@@ -22,7 +22,7 @@ use crate::{store, Workflow, OUTBOX};
 
 /// The workflows this build runs. Every other workflow of seed 002 is
 /// refused at creation, by name, instead of being accepted and never run.
-pub(crate) const RUNS: &[Kind] = &[Kind::ImageNode, Kind::UnimageNode];
+pub(crate) const RUNS: &[Kind] = &[Kind::ImageNode, Kind::UnimageNode, Kind::Enrollment];
 
 fn db(e: sqlx::Error) -> Refusal {
     Refusal::unavailable("the workflow service's database is unavailable", e)
@@ -56,6 +56,7 @@ fn options_of(r: &v1::CreateJobRequest) -> Options {
         force_reclaim: r.force_reclaim,
         release_to_customer_pool: r.release_to_customer_pool,
         simulate: r.simulate,
+        run_inspection: r.run_inspection,
     }
 }
 

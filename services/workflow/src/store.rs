@@ -498,6 +498,7 @@ impl JobRow {
             force_reclaim: self.options.force_reclaim,
             release_to_customer_pool: self.options.release_to_customer_pool,
             simulate: self.options.simulate,
+            run_inspection: self.options.run_inspection,
             created_at: Some(timestamp(self.created_at)),
             updated_at: Some(timestamp(self.updated_at)),
             finished_at: self.finished_at.map(timestamp),

@@ -204,6 +204,17 @@ impl Workflow {
         if let Some((code, message)) = failure {
             tracing::warn!(job_id, device_id, workflow = %job.workflow, failure_code = code, message, "device failed");
         }
+        // Enrolment: a started non-success writes the guarded failure
+        // proof before the device's terminal status is recorded.
+        if job.workflow == "enrollment" && outcome != Outcome::Succeeded {
+            let pinned = store::run(&self.pool, job_id, device_id)
+                .await?
+                .and_then(|r| crate::flows::enrolment::pinned_identity(&r.pinned));
+            if let Some(identity) = pinned {
+                self.enrolment_failure_write(job_id, device_id, &identity)
+                    .await;
+            }
+        }
         store::finish(&self.pool, job_id, device_id, status, failure).await?;
         self.metrics.finished(
             &job.workflow,

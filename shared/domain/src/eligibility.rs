@@ -152,6 +152,9 @@ pub struct Options {
     /// nothing: its per-switch results say `simulated`, and no latch is
     /// ever written for it.
     pub simulate: bool,
+    /// Enrolment's `run_inspection` (absent: `true`); `false` is a
+    /// diagnostic run, which proves nothing.
+    pub run_inspection: Option<bool>,
 }
 
 impl Options {
@@ -183,6 +186,11 @@ impl Options {
                 workflow == W::Release,
             ),
             ("simulate", self.simulate, fabric),
+            (
+                "run_inspection",
+                self.run_inspection.is_some(),
+                workflow == W::Enrollment,
+            ),
         ];
         match taken.iter().find(|(_, set, takes)| *set && !*takes) {
             Some((name, _, _)) => Err(format!("{workflow} does not take {name}")),

@@ -51,6 +51,9 @@ vocab!(
     PlacementRequestRefused => "PLACEMENT_REQUEST_REFUSED",
     HubUnavailable => "HUB_UNAVAILABLE",
     ImpairmentHoldRefused => "IMPAIRMENT_HOLD_REFUSED",
+    EnrollmentIdentityMismatch => "ENROLLMENT_IDENTITY_MISMATCH",
+    IronicInspectionFailed => "IRONIC_INSPECTION_FAILED",
+    EnrollmentProofWriteRefused => "ENROLLMENT_PROOF_WRITE_REFUSED",
 });
 
 /// One row of the taxonomy.
@@ -239,6 +242,25 @@ impl FailureCode {
                 "The hub refused the impairment hold: the device is gone, or it already \
                  carries another event's hold (one hold per device).",
                 O::Operations,
+                false,
+            ),
+            F::EnrollmentIdentityMismatch => (
+                "The Ironic node Enrolment found is not the device's infrastructure_ref, or \
+                 changed under the run: the identity is not trustworthy, nothing is proven \
+                 (fix the device's infrastructure_ref or the node, then enrol again).",
+                O::Operations,
+                false,
+            ),
+            F::IronicInspectionFailed => (
+                "Ironic's inspection of the node failed for a reason other than a missing \
+                 agent image: last_error carries Ironic's own message.",
+                O::BareMetal,
+                false,
+            ),
+            F::EnrollmentProofWriteRefused => (
+                "The hub did not record the enrolled proof the run established (it refused \
+                 the command, or its reply does not carry the proven reference).",
+                O::FleetManager,
                 false,
             ),
         };

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod derivation;
 pub mod drift;
 pub mod eligibility;
+pub mod enrolment;
 pub mod error;
 pub mod failure;
 pub mod hardware;

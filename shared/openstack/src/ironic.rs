@@ -37,6 +37,16 @@ pub struct Node {
     pub last_error: Option<String>,
     #[serde(default)]
     pub instance_info: Value,
+    #[serde(default)]
+    pub driver: Option<String>,
+    #[serde(default)]
+    pub power_state: Option<String>,
+    /// Set while a power transition is in flight.
+    #[serde(default)]
+    pub target_power_state: Option<String>,
+    /// When the node's last inspection completed.
+    #[serde(default)]
+    pub inspection_finished_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Ironic at one site, at one API microversion.
@@ -76,6 +86,18 @@ impl Ironic<'_> {
         let headers = self.headers();
         self.session
             .send(Method::PATCH, &url, &headers, Some(ops))
+            .await
+            .map(|_| ())
+    }
+
+    /// `PUT /v1/nodes/{ident}/states/power` with `{"target": <target>}`
+    /// (`rebooting`, `power on`, ...): accepted, not done.
+    pub async fn power(&self, ident: &str, target: &str) -> Result<(), SourceError> {
+        let url = self.node_url(ident, "states/power").await?;
+        let headers = self.headers();
+        let body = serde_json::json!({ "target": target });
+        self.session
+            .send(Method::PUT, &url, &headers, Some(&body))
             .await
             .map(|_| ())
     }

@@ -147,6 +147,21 @@ impl RealIronic {
         uuid
     }
 
+    /// A fake-hardware node left in `enroll` (with `extra` fields); returns
+    /// its uuid.
+    pub async fn enroll_node(&self, name: &str, extra: Value) -> String {
+        let mut body = json!({"name": name, "driver": "fake-hardware", "resource_class": "gpu"});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        let (s, v) = self.call(reqwest::Method::POST, "/nodes", Some(body)).await;
+        assert_eq!(s, 201, "create node {name}: {v}");
+        let uuid = v["uuid"].as_str().expect("node uuid").to_string();
+        self.made.lock().unwrap().push(uuid.clone());
+        self.wait_state(&uuid, "enroll").await;
+        uuid
+    }
+
     /// Removes every node this test made (undeploying what is deployed).
     pub async fn cleanup(&self) {
         let made: Vec<String> = std::mem::take(&mut *self.made.lock().unwrap());

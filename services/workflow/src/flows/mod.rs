@@ -5,6 +5,7 @@
 //! step, so a worker killed anywhere resumes the device from a fresh read
 //! and never repeats a write the system already shows.
 
+pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
 
 use std::time::{Duration, Instant};
@@ -60,7 +61,7 @@ pub(crate) enum Taken {
 /// The code a device fails with when a wait outlasts `workflow.step_timeout`.
 fn timeout_code(kind: Kind) -> FailureCode {
     match kind {
-        Kind::ImageNode | Kind::UnimageNode => FailureCode::IronicTimeout,
+        Kind::ImageNode | Kind::UnimageNode | Kind::Enrollment => FailureCode::IronicTimeout,
         _ => FailureCode::WorkflowInternalError,
     }
 }
@@ -174,6 +175,7 @@ impl Workflow {
     async fn step(&self, r: &Run<'_>, carried: &mut Carried) -> Result<Taken, CallError> {
         match r.kind {
             Kind::ImageNode | Kind::UnimageNode => self.ironic_direct(r, carried).await,
+            Kind::Enrollment => self.enrolment(r, carried).await,
             other => Ok(Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 format!("workflow {other} has no steps in this build"),

@@ -2,6 +2,7 @@
 //! PostgreSQL and NATS and the real Ironic (`tests/peers/ironic.sh`).
 
 mod eligibility;
+mod enrolment;
 mod impairment;
 mod ironic_real;
 mod storm;
