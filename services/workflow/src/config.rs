@@ -59,11 +59,36 @@ pub struct Config {
     /// provider and its release restores (the one
     /// `connectors.openstack.customer_ready_trait` reads).
     pub customer_ready_trait: String,
+    /// The NetBox a Release re-reads each device from, immediately before a
+    /// customer handoff.
+    pub netbox: NetboxConfig,
     /// The storm guard: how much of a site or pool a job or an impairment
     /// cordon may take out of service before an operator must confirm it.
     pub storm_guard: StormGuardConfig,
     /// Per site: how the workflows reach its systems.
     pub sites: BTreeMap<String, SiteConfig>,
+}
+
+/// `workflow.netbox`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetboxConfig {
+    /// NetBox base URL; empty: a fully managed Release fails with
+    /// `SITE_NOT_CONFIGURED` (it must re-read NetBox).
+    pub url: String,
+    pub token: fleet_runtime::Credential,
+    /// `auto`, `token` or `bearer` (as `connectors.netbox.auth_scheme`).
+    pub auth_scheme: String,
+}
+
+impl Default for NetboxConfig {
+    fn default() -> Self {
+        NetboxConfig {
+            url: String::new(),
+            token: Default::default(),
+            auth_scheme: "auto".into(),
+        }
+    }
 }
 
 /// `workflow.storm_guard`.
@@ -124,6 +149,7 @@ impl Default for Config {
             ironic_api_version: "1.80".into(),
             placement_api_version: "1.18".into(),
             customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
+            netbox: NetboxConfig::default(),
             storm_guard: StormGuardConfig::default(),
             sites: BTreeMap::new(),
         }

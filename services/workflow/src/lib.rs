@@ -30,6 +30,7 @@ pub(crate) mod metrics;
 pub(crate) mod service;
 pub(crate) mod store;
 pub(crate) mod storm;
+pub(crate) mod waits;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -65,6 +66,10 @@ pub struct Workflow {
     /// Every other write the workflows make to device state (proofs,
     /// latches) goes through the hub's commands.
     pub(crate) hub: fleet_hub_client::HubClient,
+    /// Runs waiting on what the hub derives, woken from STATUS.
+    pub(crate) waits: waits::Waits,
+    /// `workflow.netbox`, for Release's re-read.
+    pub(crate) netbox: Option<activities::NetboxClient>,
     relay_wake: Notify,
 }
 
@@ -73,6 +78,7 @@ impl Workflow {
     /// for the hub's `JOBS` stream.
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Workflow>> {
         let sites = activities::Sites::new(&config)?;
+        let netbox = activities::NetboxClient::new(&config.netbox, &config)?;
         let fleet_store::Deps {
             pool,
             nats,
@@ -100,6 +106,8 @@ impl Workflow {
             sites,
             holds,
             hub,
+            waits: Default::default(),
+            netbox,
             relay_wake: Notify::new(),
         }))
     }

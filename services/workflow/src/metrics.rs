@@ -15,6 +15,10 @@ pub(crate) struct WorkflowMetrics {
     finished: Family<Labels, Counter>,
     pub running: Gauge,
     pub external_writes: Family<Labels, Counter>,
+    /// Waiting runs woken by a STATUS event, and waits that ran out to the
+    /// backstop (should stay near 0 while the STATUS consumer is up).
+    pub woken: Counter,
+    pub backstop: Counter,
 }
 
 impl WorkflowMetrics {
@@ -32,6 +36,14 @@ impl WorkflowMetrics {
             external_writes: m.counters(
                 "external_writes",
                 "Writes sent to an external system, by system and call",
+            ),
+            woken: m.counter(
+                "waits_woken",
+                "Runs waiting on the hub woken by a STATUS event",
+            ),
+            backstop: m.counter(
+                "waits_backstop",
+                "Runs waiting on the hub that read again after the backstop without a STATUS event",
             ),
             registry: m.registry(),
         }

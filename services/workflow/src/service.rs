@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
+use fleet_domain::release::{self, EngagementMode};
 use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
 use fleet_proto::{v1, ErrorCode, Message};
 use fleet_runtime::{Common, Shutdown};
@@ -22,7 +23,12 @@ use crate::{store, Workflow, OUTBOX};
 
 /// The workflows this build runs. Every other workflow of seed 002 is
 /// refused at creation, by name, instead of being accepted and never run.
-pub(crate) const RUNS: &[Kind] = &[Kind::ImageNode, Kind::UnimageNode, Kind::Enrollment];
+pub(crate) const RUNS: &[Kind] = &[
+    Kind::ImageNode,
+    Kind::UnimageNode,
+    Kind::Enrollment,
+    Kind::Release,
+];
 
 fn db(e: sqlx::Error) -> Refusal {
     Refusal::unavailable("the workflow service's database is unavailable", e)
@@ -50,14 +56,20 @@ pub(crate) fn confirmation(r: &v1::ConfirmRequest) -> Result<(&str, &str, &str),
 }
 
 /// The request's options.
-fn options_of(r: &v1::CreateJobRequest) -> Options {
-    Options {
+fn options_of(r: &v1::CreateJobRequest) -> Result<Options, Refusal> {
+    let mode = r.engagement_mode.trim();
+    let engagement_mode = (!mode.is_empty())
+        .then(|| EngagementMode::parse(mode))
+        .transpose()
+        .map_err(|e| Refusal::invalid(e.to_string()))?;
+    Ok(Options {
         cordon_only: r.cordon_only,
         force_reclaim: r.force_reclaim,
         release_to_customer_pool: r.release_to_customer_pool,
         simulate: r.simulate,
         run_inspection: r.run_inspection,
-    }
+        engagement_mode,
+    })
 }
 
 /// Each device with its parameters. A parameter for a device the job does
@@ -210,8 +222,12 @@ impl Workflow {
         if r.created_by.trim().is_empty() {
             return Err(Refusal::invalid("created_by is required"));
         }
-        let options = options_of(&r);
+        let options = options_of(&r)?;
         options.check(kind).map_err(Refusal::invalid)?;
+        if kind == Kind::Release {
+            release::path(options.release_to_customer_pool, options.engagement_mode)
+                .map_err(Refusal::invalid)?;
+        }
         let params = params_of(kind, &ids, &r.params)?;
         let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
         if devices.len() != ids.len() {
@@ -376,7 +392,8 @@ impl Workflow {
         r: &v1::CreateJobRequest,
         devices: &[store::DeviceRow],
     ) -> Result<Vec<v1::DeviceRefusal>, Refusal> {
-        let policy = kind.policy();
+        let options = options_of(r)?;
+        let policy = kind.policy_with(options);
         let types: Vec<String> = policy
             .disqualifying_condition_types
             .iter()
@@ -393,7 +410,6 @@ impl Workflow {
                 conditions.insert((d, t), s);
             }
         }
-        let options = options_of(r);
         let mut out = vec![];
         for d in devices {
             let facts = DeviceFacts {
@@ -511,6 +527,7 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
         },
     );
     shell.spawn(w.clone().work_loop(shutdown.clone()));
+    shell.spawn(w.clone().status_loop(shutdown.clone()));
     let wake = w.clone();
     shell.relay(w.clone().relay_loop(shutdown.clone()), move || {
         wake.wake_relay()

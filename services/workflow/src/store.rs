@@ -21,12 +21,14 @@ pub(crate) struct DeviceRow {
     pub ironic_maintenance: Option<bool>,
     pub ironic_provision_state: Option<String>,
     pub placement_enabled: bool,
+    pub netbox_id: Option<i64>,
 }
 
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \
-         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled \
+         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled, \
+         d.netbox_id \
          FROM devices d JOIN sites s ON s.id = d.site_id \
          WHERE d.id = ANY($1) AND d.deleted_at IS NULL ORDER BY d.id",
     )
@@ -37,6 +39,31 @@ pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceR
 
 pub(crate) async fn device(pool: &PgPool, id: &str) -> Result<Option<DeviceRow>, sqlx::Error> {
     Ok(devices(pool, &[id.to_string()]).await?.pop())
+}
+
+/// What a customer-facing step re-reads of the device immediately before
+/// its write: its identity and proof, the two partition latches, its
+/// operational status (seed 002: "the proof is read by the mutation
+/// itself").
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct Preflight {
+    pub infrastructure_ref: Option<String>,
+    pub enrollment_validated_ref: Option<String>,
+    pub operational_status: String,
+    pub nvlink_latch: Option<String>,
+    pub backend_latch: Option<String>,
+}
+
+pub(crate) async fn preflight(pool: &PgPool, id: &str) -> Result<Option<Preflight>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.infrastructure_ref, d.enrollment_validated_ref, d.operational_status, \
+         (SELECT status FROM device_conditions c WHERE c.device_id = d.id AND c.type = 'NvLinkGpusInRepairPartition') AS nvlink_latch, \
+         (SELECT status FROM device_conditions c WHERE c.device_id = d.id AND c.type = 'BackendPortsInMaintenanceVrf') AS backend_latch \
+         FROM devices d WHERE d.id = $1 AND d.deleted_at IS NULL",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
 }
 
 /// `(device_id, type, status)` of the devices' conditions of `types`.
@@ -499,6 +526,11 @@ impl JobRow {
             release_to_customer_pool: self.options.release_to_customer_pool,
             simulate: self.options.simulate,
             run_inspection: self.options.run_inspection,
+            engagement_mode: self
+                .options
+                .engagement_mode
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default(),
             created_at: Some(timestamp(self.created_at)),
             updated_at: Some(timestamp(self.updated_at)),
             finished_at: self.finished_at.map(timestamp),

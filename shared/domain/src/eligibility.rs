@@ -121,6 +121,24 @@ impl Workflow {
     }
 }
 
+impl Workflow {
+    /// The policy of a job with these options: Release's
+    /// `release_to_customer_pool` adds the partition latches (back-end:
+    /// "Admission refuses through the release_to_customer_pool gate";
+    /// NVLink is read "exactly as" back-end). The front-end latch is not
+    /// gated there: the seed records it "as unreachable rather than gated".
+    pub fn policy_with(self, options: Options) -> Policy {
+        let mut policy = self.policy();
+        if self == Workflow::Release && options.release_to_customer_pool {
+            policy.disqualifying_condition_types.extend([
+                ConditionType::NvLinkGpusInRepairPartition,
+                ConditionType::BackendPortsInMaintenanceVrf,
+            ]);
+        }
+        policy
+    }
+}
+
 /// The facts of one device the gates read.
 #[derive(Debug, Clone)]
 pub struct DeviceFacts<'a> {
@@ -155,6 +173,8 @@ pub struct Options {
     /// Enrolment's `run_inspection` (absent: `true`); `false` is a
     /// diagnostic run, which proves nothing.
     pub run_inspection: Option<bool>,
+    /// Release's `engagement_mode`, injected by the caller.
+    pub engagement_mode: Option<crate::release::EngagementMode>,
 }
 
 impl Options {
@@ -191,6 +211,11 @@ impl Options {
                 self.run_inspection.is_some(),
                 workflow == W::Enrollment,
             ),
+            (
+                "engagement_mode",
+                self.engagement_mode.is_some(),
+                workflow == W::Release,
+            ),
         ];
         match taken.iter().find(|(_, set, takes)| *set && !*takes) {
             Some((name, _, _)) => Err(format!("{workflow} does not take {name}")),
@@ -225,7 +250,7 @@ pub fn check(
         refuse(Refusal::DeviceInventoryOnly, "inventory-only device".into());
         return out;
     }
-    let policy = workflow.policy();
+    let policy = workflow.policy_with(options);
     let reclaim = CUSTODY_RECLAIM.contains(&facts.operational_status);
     // A custody hold other than the reclaim statuses (`drained`) admits
     // only the workflows that allowlist it: seed 002 names `drained` in the

@@ -19,6 +19,7 @@ pub mod jobs;
 pub mod limits;
 pub mod predicates;
 pub mod provision;
+pub mod release;
 pub mod slurm;
 pub mod state;
 pub mod storm;

@@ -7,6 +7,7 @@
 
 pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
+pub(crate) mod release;
 
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,10 @@ pub(crate) enum Taken {
     /// The external system is not there yet: read it again after the poll
     /// interval (until `workflow.step_timeout`).
     Wait,
+    /// The hub has not derived what the run waits for: read again when a
+    /// STATUS event of the device comes (or the backstop), until
+    /// `workflow.step_timeout`.
+    WaitHub,
     Done,
     Failed(FailureCode, String),
 }
@@ -62,6 +67,7 @@ pub(crate) enum Taken {
 fn timeout_code(kind: Kind) -> FailureCode {
     match kind {
         Kind::ImageNode | Kind::UnimageNode | Kind::Enrollment => FailureCode::IronicTimeout,
+        Kind::Release => FailureCode::ReleaseNotObserved,
         _ => FailureCode::WorkflowInternalError,
     }
 }
@@ -70,7 +76,7 @@ impl Workflow {
     /// Steps one device to a terminal outcome. `Err` only when PostgreSQL
     /// is away (nothing is decided without being recorded).
     pub(crate) async fn drive(&self, job: &JobRow, run: &RunRow) -> Result<Outcome, sqlx::Error> {
-        let (job_id, device_id) = (job.id.as_str(), run.device_id.as_str());
+        let device_id = run.device_id.as_str();
         let kind = match Kind::parse(&job.workflow) {
             Ok(k) if crate::service::RUNS.contains(&k) => k,
             _ => {
@@ -96,16 +102,31 @@ impl Workflow {
             pinned: run.pinned.as_object().cloned().unwrap_or_default(),
             results: run.results.0.clone(),
         };
+        let woken = self.waits.register(device_id);
+        let outcome = self.step_loop(&r, &mut carried, run.attempts, woken).await;
+        self.waits.forget(device_id);
+        outcome
+    }
+
+    async fn step_loop(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+        run_attempts: i32,
+        woken: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Result<Outcome, sqlx::Error> {
+        let (job_id, device_id, kind) = (r.job.id.as_str(), r.device.id.as_str(), r.kind);
+        let device = r.device;
         let c = &self.config;
         let poll = c.poll_interval.max(Duration::from_millis(10));
         let timeout = c.step_timeout.max(Duration::from_secs(1));
-        let mut attempts: u32 = run.attempts.max(0) as u32;
+        let mut attempts: u32 = run_attempts.max(0) as u32;
         let mut waiting_since: Option<Instant> = None;
         loop {
             if store::cancel_requested(&self.pool, job_id).await? {
                 return Ok(Outcome::Cancelled);
             }
-            let next = match self.step(&r, &mut carried).await {
+            let next = match self.step(r, carried).await {
                 Ok(next) => {
                     attempts = 0;
                     next
@@ -145,6 +166,26 @@ impl Workflow {
                     }
                     tokio::time::sleep(poll).await;
                 }
+                Taken::WaitHub => {
+                    let since = *waiting_since.get_or_insert_with(Instant::now);
+                    let left = timeout.saturating_sub(since.elapsed());
+                    if left.is_zero() {
+                        return Ok(Outcome::Failed(
+                            timeout_code(kind),
+                            format!(
+                                "the hub did not derive what {kind} waits for on device {} within {} s",
+                                device.name,
+                                timeout.as_secs()
+                            ),
+                        ));
+                    }
+                    tokio::select! {
+                        _ = woken.notified() => {}
+                        _ = tokio::time::sleep(crate::waits::BACKSTOP.min(left)) => {
+                            self.metrics.backstop.inc();
+                        }
+                    }
+                }
                 Taken::Step(name) => {
                     waiting_since = None;
                     let pinned = Value::Object(carried.pinned.clone());
@@ -176,6 +217,7 @@ impl Workflow {
         match r.kind {
             Kind::ImageNode | Kind::UnimageNode => self.ironic_direct(r, carried).await,
             Kind::Enrollment => self.enrolment(r, carried).await,
+            Kind::Release => self.release(r).await,
             other => Ok(Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 format!("workflow {other} has no steps in this build"),

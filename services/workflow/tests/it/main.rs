@@ -5,5 +5,6 @@ mod eligibility;
 mod enrolment;
 mod impairment;
 mod ironic_real;
+mod release;
 mod storm;
 mod support;
