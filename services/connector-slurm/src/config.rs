@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use fleet_connector::PollConfig;
-use fleet_runtime::Credential;
+pub use fleet_slurm::SiteConfig;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,18 +23,4 @@ impl Default for Config {
             poll: PollConfig::default(),
         }
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SiteConfig {
-    /// slurmrestd, e.g. `http://slurm-head:6820`.
-    pub url: String,
-    /// `v0.0.38`, `v0.0.40`, ...; empty: detected from `/openapi/v3`, else
-    /// by probing `/slurm/v0.0.<n>/ping`.
-    pub api_version: String,
-    /// `X-SLURM-USER-NAME`; empty sends no JWT headers.
-    pub user_name: String,
-    /// `X-SLURM-USER-TOKEN` (a JWT).
-    pub token: Credential,
 }

@@ -8,176 +8,29 @@
 mod config;
 pub use config::{Config, SiteConfig};
 pub(crate) mod mapping;
-pub(crate) mod version;
 
 use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, join};
 use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
-use fleet_runtime::config::Credential;
 use fleet_runtime::{Common, Shutdown};
-use reqwest::{RequestBuilder, Url};
+use fleet_slurm::Slurmrestd;
 
-use crate::mapping::{map_nodes, NodesResponse, SCHEDULER_UNREACHABLE};
-use crate::version::{ApiVersion, PROBE_ORDER};
+use crate::mapping::{map_nodes, SCHEDULER_UNREACHABLE};
 
-pub(crate) const HEADER_USER_NAME: &str = "X-SLURM-USER-NAME";
-pub(crate) const HEADER_USER_TOKEN: &str = "X-SLURM-USER-TOKEN";
-
-/// The client of one site's slurmrestd.
+/// One site's slurmrestd, read through `fleet_slurm`.
 pub(crate) struct SlurmSite {
     site: String,
-    base: Url,
-    /// Configured, or detected and cached until a 404 says otherwise.
-    version: Option<ApiVersion>,
-    configured: bool,
-    user_name: String,
-    token: Credential,
-    http: HttpClient,
-}
-
-/// The JWT headers, resolved per poll so a rotated token file is picked up.
-#[derive(Clone)]
-struct Auth(Option<(String, String)>);
-
-impl Auth {
-    fn apply(&self, r: RequestBuilder) -> RequestBuilder {
-        match &self.0 {
-            Some((user, token)) => r
-                .header(HEADER_USER_NAME, user)
-                .header(HEADER_USER_TOKEN, token),
-            None => r,
-        }
-    }
+    slurm: Slurmrestd,
 }
 
 impl SlurmSite {
     pub fn new(site: &str, c: &SiteConfig, http: HttpClient) -> anyhow::Result<Self> {
         let key = format!("connectors.slurm.sites.{site}");
-        anyhow::ensure!(
-            !c.url.trim().is_empty(),
-            "configuration key {key}.url is required"
-        );
-        let base = base_url(&format!("{key}.url"), &c.url)?;
-        let version = if c.api_version.trim().is_empty() {
-            None
-        } else {
-            Some(
-                ApiVersion::parse(&c.api_version)
-                    .map_err(|e| anyhow::anyhow!("configuration key {key}.api_version: {e}"))?,
-            )
-        };
-        anyhow::ensure!(
-            c.token.is_configured() != c.user_name.trim().is_empty(),
-            "configuration keys {key}.user_name and {key}.token go together: slurmrestd rejects a token without a user name"
-        );
-        if c.token.is_configured() {
-            c.token.resolve(&format!("{key}.token"))?;
-        }
         Ok(SlurmSite {
             site: site.to_string(),
-            base,
-            configured: version.is_some(),
-            version,
-            user_name: c.user_name.trim().to_string(),
-            token: c.token.clone(),
-            http,
+            slurm: Slurmrestd::new(site, &key, c, http)?,
         })
-    }
-
-    fn auth(&self) -> Result<Auth, SourceError> {
-        if self.user_name.is_empty() {
-            return Ok(Auth(None));
-        }
-        let token = self
-            .token
-            .resolve(&format!("connectors.slurm.sites.{}.token", self.site))
-            .map_err(|e| SourceError::Config(e.to_string()))?
-            .ok_or_else(|| SourceError::Config("slurm token is not configured".into()))?;
-        Ok(Auth(Some((
-            self.user_name.clone(),
-            token.expose().to_string(),
-        ))))
-    }
-
-    /// The configured version, the cached one, `/openapi/v3`, or the first
-    /// `/ping` that answers.
-    async fn version(&mut self, auth: &Auth) -> Result<ApiVersion, SourceError> {
-        if let Some(v) = self.version {
-            return Ok(v);
-        }
-        let url = join(&self.base, "openapi/v3");
-        let detected = match self
-            .http
-            .json::<serde_json::Value, _>(url.as_str(), |c| auth.apply(c.get(url.clone())))
-            .await
-        {
-            Ok(doc) => version::from_openapi(&doc),
-            Err(e @ (SourceError::Connect { .. } | SourceError::Timeout { .. })) => return Err(e),
-            Err(e) => {
-                tracing::debug!(site = %self.site, error = %e, "no usable /openapi/v3; probing ping");
-                None
-            }
-        };
-        let v = match detected {
-            Some(v) => v,
-            None => self.probe(auth).await?,
-        };
-        tracing::info!(site = %self.site, version = %v, "slurmrestd api version detected");
-        self.version = Some(v);
-        Ok(v)
-    }
-
-    async fn probe(&self, auth: &Auth) -> Result<ApiVersion, SourceError> {
-        for v in PROBE_ORDER {
-            let url = join(&self.base, &v.ping_path());
-            match self
-                .http
-                .send(url.as_str(), |c| auth.apply(c.get(url.clone())))
-                .await
-            {
-                Ok(_) => return Ok(v),
-                Err(SourceError::Status { status: 404, .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(SourceError::Protocol(format!(
-            "slurmrestd at {} serves none of the versions {}..{} (neither /openapi/v3 nor /slurm/v0.0.<n>/ping)",
-            self.base,
-            PROBE_ORDER[PROBE_ORDER.len() - 1],
-            PROBE_ORDER[0]
-        )))
-    }
-
-    async fn read(&mut self) -> Result<Vec<mapping::Node>, SourceError> {
-        let auth = self.auth()?;
-        let v = self.version(&auth).await?;
-        let url = join(&self.base, &v.nodes_path());
-        let r: NodesResponse = match self
-            .http
-            .json(url.as_str(), |c| auth.apply(c.get(url.clone())))
-            .await
-        {
-            Ok(r) => r,
-            Err(e @ SourceError::Status { status: 404, .. }) => {
-                if !self.configured {
-                    // slurmrestd was upgraded: detect again next poll.
-                    self.version = None;
-                }
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if r.nodes.is_empty() && !r.errors.is_empty() {
-            return Err(SourceError::Protocol(format!(
-                "{url} listed no nodes and reported errors: {}",
-                fleet_connector::error::body_excerpt(
-                    &serde_json::json!({ "errors": r.errors }).to_string()
-                )
-            )));
-        }
-        Ok(r.nodes)
     }
 }
 
@@ -206,7 +59,7 @@ impl Target for SlurmSite {
         &mut self,
         ctx: PollContext<'_>,
     ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
-        let nodes = self.read().await?;
+        let nodes = self.slurm.nodes().await?;
         let m = map_nodes(&self.site, &nodes, ctx.observed_at);
         for d in &m.dropped {
             tracing::warn!(site = %self.site, node = %d.node, token = %d.token, "unmodelled slurm state token dropped");
@@ -235,7 +88,7 @@ pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::config::Secret;
+    use fleet_runtime::config::{Credential, Secret};
 
     fn http() -> HttpClient {
         HttpClient::with_defaults("slurm").unwrap()
@@ -284,7 +137,7 @@ mod tests {
             http(),
         )
         .unwrap();
-        assert_eq!(ok.version, Some(ApiVersion(38)));
-        assert!(ok.configured);
+        assert_eq!(ok.slurm.known_version(), Some(fleet_slurm::ApiVersion(38)));
+        assert!(ok.slurm.configured());
     }
 }

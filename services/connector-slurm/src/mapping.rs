@@ -9,7 +9,6 @@ use fleet_connector::snapshot::{condition, key, snapshot};
 use fleet_domain::slurm::{camel, normalise};
 use fleet_domain::{ConditionStatus, ConditionType, KeyKind, Source};
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
-use serde::Deserialize;
 
 pub const SCHEDULER_UNREACHABLE: &str = "SchedulerUnreachable";
 pub const NO_LONGER_OBSERVED: &str = "NoLongerObserved";
@@ -17,46 +16,7 @@ pub const LISTED: &str = "NodeListed";
 pub const STATE_HEALTHY: &str = "StateHealthy";
 pub const NO_STATE: &str = "NoStateReported";
 
-/// `GET /slurm/v0.0.<n>/nodes`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct NodesResponse {
-    pub nodes: Vec<Node>,
-    #[serde(default)]
-    pub errors: Vec<serde_json::Value>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Node {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub state: Option<OneOrMany>,
-    #[serde(default)]
-    pub state_flags: Option<Vec<String>>,
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// A string (v0.0.38) or a list of strings (v0.0.39+).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Node {
-    /// Every state word as reported: `state` then `state_flags`.
-    pub fn reported(&self) -> Vec<String> {
-        let mut out: Vec<String> = match &self.state {
-            None => vec![],
-            Some(OneOrMany::One(s)) => vec![s.clone()],
-            Some(OneOrMany::Many(v)) => v.clone(),
-        };
-        out.extend(self.state_flags.iter().flatten().cloned());
-        out
-    }
-}
+pub use fleet_slurm::{Node, NodesResponse};
 
 /// A state token the vocabulary does not model: dropped, logged by the
 /// caller with the node and the token.
