@@ -88,6 +88,9 @@ impl CallError {
 /// One site's systems and settings.
 pub(crate) struct Site {
     session: Session,
+    /// The site's slurmrestd, when configured (it caches the version it
+    /// detects, so calls take turns).
+    pub slurm: Option<tokio::sync::Mutex<fleet_slurm::Slurmrestd>>,
     pub config: SiteConfig,
     ironic_version: String,
     placement_version: String,
@@ -160,6 +163,30 @@ impl Site {
         self.put_traits(uuid, &t).await
     }
 
+    /// Removes `name` from the node: under the resource provider's
+    /// generation at a site with Placement, from the node's own traits at a
+    /// standalone one.
+    pub async fn remove_trait(
+        &self,
+        uuid: &str,
+        placement: bool,
+        name: &str,
+    ) -> Result<(), CallError> {
+        if !placement {
+            return self
+                .ironic()
+                .remove_trait(uuid, name)
+                .await
+                .map_err(|e| CallError::from_source(e, System::Ironic));
+        }
+        let mut t = self.traits(uuid).await?;
+        if !t.traits.iter().any(|x| x == name) {
+            return Ok(());
+        }
+        t.traits.retain(|x| x != name);
+        self.put_traits(uuid, &t).await
+    }
+
     pub async fn power(&self, uuid: &str, target: &str) -> Result<(), CallError> {
         let ironic = self.ironic();
         ironic
@@ -205,14 +232,11 @@ impl Site {
     /// The bind patch of the Ironic-direct Image Node: the run's
     /// `instance_uuid` and the site's image.
     pub fn bind_ops(&self, instance_uuid: &str) -> Value {
-        let mut ops = vec![
-            json!({"op": "add", "path": "/instance_uuid", "value": instance_uuid}),
-            json!({"op": "add", "path": "/instance_info/image_source", "value": self.config.image_source}),
-        ];
-        if !self.config.image_checksum.trim().is_empty() {
-            ops.push(json!({"op": "add", "path": "/instance_info/image_checksum", "value": self.config.image_checksum}));
-        }
-        Value::Array(ops)
+        bind_ops(
+            instance_uuid,
+            &self.config.image_source,
+            &self.config.image_checksum,
+        )
     }
 
     /// `{"target": "active", "configdrive": ...}` with the site's public
@@ -297,6 +321,35 @@ impl NetboxClient {
     }
 }
 
+/// The bind patch of an Ironic-direct deploy: the run's `instance_uuid`,
+/// the image and its checksum.
+pub(crate) fn bind_ops(instance_uuid: &str, image: &str, checksum: &str) -> Value {
+    let mut ops = vec![
+        json!({"op": "add", "path": "/instance_uuid", "value": instance_uuid}),
+        json!({"op": "add", "path": "/instance_info/image_source", "value": image}),
+    ];
+    if !checksum.trim().is_empty() {
+        ops.push(json!({"op": "add", "path": "/instance_info/image_checksum", "value": checksum}));
+    }
+    Value::Array(ops)
+}
+
+/// A slurmrestd failure as a step's.
+pub(crate) fn slurm_error(e: SourceError) -> CallError {
+    match &e {
+        SourceError::Connect { .. } | SourceError::Timeout { .. } => {
+            CallError::Transient(FailureCode::SlurmUnavailable, e.to_string())
+        }
+        SourceError::Status { status, .. }
+            if *status >= 500 || *status == 429 || *status == 408 =>
+        {
+            CallError::Transient(FailureCode::SlurmUnavailable, e.to_string())
+        }
+        SourceError::Config(m) => CallError::Permanent(FailureCode::SiteNotConfigured, m.clone()),
+        _ => CallError::Permanent(FailureCode::SlurmRequestRefused, e.to_string()),
+    }
+}
+
 /// Every configured site.
 pub(crate) struct Sites {
     by_site: HashMap<String, Arc<Site>>,
@@ -318,10 +371,18 @@ impl Sites {
         for (site, sc) in &c.sites {
             let key = format!("workflow.sites.{site}.openstack");
             let session = Session::new(site, &key, &sc.openstack, http.clone())?;
+            let slurm = if sc.slurm.url.trim().is_empty() {
+                None
+            } else {
+                let key = format!("workflow.sites.{site}.slurm");
+                let s = fleet_slurm::Slurmrestd::new(site, &key, &sc.slurm, http.clone())?;
+                Some(tokio::sync::Mutex::new(s))
+            };
             by_site.insert(
                 site.clone(),
                 Arc::new(Site {
                     session,
+                    slurm,
                     config: sc.clone(),
                     ironic_version: c.ironic_api_version.trim().to_string(),
                     placement_version: format!("placement {}", c.placement_api_version.trim()),

@@ -203,6 +203,14 @@ pub struct SiteConfig {
     pub config_drive_public_keys: Vec<String>,
     /// How Enrolment treats the site's nodes.
     pub enrolment: EnrolmentConfig,
+    /// The site's slurmrestd (the same keys as
+    /// `connectors.slurm.sites.<site>`): Move to Test Cluster reads the
+    /// node and resumes it through it.
+    pub slurm: fleet_slurm::SiteConfig,
+    /// Move to Test Cluster, Ironic-direct arm: the image the test cluster
+    /// runs (its slurmd registers the node), and its checksum.
+    pub slurm_image_source: String,
+    pub slurm_image_checksum: String,
 }
 
 /// `workflow.sites.<site>.enrolment`.

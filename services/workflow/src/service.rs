@@ -28,6 +28,7 @@ pub(crate) const RUNS: &[Kind] = &[
     Kind::UnimageNode,
     Kind::Enrollment,
     Kind::Release,
+    Kind::MoveToTestCluster,
 ];
 
 fn db(e: sqlx::Error) -> Refusal {
@@ -434,7 +435,7 @@ impl Workflow {
             // The Ironic-direct arm is the one this build runs: a site with
             // Nova and Placement needs the Nova arm (seed 002, "The backend
             // is chosen from the site's current capability").
-            if !d.inventory_only && d.placement_enabled {
+            if !d.inventory_only && d.placement_enabled && kind.has_nova_arm() {
                 out.push(v1::DeviceRefusal {
                     device_id: d.id.clone(),
                     refusal: eligibility::Refusal::BackendNotRun.as_str().into(),

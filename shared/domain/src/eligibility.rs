@@ -137,6 +137,19 @@ impl Workflow {
         }
         policy
     }
+
+    /// Whether the workflow's arm at a site with Nova and Placement
+    /// (`placement_enabled`) differs from its Ironic-direct arm: imaging
+    /// and un-imaging go through Nova there, and Move to Test Cluster's
+    /// adopt is a Nova server (seed 002, "The backend is chosen from the
+    /// site's current capability"). Enrolment is Ironic's at every site and
+    /// Release's hand-back writes Placement's traits where it has them.
+    pub fn has_nova_arm(self) -> bool {
+        matches!(
+            self,
+            Workflow::ImageNode | Workflow::UnimageNode | Workflow::MoveToTestCluster
+        )
+    }
 }
 
 /// The facts of one device the gates read.
@@ -231,6 +244,34 @@ pub fn has_enrollment_proof(facts: &DeviceFacts<'_>) -> bool {
     match (facts.enrollment_validated_ref, facts.infrastructure_ref) {
         (Some(v), Some(r)) => !v.is_empty() && v == r,
         _ => false,
+    }
+}
+
+/// The proof a mutation re-reads immediately before its write, bound to the
+/// node it resolved: "the mutation refuses if the Ironic node it resolved
+/// does not carry the proven infrastructure_ref UUID"; "failing
+/// non-retryably with ENROLLMENT_PROOF_MISSING when proof is absent".
+pub fn proof_verdict(
+    infrastructure_ref: Option<&str>,
+    enrollment_validated_ref: Option<&str>,
+    resolved_node: &str,
+) -> Result<(), (crate::failure::FailureCode, String)> {
+    use crate::failure::FailureCode as F;
+    match (enrollment_validated_ref, infrastructure_ref) {
+        (Some(v), Some(r)) if !v.is_empty() && v == r => {
+            if r == resolved_node {
+                Ok(())
+            } else {
+                Err((
+                    F::EnrollmentProofMissing,
+                    format!("the resolved node {resolved_node} is not the proven identity {r}"),
+                ))
+            }
+        }
+        _ => Err((
+            F::EnrollmentProofMissing,
+            "the device has no enrollment proof for its infrastructure_ref".into(),
+        )),
     }
 }
 

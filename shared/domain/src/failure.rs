@@ -59,6 +59,13 @@ vocab!(
     ReleaseNvlinkLatchRefused => "RELEASE_NVLINK_LATCH_REFUSED",
     ReleaseNotObserved => "RELEASE_NOT_OBSERVED",
     IronicLesseeUnexpected => "IRONIC_LESSEE_UNEXPECTED",
+    MtcCustomerInstancePresent => "MTC_CUSTOMER_INSTANCE_PRESENT",
+    SlurmUnavailable => "SLURM_UNAVAILABLE",
+    SlurmRequestRefused => "SLURM_REQUEST_REFUSED",
+    SlurmNodeUpdateUnsupported => "SLURM_NODE_UPDATE_UNSUPPORTED",
+    SlurmNodeNotRegistered => "SLURM_NODE_NOT_REGISTERED",
+    SlurmNodeDrainedByOperator => "SLURM_NODE_DRAINED_BY_OPERATOR",
+    MtcValidationTimeout => "MTC_VALIDATION_TIMEOUT",
 });
 
 /// One row of the taxonomy.
@@ -294,6 +301,49 @@ impl FailureCode {
                  only the maintenance lease.",
                 O::Operations,
                 false,
+            ),
+            F::MtcCustomerInstancePresent => (
+                "Move to Test Cluster found the node bound to an instance the run did not \
+                 create (a customer's) and the job has no force_reclaim: nothing was torn down.",
+                O::Operations,
+                false,
+            ),
+            F::SlurmUnavailable => (
+                "slurmrestd could not be reached or answered 5xx after the step's retries: an \
+                 outage, re-run the job.",
+                O::FleetManager,
+                true,
+            ),
+            F::SlurmRequestRefused => (
+                "slurmrestd refused a node update, or accepted a RESUME that the next read \
+                 shows did not take: slurmrestd's own error is in the message.",
+                O::FleetManager,
+                false,
+            ),
+            F::SlurmNodeUpdateUnsupported => (
+                "SLURM holds the node (DRAIN, DOWN) for a reason the workflow owns, and the \
+                 site's slurmrestd has no node update over REST (v0.0.38, SLURM 22.05): \
+                 resume it with scontrol, or upgrade slurmrestd, and re-run.",
+                O::FleetManager,
+                false,
+            ),
+            F::SlurmNodeNotRegistered => (
+                "SLURM did not list the node within workflow.step_timeout after it was \
+                 imaged: slurmd did not register from the image.",
+                O::BareMetal,
+                true,
+            ),
+            F::SlurmNodeDrainedByOperator => (
+                "SLURM holds the node (DRAIN, DOWN) for a reason the workflow does not own \
+                 (an operator's): it is not resumed; clear it in SLURM and re-run.",
+                O::Operations,
+                false,
+            ),
+            F::MtcValidationTimeout => (
+                "The node is adopted into SLURM and the hub did not derive validation \
+                 (maintenance pool, SLURM registered and healthy) within workflow.step_timeout.",
+                O::BareMetal,
+                true,
             ),
             F::EnrollmentProofWriteRefused => (
                 "The hub did not record the enrolled proof the run established (it refused \

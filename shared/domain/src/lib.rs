@@ -17,6 +17,7 @@ pub mod ironic;
 pub mod ironic_direct;
 pub mod jobs;
 pub mod limits;
+pub mod mtc;
 pub mod predicates;
 pub mod provision;
 pub mod release;

@@ -92,28 +92,11 @@ pub fn handoff_verdict(h: &Handoff<'_>) -> Result<(), (FailureCode, String)> {
             ))
         }
     }
-    let proven = match (h.enrollment_validated_ref, h.infrastructure_ref) {
-        (Some(v), Some(r)) if !v.is_empty() && v == r => Some(r),
-        _ => None,
-    };
-    match proven {
-        None => {
-            return Err((
-                FailureCode::EnrollmentProofMissing,
-                "the device has no enrollment proof for its infrastructure_ref".into(),
-            ))
-        }
-        Some(r) if r != h.resolved_node => {
-            return Err((
-                FailureCode::EnrollmentProofMissing,
-                format!(
-                    "the resolved node {} is not the proven identity {r}",
-                    h.resolved_node
-                ),
-            ))
-        }
-        Some(_) => {}
-    }
+    crate::eligibility::proof_verdict(
+        h.infrastructure_ref,
+        h.enrollment_validated_ref,
+        h.resolved_node,
+    )?;
     let refuses = |s: Option<ConditionStatus>| {
         matches!(s, Some(ConditionStatus::True | ConditionStatus::Unknown))
     };

@@ -120,6 +120,25 @@ impl Ironic<'_> {
             .map(|_| ())
     }
 
+    /// `DELETE /v1/nodes/{ident}/traits/{name}`: removes one trait (a
+    /// trait the node does not carry is a 404 the caller reads as done).
+    pub async fn remove_trait(&self, ident: &str, name: &str) -> Result<(), SourceError> {
+        let mut url = self.node_url(ident, "traits").await?;
+        let shown = url.to_string();
+        url.path_segments_mut()
+            .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
+            .push(name);
+        let headers = self.headers();
+        match self
+            .session
+            .send(Method::DELETE, &url, &headers, None)
+            .await
+        {
+            Ok(_) | Err(SourceError::Status { status: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `PUT /v1/nodes/{ident}/states/power` with `{"target": <target>}`
     /// (`rebooting`, `power on`, ...): accepted, not done.
     pub async fn power(&self, ident: &str, target: &str) -> Result<(), SourceError> {

@@ -292,10 +292,13 @@ impl Slurmrestd {
                 }
                 Ok(found)
             }
-            // 22.05 answers an unknown node with an error status.
+            Err(SourceError::Status { status: 404, .. }) => Ok(None),
+            // 22.05 answers an unknown node with a 500 whose errors[] says
+            // so (errno 2018, "Invalid node name specified"); any other 500
+            // is an outage, never "not listed".
             Err(SourceError::Status {
-                status: 404 | 500, ..
-            }) => Ok(None),
+                status: 500, body, ..
+            }) if body.contains("Invalid node name") => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -95,6 +95,32 @@ impl RealIronic {
         assert_eq!(s, 200, "PATCH node {ident}: {v}");
     }
 
+    /// Adds a trait to the node's own traits.
+    pub async fn add_trait(&self, ident: &str, name: &str) {
+        let (s, v) = self
+            .call(
+                reqwest::Method::PUT,
+                &format!("/nodes/{ident}/traits/{name}"),
+                None,
+            )
+            .await;
+        assert_eq!(s, 204, "PUT trait {name} on {ident}: {v}");
+    }
+
+    /// The node's lessee and its own traits.
+    pub async fn lessee_and_traits(&self, ident: &str) -> (Value, Vec<String>) {
+        let n = self.node(ident).await;
+        let traits = n["traits"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (n["lessee"].clone(), traits)
+    }
+
     /// Asks for a provision transition; returns Ironic's status code.
     pub async fn provision(&self, ident: &str, body: Value) -> (u16, Value) {
         self.call(
@@ -265,16 +291,16 @@ pub fn start_openstack_connector(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    start_openstack_connector_with(env, ironic, every_secs, |_| {})
+    start_openstack_connector_with(env, ironic, every_secs, |_, _| {})
 }
 
-/// [`start_openstack_connector`] with `f` adjusting the site (its
-/// maintenance project, ...).
+/// [`start_openstack_connector`] with `f` adjusting the connector and its
+/// site `s1` (its maintenance project, `key_by`, ...).
 pub fn start_openstack_connector_with(
     env: &crate::TestEnv,
     ironic: &RealIronic,
     every_secs: f64,
-    f: impl FnOnce(&mut fleet_openstack::SiteConfig),
+    f: impl FnOnce(&mut fleet_connector_openstack::Config, &mut fleet_openstack::SiteConfig),
 ) -> (
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -289,7 +315,7 @@ pub fn start_openstack_connector_with(
         placement_enabled: false,
         ..Default::default()
     };
-    f(&mut site);
+    f(&mut c, &mut site);
     c.sites.insert("s1".into(), site);
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let task = tokio::spawn(fleet_connector_openstack::run(

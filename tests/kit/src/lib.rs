@@ -642,6 +642,7 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
 
 pub mod ironic;
 pub mod placement;
+pub mod slurm;
 
 /// Runs a workflow service against the environment (with `f`'s settings)
 /// until its trigger fires; returns once it answers requests.

@@ -7,6 +7,7 @@
 
 pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
+pub(crate) mod mtc;
 pub(crate) mod release;
 
 use std::time::{Duration, Instant};
@@ -36,6 +37,9 @@ pub(crate) struct Carried {
     pub pinned: Map<String, Value>,
     /// What the run read back per target.
     pub results: Vec<StepResult>,
+    /// The code a wait that outlasts `workflow.step_timeout` fails with,
+    /// when the step knows better than the workflow's default (not kept).
+    pub timeout_code: Option<FailureCode>,
 }
 
 impl Carried {
@@ -101,6 +105,7 @@ impl Workflow {
         let mut carried = Carried {
             pinned: run.pinned.as_object().cloned().unwrap_or_default(),
             results: run.results.0.clone(),
+            timeout_code: None,
         };
         let woken = self.waits.register(device_id);
         let outcome = self.step_loop(&r, &mut carried, run.attempts, woken).await;
@@ -156,7 +161,7 @@ impl Workflow {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > timeout {
                         return Ok(Outcome::Failed(
-                            timeout_code(kind),
+                            carried.timeout_code.unwrap_or(timeout_code(kind)),
                             format!(
                                 "device {} did not settle within {} s",
                                 device.name,
@@ -171,7 +176,7 @@ impl Workflow {
                     let left = timeout.saturating_sub(since.elapsed());
                     if left.is_zero() {
                         return Ok(Outcome::Failed(
-                            timeout_code(kind),
+                            carried.timeout_code.unwrap_or(timeout_code(kind)),
                             format!(
                                 "the hub did not derive what {kind} waits for on device {} within {} s",
                                 device.name,
@@ -188,6 +193,7 @@ impl Workflow {
                 }
                 Taken::Step(name) => {
                     waiting_since = None;
+                    carried.timeout_code = None;
                     let pinned = Value::Object(carried.pinned.clone());
                     store::step(
                         &self.pool,
@@ -218,6 +224,7 @@ impl Workflow {
             Kind::ImageNode | Kind::UnimageNode => self.ironic_direct(r, carried).await,
             Kind::Enrollment => self.enrolment(r, carried).await,
             Kind::Release => self.release(r).await,
+            Kind::MoveToTestCluster => self.move_to_test_cluster(r, carried).await,
             other => Ok(Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 format!("workflow {other} has no steps in this build"),

@@ -63,7 +63,7 @@ async fn a_refused_device_refuses_the_job_and_writes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e:?}");
-    let e = create(&env, "move_to_test_cluster", &[ok.clone()])
+    let e = create(&env, "single_node_test", &[ok.clone()])
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e:?}");

@@ -5,6 +5,7 @@ mod eligibility;
 mod enrolment;
 mod impairment;
 mod ironic_real;
+mod mtc;
 mod release;
 mod storm;
 mod support;

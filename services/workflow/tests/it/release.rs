@@ -40,7 +40,7 @@ impl Release {
         let netbox = MockServer::start().await;
         let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
         let (os_trigger, os_task) =
-            fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |s| {
+            fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |_, s| {
                 s.maintenance_project_id = MAINT.into()
             });
         let os_task = tokio::spawn(async move {
@@ -71,7 +71,7 @@ impl Release {
 
     /// An available node leased to the maintenance project, its device
     /// (NetBox id `netbox_id`) with the enrollment proof for it.
-    async fn proven_device(&self, prefix: &str, netbox_id: i64) -> (String, String) {
+    async fn leased_device(&self, prefix: &str, netbox_id: i64) -> (String, String) {
         let name = unique(prefix);
         let uuid = self.ironic.available_node(&name).await;
         self.ironic
@@ -80,37 +80,7 @@ impl Release {
                 json!([{"op": "add", "path": "/lessee", "value": MAINT}]),
             )
             .await;
-        let reply = self
-            .env
-            .command(
-                "create_device",
-                0,
-                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
-                    site: "s1".into(),
-                    name: name.clone(),
-                    infrastructure_ref: uuid.clone(),
-                    netbox_id,
-                    ..Default::default()
-                }),
-            )
-            .await;
-        assert!(reply.error.is_none(), "{:?}", reply.error);
-        let device = device_of(&reply).id;
-        let proof = self
-            .env
-            .command(
-                "enrollment_proof",
-                0,
-                v1::hub_command::Command::EnrollmentProof(v1::EnrollmentProof {
-                    device_id: device.clone(),
-                    outcome: "enrolled".into(),
-                    result_ref: uuid.clone(),
-                    proof_source: "enrollment:test".into(),
-                    pinned_infrastructure_ref: uuid.clone(),
-                }),
-            )
-            .await;
-        assert!(proof.error.is_none(), "{:?}", proof.error);
+        let device = proven_device(&self.env, "s1", &name, &uuid, netbox_id).await;
         (device, uuid)
     }
 
@@ -147,19 +117,6 @@ impl Release {
             .await
     }
 
-    async fn lessee_and_traits(&self, uuid: &str) -> (serde_json::Value, Vec<String>) {
-        let n = self.ironic.node(uuid).await;
-        let traits = n["traits"]
-            .as_array()
-            .map(|t| {
-                t.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        (n["lessee"].clone(), traits)
-    }
-
     async fn latch(&self, device: &str, latch: Latch, reason: &str) {
         let writer = LatchWriter::new(self.env.nats.clone(), self.env.subjects.clone(), "test");
         let key = v1::DeviceKey {
@@ -193,7 +150,7 @@ impl Release {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fully_managed_release_clears_the_lease_adds_the_trait_and_is_available() {
     let r = Release::start().await;
-    let (device, uuid) = r.proven_device("rel", 501).await;
+    let (device, uuid) = r.leased_device("rel", 501).await;
     r.netbox_says(501, "active", Duration::ZERO).await;
     let job = r
         .release(std::slice::from_ref(&device), true)
@@ -201,7 +158,7 @@ async fn a_fully_managed_release_clears_the_lease_adds_the_trait_and_is_availabl
         .unwrap();
     let job = job_terminal(&r.env, &job.id, WITHIN).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
-    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
     assert!(lessee.is_null(), "lease cleared: {lessee}");
     assert!(traits.iter().any(|t| t == READY), "{traits:?}");
     assert_eq!(
@@ -220,7 +177,7 @@ async fn a_fully_managed_release_clears_the_lease_adds_the_trait_and_is_availabl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_netbox_moved_to_rma_after_admission_is_not_handed_back() {
     let r = Release::start().await;
-    let (device, uuid) = r.proven_device("rma", 502).await;
+    let (device, uuid) = r.leased_device("rma", 502).await;
     r.netbox_says(502, "rma", Duration::ZERO).await;
     let job = r
         .release(std::slice::from_ref(&device), true)
@@ -229,7 +186,7 @@ async fn a_device_netbox_moved_to_rma_after_admission_is_not_handed_back() {
     let job = job_terminal(&r.env, &job.id, WITHIN).await;
     assert_eq!(job.status, "failed");
     assert_eq!(job.devices[0].failure_code, "RELEASE_INVENTORY_NOT_ACTIVE");
-    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
     assert_eq!(lessee, MAINT, "the lease is untouched");
     assert!(!traits.iter().any(|t| t == READY), "no trait: {traits:?}");
     r.stop().await;
@@ -241,7 +198,7 @@ async fn a_device_netbox_moved_to_rma_after_admission_is_not_handed_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_nvlink_latch_written_after_admission_refuses_the_hand_back() {
     let r = Release::start().await;
-    let (device, uuid) = r.proven_device("nvl", 503).await;
+    let (device, uuid) = r.leased_device("nvl", 503).await;
     r.netbox_says(503, "active", Duration::from_secs(2)).await;
     let job = r
         .release(std::slice::from_ref(&device), true)
@@ -254,7 +211,7 @@ async fn an_nvlink_latch_written_after_admission_refuses_the_hand_back() {
     let job = job_terminal(&r.env, &job.id, WITHIN).await;
     assert_eq!(job.status, "failed", "{:?}", job.devices);
     assert_eq!(job.devices[0].failure_code, "RELEASE_NVLINK_LATCH_REFUSED");
-    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
     assert_eq!(lessee, MAINT);
     assert!(!traits.iter().any(|t| t == READY), "{traits:?}");
     r.stop().await;
@@ -266,7 +223,7 @@ async fn an_nvlink_latch_written_after_admission_refuses_the_hand_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_back_end_latch_refuses_a_customer_release_at_admission_not_an_internal_one() {
     let r = Release::start().await;
-    let (device, uuid) = r.proven_device("bkv", 504).await;
+    let (device, uuid) = r.leased_device("bkv", 504).await;
     r.latch(&device, Latch::BackendVrf, "IsolateVerified").await;
     let refused = r
         .release(std::slice::from_ref(&device), true)
@@ -306,6 +263,7 @@ async fn the_back_end_latch_refuses_a_customer_release_at_admission_not_an_inter
     let _ = uuid;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let (lessee, _) = r
+        .ironic
         .lessee_and_traits(&r.env.device_field(&device, "infrastructure_ref").await)
         .await;
     assert_eq!(lessee, MAINT, "an internal Release writes nothing");

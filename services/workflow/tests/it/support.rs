@@ -46,6 +46,47 @@ pub async fn device_for(env: &TestEnv, site: &str, name: &str, uuid: &str) -> St
     device_of(&reply).id
 }
 
+/// A device named `name` at `site` bound to node `uuid` (NetBox id
+/// `netbox_id`, 0 for none), with the enrollment proof for that node.
+pub async fn proven_device(
+    env: &TestEnv,
+    site: &str,
+    name: &str,
+    uuid: &str,
+    netbox_id: i64,
+) -> String {
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            v1::hub_command::Command::CreateDevice(v1::CreateDevice {
+                site: site.into(),
+                name: name.into(),
+                infrastructure_ref: uuid.into(),
+                netbox_id,
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
+    let device = device_of(&reply).id;
+    let proof = env
+        .command(
+            "enrollment_proof",
+            0,
+            v1::hub_command::Command::EnrollmentProof(v1::EnrollmentProof {
+                device_id: device.clone(),
+                outcome: "enrolled".into(),
+                result_ref: uuid.into(),
+                proof_source: "enrollment:test".into(),
+                pinned_infrastructure_ref: uuid.into(),
+            }),
+        )
+        .await;
+    assert!(proof.error.is_none(), "enrollment_proof: {:?}", proof.error);
+    device
+}
+
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", ulid::Ulid::new().to_string().to_lowercase())
 }

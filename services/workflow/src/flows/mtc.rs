@@ -1,0 +1,282 @@
+//! Move to Test Cluster at an Ironic-direct site (`fleet_domain::mtc`):
+//! the customer-ready trait removed; a customer's instance torn down only
+//! with `force_reclaim`; the maintenance (SLURM) lease; the SLURM image
+//! deployed Ironic-direct; the SLURM node resumed when drained for a
+//! reason the workflow owns; then the hub's `validation`. The enrollment
+//! proof is re-read, bound to the resolved node, immediately before every
+//! write after the cordon.
+
+use fleet_domain::eligibility::proof_verdict;
+use fleet_domain::failure::FailureCode;
+use fleet_domain::ironic_direct::{image_next, Next, NodeView};
+use fleet_domain::mtc::{
+    adopt_next, cordon_next, reclaim_next, Adopt, Cordon, NodeRead, Phase, Reclaim, SlurmRead,
+};
+use fleet_domain::OperationalStatus;
+use serde_json::{json, Value};
+
+use super::{Carried, Run, Taken};
+use crate::activities::{bind_ops, mint_instance_uuid, slurm_error, CallError, Site};
+use crate::Workflow;
+
+const PHASE: &str = "phase";
+const INSTANCE_UUID: &str = "instance_uuid";
+const RECLAIM_REQUESTED: &str = "reclaim_requested";
+const RESUME_REQUESTED: &str = "resume_requested";
+
+impl Workflow {
+    pub(super) async fn move_to_test_cluster(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+    ) -> Result<Taken, CallError> {
+        let device = r.device;
+        let Some(site) = self.sites.get(&device.site_id) else {
+            return Ok(Taken::Failed(
+                FailureCode::SiteNotConfigured,
+                format!("workflow.sites.{} is not configured", device.site_id),
+            ));
+        };
+        let ident = device
+            .infrastructure_ref
+            .clone()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| device.name.clone());
+        let o = r.job.options.0;
+        let phase = Phase::parse(carried.pinned_str(PHASE).unwrap_or(""));
+        let node = site.node(&ident).await?;
+        match phase {
+            Phase::Cordon => {
+                let name = self.config.customer_ready_trait.trim();
+                let present = site
+                    .has_trait(&node.uuid, device.placement_enabled, name)
+                    .await?;
+                Ok(match cordon_next(present, o.cordon_only) {
+                    // The cordon is proof-exempt: "it removes the
+                    // customer-ready trait without adopting".
+                    Cordon::RemoveTrait => {
+                        site.remove_trait(&node.uuid, device.placement_enabled, name)
+                            .await?;
+                        self.metrics.wrote("ironic", "remove_customer_ready_trait");
+                        Taken::Step("customer_ready_trait_removed")
+                    }
+                    Cordon::Done => Taken::Done,
+                    Cordon::Next(p) => {
+                        carried.pin(PHASE, p.as_str());
+                        Taken::Step("cordoned")
+                    }
+                })
+            }
+            Phase::Reclaim => {
+                let read = NodeRead {
+                    uuid: &node.uuid,
+                    provision_state: node.provision_state.as_deref().unwrap_or(""),
+                    target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+                    instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+                    maintenance: node.maintenance,
+                };
+                let requested = carried.pinned.get(RECLAIM_REQUESTED) == Some(&Value::Bool(true));
+                Ok(
+                    match reclaim_next(
+                        &read,
+                        carried.pinned_str(INSTANCE_UUID),
+                        o.force_reclaim,
+                        requested,
+                    ) {
+                        Reclaim::TearDown => {
+                            self.proof(r, &node.uuid).await?;
+                            site.provision(&node.uuid, &json!({"target": "deleted"}))
+                                .await?;
+                            self.metrics.wrote("ironic", "reclaim");
+                            carried
+                                .pinned
+                                .insert(RECLAIM_REQUESTED.into(), Value::Bool(true));
+                            Taken::Step("reclaim_requested")
+                        }
+                        Reclaim::Wait => Taken::Wait,
+                        Reclaim::Next(p) => {
+                            carried.pin(PHASE, p.as_str());
+                            Taken::Step("reclaimed")
+                        }
+                        Reclaim::Fail { code, message } => Taken::Failed(code, message),
+                    },
+                )
+            }
+            Phase::Adopt => self.adopt(r, carried, &site, &node).await,
+        }
+    }
+
+    /// "re-checks inside adopt_host_activity, just before the SLURM
+    /// adoption": the proof, bound to the node, immediately before a write.
+    async fn proof(&self, r: &Run<'_>, resolved: &str) -> Result<(), CallError> {
+        let p = match crate::store::preflight(&self.pool, &r.device.id).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return Err(CallError::Permanent(
+                    FailureCode::EnrollmentProofMissing,
+                    format!("device {} no longer exists", r.device.id),
+                ))
+            }
+            // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead
+            // — retryable ... so an API outage never reads as an identity
+            // verdict".
+            Err(e) => {
+                return Err(CallError::Transient(
+                    FailureCode::EnrollmentProofUnavailable,
+                    format!("the enrollment proof could not be read: {e}"),
+                ))
+            }
+        };
+        proof_verdict(
+            p.infrastructure_ref.as_deref(),
+            p.enrollment_validated_ref.as_deref(),
+            resolved,
+        )
+        .map_err(|(code, message)| CallError::Permanent(code, message))
+    }
+
+    async fn adopt(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+        site: &Site,
+        node: &fleet_openstack::ironic::Node,
+    ) -> Result<Taken, CallError> {
+        let device = r.device;
+        // The maintenance (SLURM) lease first.
+        let slurm_project = site.config.openstack.maintenance_project_id.trim();
+        if slurm_project.is_empty() {
+            return Ok(Taken::Failed(
+                FailureCode::SiteNotConfigured,
+                format!(
+                    "workflow.sites.{}.openstack.maintenance_project_id is not configured (the SLURM lease)",
+                    device.site_id
+                ),
+            ));
+        }
+        if node.lessee.as_deref() != Some(slurm_project) {
+            self.proof(r, &node.uuid).await?;
+            site.patch(
+                &node.uuid,
+                &json!([{"op": "add", "path": "/lessee", "value": slurm_project}]),
+            )
+            .await?;
+            self.metrics.wrote("ironic", "lease_to_slurm");
+            return Ok(Taken::Step("leased_to_slurm"));
+        }
+        // Then the SLURM image, Ironic-direct.
+        let image = site.config.slurm_image_source.trim();
+        if image.is_empty() {
+            return Ok(Taken::Failed(
+                FailureCode::SiteNotConfigured,
+                format!(
+                    "workflow.sites.{}.slurm_image_source is not configured (the image Move to Test Cluster deploys)",
+                    device.site_id
+                ),
+            ));
+        }
+        let view = NodeView {
+            uuid: &node.uuid,
+            provision_state: node.provision_state.as_deref().unwrap_or(""),
+            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+            maintenance: node.maintenance,
+            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+            last_error: node.last_error.as_deref(),
+        };
+        match image_next(&view, carried.pinned_str(INSTANCE_UUID)) {
+            Next::Mint => {
+                carried.pin(INSTANCE_UUID, mint_instance_uuid());
+                return Ok(Taken::Step("instance_uuid_minted"));
+            }
+            Next::Adopt { instance_uuid } => {
+                carried.pin(INSTANCE_UUID, instance_uuid);
+                return Ok(Taken::Step("binding_recovered"));
+            }
+            Next::Bind => {
+                self.proof(r, &node.uuid).await?;
+                let u = carried.pinned_str(INSTANCE_UUID).unwrap_or_default();
+                let ops = bind_ops(u, image, &site.config.slurm_image_checksum);
+                site.patch(&node.uuid, &ops).await?;
+                self.metrics.wrote("ironic", "bind");
+                return Ok(Taken::Step("bound"));
+            }
+            Next::Provision { target } => {
+                self.proof(r, &node.uuid).await?;
+                let body = if target == "active" {
+                    site.deploy_body()
+                } else {
+                    json!({ "target": target })
+                };
+                site.provision(&node.uuid, &body).await?;
+                self.metrics.wrote("ironic", target);
+                return Ok(Taken::Step("deploy_requested"));
+            }
+            Next::Wait => return Ok(Taken::Wait),
+            Next::Fail { code, message } => return Ok(Taken::Failed(code, message)),
+            Next::ClearBinding { .. } => {
+                return Ok(Taken::Failed(
+                    FailureCode::WorkflowInternalError,
+                    "the Ironic-direct image asked to clear a binding".into(),
+                ))
+            }
+            Next::Done => {}
+        }
+        // Deployed: the SLURM node, then the hub's validation.
+        let Some(slurm) = &site.slurm else {
+            return Ok(Taken::Failed(
+                FailureCode::SiteNotConfigured,
+                format!(
+                    "workflow.sites.{}.slurm is not configured (the adopt reads the SLURM node)",
+                    device.site_id
+                ),
+            ));
+        };
+        let mut slurm = slurm.lock().await;
+        let listed = slurm.node(&device.name).await.map_err(slurm_error)?;
+        let update_supported = slurm.node_update_supported().await.map_err(slurm_error)?;
+        let status = crate::store::preflight(&self.pool, &device.id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|p| OperationalStatus::parse(&p.operational_status).ok())
+            .unwrap_or(OperationalStatus::Unknown);
+        let read = SlurmRead {
+            states: listed.as_ref().map(|n| n.reported()),
+            reason: listed
+                .as_ref()
+                .and_then(|n| n.reason.as_deref())
+                .unwrap_or(""),
+            update_supported,
+            operational_status: status,
+        };
+        let resumed = carried.pinned.get(RESUME_REQUESTED) == Some(&Value::Bool(true));
+        Ok(match adopt_next(&read, resumed) {
+            Adopt::WaitRegistered => {
+                carried.timeout_code = Some(FailureCode::SlurmNodeNotRegistered);
+                Taken::Wait
+            }
+            Adopt::Resume => {
+                self.proof(r, &node.uuid).await?;
+                let body = json!({
+                    "state": ["RESUME"],
+                    "comment": format!("fleet:move_to_test_cluster:{}", r.job.id),
+                });
+                slurm
+                    .update_node(&device.name, &body)
+                    .await
+                    .map_err(slurm_error)?;
+                self.metrics.wrote("slurm", "resume");
+                carried
+                    .pinned
+                    .insert(RESUME_REQUESTED.into(), Value::Bool(true));
+                Taken::Step("slurm_resume_requested")
+            }
+            Adopt::WaitValidation => {
+                carried.timeout_code = Some(FailureCode::MtcValidationTimeout);
+                Taken::WaitHub
+            }
+            Adopt::Done => Taken::Done,
+            Adopt::Fail { code, message } => Taken::Failed(code, message),
+        })
+    }
+}
