@@ -241,7 +241,10 @@ impl Hub {
                 if id.is_empty() {
                     return Err(invalid("device_id is required"));
                 }
-                let needs_version = !matches!(other, C::EnrollmentProof(_) | C::ImpairmentHold(_));
+                let needs_version = !matches!(
+                    other,
+                    C::EnrollmentProof(_) | C::ImpairmentHold(_) | C::Delegate(_)
+                );
                 if needs_version && c.expected_version <= 0 {
                     return Err(invalid("version is required: pass the version you read"));
                 }
@@ -589,6 +592,7 @@ fn device_id(c: &C) -> &str {
         C::RevokeIdentity(x) => &x.device_id,
         C::DeleteDevice(x) => &x.device_id,
         C::EnrollmentProof(x) => &x.device_id,
+        C::Delegate(x) => &x.device_id,
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
         C::Join(_) => "",
@@ -613,6 +617,17 @@ fn apply_device_command(
     c: C,
     now: chrono::DateTime<Utc>,
 ) -> Result<(), DomainError> {
+    if let C::Delegate(x) = &c {
+        let d = fleet_domain::state::Delegation {
+            pinned_infrastructure_ref: &x.pinned_infrastructure_ref,
+            netbox_status: &x.netbox_status,
+        };
+        let notes = s.delegate(d, now)?;
+        if notes.handover_breach {
+            tracing::error!(device_id = %s.record.id, job_id = %x.job_id, "HandoverBreach: Metal hand-back with no verified front-end VRF flip on record");
+        }
+        return Ok(());
+    }
     let r = &mut s.record;
     match c {
         C::Cordon(x) => cmd::cordon(r, &x.reason),

@@ -34,6 +34,23 @@ pub(crate) enum System {
 }
 
 impl CallError {
+    /// A hub command's failure: the hub unavailable or silent is
+    /// retryable; a typed refusal is `refused`, with the hub's code and
+    /// message.
+    pub fn from_hub(e: fleet_hub_client::HubCallError, refused: FailureCode) -> Self {
+        use fleet_hub_client::HubCallError as H;
+        match e {
+            H::Refused {
+                code: fleet_proto::ErrorCode::Unavailable,
+                message,
+            } => CallError::Transient(FailureCode::HubUnavailable, message),
+            H::Refused { code, message } => {
+                CallError::Permanent(refused, format!("{}: {message}", code.as_str_name()))
+            }
+            other => CallError::Transient(FailureCode::HubUnavailable, other.to_string()),
+        }
+    }
+
     pub fn from_source(e: SourceError, system: System) -> Self {
         use FailureCode as F;
         let (not_found, refused, unavailable, name) = match system {

@@ -95,21 +95,7 @@ fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal
 
 /// A hub call's failure as a step's.
 fn hub_error(e: HubCallError) -> CallError {
-    match e {
-        HubCallError::Refused {
-            code: ErrorCode::InvalidState | ErrorCode::NotFound,
-            message,
-        } => CallError::Permanent(FailureCode::ImpairmentHoldRefused, message),
-        HubCallError::Refused {
-            code: ErrorCode::Unavailable,
-            message,
-        } => CallError::Transient(FailureCode::HubUnavailable, message),
-        HubCallError::Refused { code, message } => CallError::Permanent(
-            FailureCode::ImpairmentHoldRefused,
-            format!("{}: {message}", code.as_str_name()),
-        ),
-        other => CallError::Transient(FailureCode::HubUnavailable, other.to_string()),
-    }
+    CallError::from_hub(e, FailureCode::ImpairmentHoldRefused)
 }
 
 impl Workflow {

@@ -66,6 +66,7 @@ vocab!(
     SlurmNodeNotRegistered => "SLURM_NODE_NOT_REGISTERED",
     SlurmNodeDrainedByOperator => "SLURM_NODE_DRAINED_BY_OPERATOR",
     MtcValidationTimeout => "MTC_VALIDATION_TIMEOUT",
+    ReleaseHandbackRefused => "RELEASE_HANDBACK_REFUSED",
 });
 
 /// One row of the taxonomy.
@@ -344,6 +345,13 @@ impl FailureCode {
                  (maintenance pool, SLURM registered and healthy) within workflow.step_timeout.",
                 O::BareMetal,
                 true,
+            ),
+            F::ReleaseHandbackRefused => (
+                "The hub refused the Metal hand-back (delegate) on its own re-check with the \
+                 device locked: inventory-only, another identity, a custody or impairment \
+                 hold, failed or quarantined; its reason is in the message.",
+                O::Operations,
+                false,
             ),
             F::EnrollmentProofWriteRefused => (
                 "The hub did not record the enrolled proof the run established (it refused \

@@ -28,6 +28,11 @@ pub enum Path {
     /// Fully managed: the maintenance lessee cleared, then the
     /// customer-ready trait added, each after the four checks.
     FullyManagedPool,
+    /// Metal managed: the hub writes `operational_status = delegated`
+    /// after NetBox and both latches ("the Metal hand-back always does");
+    /// no proof ("metal / self-managed returns hand off through their own
+    /// (non-Ironic) paths").
+    MetalPool,
 }
 
 /// The path of a Release with these options; one this build does not run
@@ -39,6 +44,7 @@ pub fn path(release_to_customer_pool: bool, mode: Option<EngagementMode>) -> Res
             "engagement_mode {m} goes with release_to_customer_pool (an internal Release returns to no customer)"
         )),
         (true, Some(EngagementMode::FullyManaged)) => Ok(Path::FullyManagedPool),
+        (true, Some(EngagementMode::Metal)) => Ok(Path::MetalPool),
         (true, None) => Err(
             "release_to_customer_pool needs the engagement_mode (fully_managed, metal or self_managed)".into(),
         ),
@@ -77,44 +83,66 @@ pub struct Handoff<'a> {
 ///   are permissive"; back-end: "A back-end refusal fails with
 ///   RELEASE_BACKEND_VRF_LATCH_REFUSED".
 pub fn handoff_verdict(h: &Handoff<'_>) -> Result<(), (FailureCode, String)> {
-    match h.netbox_status {
-        Some("active") => {}
-        Some(other) => {
-            return Err((
-                FailureCode::ReleaseInventoryNotActive,
-                format!("NetBox now reads the device {other}, not active"),
-            ))
-        }
-        None => {
-            return Err((
-                FailureCode::ReleaseInventoryNotActive,
-                "NetBox no longer has the device".into(),
-            ))
-        }
-    }
+    inventory_verdict(h.netbox_status)?;
     crate::eligibility::proof_verdict(
         h.infrastructure_ref,
         h.enrollment_validated_ref,
         h.resolved_node,
     )?;
+    latch_verdict(h.nvlink_latch, h.backend_latch)
+}
+
+/// The Metal hand-back's checks before the hub's `delegate`: NetBox
+/// `active`, then both latches ("In flight, each hand-back activity
+/// re-reads both latches ... the Metal hand-back always does"); no proof.
+pub fn metal_verdict(
+    netbox_status: Option<&str>,
+    nvlink_latch: Option<ConditionStatus>,
+    backend_latch: Option<ConditionStatus>,
+) -> Result<(), (FailureCode, String)> {
+    inventory_verdict(netbox_status)?;
+    latch_verdict(nvlink_latch, backend_latch)
+}
+
+/// "re-reads NetBox and requires active".
+fn inventory_verdict(netbox_status: Option<&str>) -> Result<(), (FailureCode, String)> {
+    match netbox_status {
+        Some("active") => Ok(()),
+        Some(other) => Err((
+            FailureCode::ReleaseInventoryNotActive,
+            format!("NetBox now reads the device {other}, not active"),
+        )),
+        None => Err((
+            FailureCode::ReleaseInventoryNotActive,
+            "NetBox no longer has the device".into(),
+        )),
+    }
+}
+
+/// NVLink: "True and Unknown refuse the handoff, while False and absence
+/// are permissive"; the back-end latch is read "exactly as" NVLink.
+pub fn latch_verdict(
+    nvlink_latch: Option<ConditionStatus>,
+    backend_latch: Option<ConditionStatus>,
+) -> Result<(), (FailureCode, String)> {
     let refuses = |s: Option<ConditionStatus>| {
         matches!(s, Some(ConditionStatus::True | ConditionStatus::Unknown))
     };
-    if refuses(h.nvlink_latch) {
+    if refuses(nvlink_latch) {
         return Err((
             FailureCode::ReleaseNvlinkLatchRefused,
             format!(
                 "NvLinkGpusInRepairPartition is {}",
-                h.nvlink_latch.map(|s| s.as_str()).unwrap_or("")
+                nvlink_latch.map(|s| s.as_str()).unwrap_or("")
             ),
         ));
     }
-    if refuses(h.backend_latch) {
+    if refuses(backend_latch) {
         return Err((
             FailureCode::ReleaseBackendVrfLatchRefused,
             format!(
                 "BackendPortsInMaintenanceVrf is {}",
-                h.backend_latch.map(|s| s.as_str()).unwrap_or("")
+                backend_latch.map(|s| s.as_str()).unwrap_or("")
             ),
         ));
     }
@@ -238,7 +266,8 @@ mod tests {
             Ok(Path::FullyManagedPool)
         );
         assert!(path(true, None).unwrap_err().contains("engagement_mode"));
-        assert!(path(true, Some(EngagementMode::Metal))
+        assert_eq!(path(true, Some(EngagementMode::Metal)), Ok(Path::MetalPool));
+        assert!(path(true, Some(EngagementMode::SelfManaged))
             .unwrap_err()
             .contains("not run by this build"));
         assert!(path(false, Some(EngagementMode::FullyManaged)).is_err());
@@ -267,6 +296,32 @@ mod tests {
         assert_eq!(
             code(handoff_verdict(&gone)),
             FailureCode::ReleaseInventoryNotActive
+        );
+    }
+
+    /// "metal / self-managed returns hand off through their own (non-Ironic)
+    /// paths" (no proof), yet "writing operational_status=delegated"
+    /// refuses a non-active device, and "the Metal hand-back always" reads
+    /// both latches.
+    #[test]
+    fn the_metal_hand_back_reads_netbox_and_both_latches_not_the_proof() {
+        use ConditionStatus as C;
+        assert!(metal_verdict(Some("active"), None, Some(C::False)).is_ok());
+        assert_eq!(
+            code(metal_verdict(Some("rma"), None, None)),
+            FailureCode::ReleaseInventoryNotActive
+        );
+        assert_eq!(
+            code(metal_verdict(None, None, None)),
+            FailureCode::ReleaseInventoryNotActive
+        );
+        assert_eq!(
+            code(metal_verdict(Some("active"), Some(C::Unknown), None)),
+            FailureCode::ReleaseNvlinkLatchRefused
+        );
+        assert_eq!(
+            code(metal_verdict(Some("active"), Some(C::False), Some(C::True))),
+            FailureCode::ReleaseBackendVrfLatchRefused
         );
     }
 

@@ -40,6 +40,7 @@ pub fn verb(c: &C) -> &'static str {
         C::CreatePool(_) => "create_pool",
         C::UpdatePool(_) => "update_pool",
         C::DeleteInventory(_) => "delete_inventory",
+        C::Delegate(_) => "delegate",
     }
 }
 

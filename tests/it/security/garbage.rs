@@ -37,6 +37,7 @@ const HUB_VERBS: &[&str] = &[
     "create_pool",
     "update_pool",
     "delete_inventory",
+    "delegate",
     "no_such_verb",
 ];
 

@@ -3,6 +3,7 @@
 //! behaviour on every command and observation, and restarts of its peers.
 
 mod behaviour;
+mod delegate;
 mod e2e;
 mod holds;
 mod restart;

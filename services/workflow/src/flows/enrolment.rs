@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use fleet_domain::enrolment::{enrol_next, EnrolNext, EnrolNode, Pinned, Settings};
 use fleet_domain::failure::FailureCode;
 use fleet_hub_client::HubCallError;
-use fleet_proto::{v1, ErrorCode};
+use fleet_proto::v1;
 use serde_json::{json, Value};
 
 use super::{Carried, Run, Taken};
@@ -39,19 +39,8 @@ pub(crate) fn pinned_identity(pinned: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A hub command's failure as a step's.
 fn hub_error(e: HubCallError) -> CallError {
-    match e {
-        HubCallError::Refused {
-            code: ErrorCode::Unavailable,
-            message,
-        } => CallError::Transient(FailureCode::HubUnavailable, message),
-        HubCallError::Refused { code, message } => CallError::Permanent(
-            FailureCode::EnrollmentProofWriteRefused,
-            format!("{}: {message}", code.as_str_name()),
-        ),
-        other => CallError::Transient(FailureCode::HubUnavailable, other.to_string()),
-    }
+    CallError::from_hub(e, FailureCode::EnrollmentProofWriteRefused)
 }
 
 impl Workflow {

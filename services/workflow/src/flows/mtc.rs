@@ -109,24 +109,7 @@ impl Workflow {
     /// "re-checks inside adopt_host_activity, just before the SLURM
     /// adoption": the proof, bound to the node, immediately before a write.
     async fn proof(&self, r: &Run<'_>, resolved: &str) -> Result<(), CallError> {
-        let p = match crate::store::preflight(&self.pool, &r.device.id).await {
-            Ok(Some(p)) => p,
-            Ok(None) => {
-                return Err(CallError::Permanent(
-                    FailureCode::EnrollmentProofMissing,
-                    format!("device {} no longer exists", r.device.id),
-                ))
-            }
-            // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead
-            // — retryable ... so an API outage never reads as an identity
-            // verdict".
-            Err(e) => {
-                return Err(CallError::Transient(
-                    FailureCode::EnrollmentProofUnavailable,
-                    format!("the enrollment proof could not be read: {e}"),
-                ))
-            }
-        };
+        let p = self.preflight(&r.device.id).await?;
         proof_verdict(
             p.infrastructure_ref.as_deref(),
             p.enrollment_validated_ref.as_deref(),

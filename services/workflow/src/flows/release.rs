@@ -9,6 +9,7 @@
 use fleet_domain::failure::FailureCode;
 use fleet_domain::release::{self, handoff_verdict, r1_next, Handoff, Path, R1Next, R1Read};
 use fleet_domain::{ConditionStatus, OperationalStatus};
+use fleet_proto::v1;
 use serde_json::json;
 
 use super::{Run, Taken};
@@ -43,10 +44,65 @@ impl Workflow {
                 )
             }
             Path::FullyManagedPool => self.hand_back(r).await,
+            Path::MetalPool => self.metal_hand_back(r).await,
         }
     }
 
-    async fn preflight(&self, device: &str) -> Result<store::Preflight, CallError> {
+    /// The Metal hand-back: NetBox re-read, both latches re-read, then the
+    /// hub's `delegate`, which re-checks them with the device locked. A
+    /// hub refusal is explained by a fresh latch read when a latch turned,
+    /// else `RELEASE_HANDBACK_REFUSED` with the hub's reason.
+    async fn metal_hand_back(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+        let p = self.preflight(&r.device.id).await?;
+        if p.operational_status == OperationalStatus::Delegated.as_str() {
+            return Ok(Taken::Done);
+        }
+        let netbox_status = self.netbox_status(r).await?;
+        let latches = |p: &store::Preflight| {
+            (
+                status(p.nvlink_latch.as_deref()),
+                status(p.backend_latch.as_deref()),
+            )
+        };
+        let (nvlink, backend) = latches(&p);
+        release::metal_verdict(netbox_status.as_deref(), nvlink, backend)
+            .map_err(|(code, message)| CallError::Permanent(code, message))?;
+        let actor = format!("workflow:release:{}", r.job.id);
+        let c = v1::hub_command::Command::Delegate(v1::Delegate {
+            device_id: r.device.id.clone(),
+            pinned_infrastructure_ref: p.infrastructure_ref.clone().unwrap_or_default(),
+            netbox_status: netbox_status.unwrap_or_default(),
+            job_id: r.job.id.clone(),
+        });
+        let refused = match self.hub.call(&actor, 0, c).await {
+            Ok(applied) => {
+                let d = applied
+                    .device()
+                    .map_err(|e| CallError::from_hub(e, FailureCode::ReleaseHandbackRefused))?;
+                if d.operational_status != OperationalStatus::Delegated.as_str() {
+                    return Err(CallError::Permanent(
+                        FailureCode::ReleaseHandbackRefused,
+                        format!(
+                            "the hub answered the hand-back with operational_status {:?}, not delegated",
+                            d.operational_status
+                        ),
+                    ));
+                }
+                self.metrics.wrote("hub", "delegate");
+                return Ok(Taken::Done);
+            }
+            Err(e) => CallError::from_hub(e, FailureCode::ReleaseHandbackRefused),
+        };
+        if let CallError::Permanent(..) = refused {
+            let (nvlink, backend) = latches(&self.preflight(&r.device.id).await?);
+            release::latch_verdict(nvlink, backend)
+                .map_err(|(code, message)| CallError::Permanent(code, message))?;
+        }
+        Err(refused)
+    }
+
+    /// The device's proof, latches and status as the hub last wrote them.
+    pub(super) async fn preflight(&self, device: &str) -> Result<store::Preflight, CallError> {
         // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead ...
         // so an API outage never reads as an identity verdict".
         match store::preflight(&self.pool, device).await {

@@ -101,17 +101,23 @@ impl Release {
         devices: &[String],
         to_pool: bool,
     ) -> Result<v1::Job, fleet_workflow_client::WorkflowError> {
+        self.release_as(devices, if to_pool { "fully_managed" } else { "" })
+            .await
+    }
+
+    /// A Release to the customer pool for `mode` (empty: internal).
+    async fn release_as(
+        &self,
+        devices: &[String],
+        mode: &str,
+    ) -> Result<v1::Job, fleet_workflow_client::WorkflowError> {
         workflow_client(&self.env)
             .create_job(&v1::CreateJobRequest {
                 workflow: "release".into(),
                 device_ids: devices.to_vec(),
                 created_by: "test".into(),
-                release_to_customer_pool: to_pool,
-                engagement_mode: if to_pool {
-                    "fully_managed".into()
-                } else {
-                    String::new()
-                },
+                release_to_customer_pool: !mode.is_empty(),
+                engagement_mode: mode.into(),
                 ..Default::default()
             })
             .await
@@ -267,5 +273,73 @@ async fn the_back_end_latch_refuses_a_customer_release_at_admission_not_an_inter
         .lessee_and_traits(&r.env.device_field(&device, "infrastructure_ref").await)
         .await;
     assert_eq!(lessee, MAINT, "an internal Release writes nothing");
+    r.stop().await;
+}
+
+/// The Metal hand-back: "writing operational_status=delegated" through the
+/// hub after NetBox reads `active` and both latches are clear; nothing
+/// written to Ironic; the front-end latch Unknown (no verified flip on
+/// record). A device NetBox moved to `rma` is refused and stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metal_release_delegates_through_the_hub_and_refuses_rma() {
+    let r = Release::start().await;
+    let (device, uuid) = r.leased_device("metal", 505).await;
+    let (rma, _) = r.leased_device("metal-rma", 506).await;
+    r.netbox_says(505, "active", Duration::ZERO).await;
+    r.netbox_says(506, "rma", Duration::ZERO).await;
+    // Validated in the maintenance pool: SLURM registered and healthy (a
+    // quarantined device is refused by the hub, as the hand-back's own
+    // re-check).
+    let name = r.env.device_field(&device, "name").await;
+    r.env
+        .publish_snapshot(&snapshot(
+            "slurm",
+            "s1",
+            "name",
+            &name,
+            Utc::now(),
+            vec![
+                cond("SlurmRegistered", "True", "Registered"),
+                cond("SlurmNodeHealthy", "True", "Healthy"),
+            ],
+        ))
+        .await;
+    eventually("validation", || async {
+        (r.env.device_field(&device, "operational_status").await == "validation").then_some(())
+    })
+    .await;
+    let job = r
+        .release_as(&[device.clone(), rma.clone()], "metal")
+        .await
+        .unwrap();
+    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    let by_id = |id: &str| job.devices.iter().find(|d| d.device_id == id).unwrap();
+    assert_eq!(by_id(&device).status, "succeeded", "{:?}", job.devices);
+    assert_eq!(by_id(&rma).failure_code, "RELEASE_INVENTORY_NOT_ACTIVE");
+    assert_eq!(
+        r.env.device_field(&device, "operational_status").await,
+        "delegated"
+    );
+    assert_ne!(
+        r.env.device_field(&rma, "operational_status").await,
+        "delegated"
+    );
+    let latch: (String, String) = sqlx::query_as(
+        "SELECT status, reason FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+    )
+    .bind(&device)
+    .fetch_one(&r.env.pool)
+    .await
+    .unwrap();
+    assert_eq!(latch, ("Unknown".into(), "HandoverBreach".into()));
+    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
+    assert_eq!(lessee, MAINT, "a Metal hand-back writes nothing to Ironic");
+    assert!(!traits.iter().any(|t| t == READY), "{traits:?}");
+    // "self_managed" is refused by name at creation.
+    let e = r
+        .release_as(&[device.clone()], "self_managed")
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("not run by this build"), "{e}");
     r.stop().await;
 }

@@ -15,12 +15,14 @@ use crate::predicates::{self, SchedulingFacts};
 use crate::vocab::*;
 
 mod connectivity;
+mod delegate;
 mod freshness;
 mod reconcile;
 mod record;
 mod snapshot;
 mod writes;
 
+pub use delegate::*;
 pub use freshness::*;
 pub use record::*;
 pub use snapshot::*;

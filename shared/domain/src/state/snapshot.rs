@@ -364,29 +364,7 @@ impl DeviceState {
         self.record.custody = Some(state.to_string());
         match CustodyState::parse(state) {
             Ok(CustodyState::GoogleOwned) => {
-                let latch = self
-                    .conditions
-                    .get(&ConditionType::FrontendPortsInCustomerVrf)
-                    .map(|r| r.status);
-                // On the transition: write unless verified True. Already
-                // delegated: only a missing row is backfilled.
-                let write = match latch {
-                    None => true,
-                    Some(status) => entering && status != ConditionStatus::True,
-                };
-                if write {
-                    let changed = self.put_condition(
-                        ConditionType::FrontendPortsInCustomerVrf,
-                        ConditionStatus::Unknown,
-                        reasons::HANDOVER_BREACH,
-                        "custody entry with no verified front-end flip on record",
-                        Source::Borneo,
-                        now,
-                        now,
-                        true,
-                    );
-                    notes.handover_breach = changed || latch.is_none();
-                }
+                notes.handover_breach = self.custody_entry_latch(entering, now);
                 self.record.operational_status = OperationalStatus::Delegated;
             }
             Ok(CustodyState::Drained) => {

@@ -1,0 +1,161 @@
+//! Release's Metal hand-back through the hub's `delegate` command: the
+//! re-check with the device locked (a typed refusal changes nothing), the
+//! front-end latch's custody-entry rule, the retried no-op, and Borneo's
+//! later custody entry not writing the latch twice.
+
+use chrono::Utc;
+use fleet_proto::v1;
+use v1::hub_command::Command as C;
+
+use crate::support::*;
+
+fn delegate(id: &str, pinned: &str, netbox: &str) -> C {
+    C::Delegate(v1::Delegate {
+        device_id: id.into(),
+        pinned_infrastructure_ref: pinned.into(),
+        netbox_status: netbox.into(),
+        job_id: "job_test".into(),
+    })
+}
+
+async fn latch(env: &TestEnv, id: &str) -> Option<(String, String)> {
+    sqlx::query_as(
+        "SELECT status, reason FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+    )
+    .bind(id)
+    .fetch_optional(&env.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delegate_refuses_typed_then_enters_delegated_once() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            C::CreateDevice(v1::CreateDevice {
+                site: "s1".into(),
+                name: "gpu-metal-01".into(),
+                infrastructure_ref: "uuid-metal-1".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    let id = device_of(&reply).id;
+    let version = env.device_field(&id, "version").await;
+
+    // Refusals: typed INVALID_STATE, nothing written.
+    for (pinned, netbox, why) in [
+        ("uuid-metal-1", "rma", "NetBox"),
+        ("uuid-other", "active", "infrastructure_ref"),
+        ("", "active", "infrastructure_ref"),
+    ] {
+        let r = env
+            .command("delegate", 0, delegate(&id, pinned, netbox))
+            .await;
+        let e = r.error.expect("refused");
+        assert_eq!(
+            fleet_proto::error_code_of(e.code),
+            fleet_proto::ErrorCode::InvalidState,
+            "{e:?}"
+        );
+        assert!(e.message.contains(why), "{}", e.message);
+    }
+    // The back-end latch True (an isolate verified) refuses too.
+    let w = env
+        .command(
+            "write_condition",
+            0,
+            C::WriteCondition(v1::ConditionWrite {
+                device: Some(v1::DeviceKey {
+                    site: String::new(),
+                    kind: "device_id".into(),
+                    key: id.clone(),
+                }),
+                source: "backend-fabric".into(),
+                condition: Some(cond(
+                    "BackendPortsInMaintenanceVrf",
+                    "True",
+                    "IsolateVerified",
+                )),
+                observed_at: Some(fleet_proto::timestamp(micros(Utc::now()))),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(w.error.is_none(), "{:?}", w.error);
+    let version = env.device_field(&id, "version").await;
+    let r = env
+        .command("delegate", 0, delegate(&id, "uuid-metal-1", "active"))
+        .await;
+    assert!(
+        r.error
+            .as_ref()
+            .is_some_and(|e| e.message.contains("BackendPortsInMaintenanceVrf")),
+        "{:?}",
+        r.error
+    );
+    assert_eq!(
+        env.device_field(&id, "version").await,
+        version,
+        "nothing written"
+    );
+    assert_eq!(latch(&env, &id).await, None);
+
+    // The back-end return clears it; the hand-back enters delegated and
+    // writes the front-end latch Unknown (no verified flip on record).
+    let w = env
+        .command(
+            "write_condition",
+            0,
+            C::WriteCondition(v1::ConditionWrite {
+                device: Some(v1::DeviceKey {
+                    site: String::new(),
+                    kind: "device_id".into(),
+                    key: id.clone(),
+                }),
+                source: "backend-fabric".into(),
+                condition: Some(cond(
+                    "BackendPortsInMaintenanceVrf",
+                    "False",
+                    "ReturnVerified",
+                )),
+                observed_at: Some(fleet_proto::timestamp(micros(Utc::now()))),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(w.error.is_none(), "{:?}", w.error);
+    let r = env
+        .command("delegate", 0, delegate(&id, "uuid-metal-1", "active"))
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(device_of(&r).operational_status, "delegated");
+    assert_eq!(
+        latch(&env, &id).await,
+        Some(("Unknown".into(), "HandoverBreach".into()))
+    );
+    let lifecycle: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' AND value = 'delegated'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(lifecycle, 1);
+
+    // A retried hand-back is a no-op.
+    let version = env.device_field(&id, "version").await;
+    let r = env
+        .command("delegate", 0, delegate(&id, "uuid-metal-1", "active"))
+        .await;
+    assert!(r.error.is_none(), "{:?}", r.error);
+    assert_eq!(env.device_field(&id, "version").await, version);
+
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
