@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::dev::agent_sim::{SimAgent, SimSpec};
+use fleet_agent_sim::{SimAgent, SimSpec};
 use fleet_domain::Trust;
 use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};

@@ -2,8 +2,8 @@
 //! NATS, with no hardware behind it. It joins with a join token and
 //! generated hardware identifiers, opens sessions, heartbeats, closes (or
 //! goes silent), and answers relayed commands from a fake inventory.
-//! `fleet sim agents --count N` runs a fleet of them; tests and a dev mesh
-//! drive single agents.
+//! `fleet sim agents --count N` runs a fleet of them ([`run_agents`]);
+//! `fleet dev` and the gateway's tests drive single agents.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -406,7 +406,7 @@ pub async fn run_agents(
     subjects: Subjects,
     opts: SimOptions,
     shutdown: Shutdown,
-) -> anyhow::Result<()> {
+) {
     let started = std::time::Instant::now();
     let agents: Vec<Result<SimAgent, (usize, SimError)>> = futures::stream::iter(0..opts.count)
         .map(|i| {
@@ -451,5 +451,4 @@ pub async fn run_agents(
         "simulated agents running"
     );
     while tasks.join_next().await.is_some() {}
-    Ok(())
 }
