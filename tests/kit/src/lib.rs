@@ -238,19 +238,55 @@ impl TestEnv {
 
     /// Creates a device through the hub; returns its id.
     pub async fn create_device(&self, site: &str, name: &str) -> String {
+        self.create_device_with(v1::CreateDevice {
+            site: site.into(),
+            name: name.into(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Creates a device with these fields (a serial, an infrastructure
+    /// reference, a pool) through the hub; returns its id.
+    pub async fn create_device_with(&self, device: v1::CreateDevice) -> String {
         let reply = self
             .command(
                 "create_device",
                 0,
-                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
-                    site: site.into(),
-                    name: name.into(),
-                    ..Default::default()
-                }),
+                v1::hub_command::Command::CreateDevice(device),
             )
             .await;
         assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
         device_of(&reply).id
+    }
+
+    /// Writes a `device_conditions` row directly (no hub): reason `R`, its
+    /// times all `at`, for tests of the queries that read them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_condition(
+        &self,
+        device: &str,
+        t: &str,
+        status: &str,
+        message: &str,
+        source: &str,
+        durable: bool,
+        at: DateTime<Utc>,
+    ) {
+        sqlx::query(
+            "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, observed_at, received_at, last_transition_at) \
+             VALUES ($1, $2, $3, 'R', $4, $5, 'none', $6, $7, $7, $7)",
+        )
+        .bind(device)
+        .bind(t)
+        .bind(status)
+        .bind(message)
+        .bind(source)
+        .bind(durable)
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .unwrap();
     }
 
     pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
@@ -343,13 +379,34 @@ impl ConnectAdmin for sqlx::postgres::PgConnection {
     }
 }
 
-/// Polls `check` until it returns `Some` or the time runs out.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+/// Polls `check` every 50 ms until it returns `Some` or 20 s have passed.
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    eventually_within(
+        what,
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        check,
+    )
+    .await
+}
+
+/// Polls `check` every `every` until it returns `Some` or `within` has
+/// passed (a thousand agents on 2 cores want longer than `eventually`).
+pub async fn eventually_within<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         if let Some(v) = check().await {
             return v;
@@ -357,7 +414,7 @@ where
         if tokio::time::Instant::now() > deadline {
             panic!("timed out waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -640,6 +697,8 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
     .unwrap();
 }
 
+pub mod api;
+pub mod gateway;
 pub mod ironic;
 pub mod placement;
 

@@ -2,21 +2,18 @@
 //! against the real placer, hub, NATS and PostgreSQL: booking moves GPUs
 //! between capacity buckets and the API's numbers are the placer's;
 //! refusals come back typed; a placer that does not answer is 503
-//! `UNAVAILABLE`; the `fleet allocations` and `fleet pools` commands.
+//! `UNAVAILABLE`; latch drift listed.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use fleet_api::Scope;
 use fleet_domain::drift::PAIRS;
 use serde_json::{json, Value};
 
-use crate::api::{api_config, get, http_raw, send, start_api, token};
-use crate::support::start_hub;
 use crate::support::*;
-use crate::support::{client, seed_pool, start_placer};
 
 async fn capacity(addr: SocketAddr, t: &str, pool: &str) -> Value {
     let r = get(addr, &format!("/api/v1/pools/{pool}/capacity"), t).await;
@@ -40,7 +37,7 @@ fn buckets(c: &Value) -> [i64; 9] {
 }
 
 /// The placer's own answer, field by field.
-fn placer_buckets(c: &fleet_placer::Capacity) -> [i64; 9] {
+fn placer_buckets(c: &fleet_placer_client::model::Capacity) -> [i64; 9] {
     [
         c.total,
         c.schedulable_available,
@@ -54,7 +51,7 @@ fn placer_buckets(c: &fleet_placer::Capacity) -> [i64; 9] {
     ]
 }
 
-async fn allocate(addr: SocketAddr, t: &str, body: Value) -> crate::api::Resp {
+async fn allocate(addr: SocketAddr, t: &str, body: Value) -> Resp {
     send(addr, "POST", "/api/v1/allocations/", t, body).await
 }
 
@@ -442,165 +439,6 @@ async fn allocations_unavailable_when_the_placer_is_down() {
     env.cleanup().await;
 }
 
-fn fleet_cli(addr: SocketAddr, t: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .args(args)
-        .env("FLEET_API_URL", format!("http://{addr}"))
-        .env("FLEET_TOKEN", t)
-        .env("FLEET__LOG__FILTER", "warn")
-        .output()
-        .expect("fleet runs")
-}
-
-pub async fn cli(addr: SocketAddr, t: &str, args: &[&str]) -> (bool, String, String) {
-    let (t, args): (String, Vec<String>) =
-        (t.to_string(), args.iter().map(|a| a.to_string()).collect());
-    let out = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        fleet_cli(addr, &t, &args)
-    })
-    .await
-    .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-/// `fleet allocations create|show|list|release` and `fleet pools
-/// capacity` against the API, table and JSON, and their errors.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allocations_cli_commands() {
-    let env = TestEnv::new().await;
-    seed_pool(&env, "p1", 2, 8).await;
-    let (_placer, placer_trigger, placer_task) = start_placer(&env).await;
-    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
-    let t = token(&env, &[Scope::DeviceRead, Scope::OperationsWrite]).await;
-    let read = token(&env, &[Scope::DeviceRead]).await;
-
-    let (ok, out, err) = cli(
-        addr,
-        &t,
-        &[
-            "allocations",
-            "create",
-            "--pool",
-            "p1",
-            "--tenant",
-            "t1",
-            "--gpus",
-            "3",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    assert!(ok, "{err}");
-    let a: Value = serde_json::from_str(&out).unwrap();
-    let id = a["id"].as_str().unwrap().to_string();
-    assert_eq!(a["atoms"].as_array().unwrap().len(), 3);
-
-    let (ok, out, err) = cli(addr, &t, &["pools", "capacity", "p1"]).await;
-    assert!(ok, "{err}");
-    assert!(out.starts_with("pool p1 (2 devices)\n"), "{out}");
-    assert!(out.contains("schedulable_available  13\n"), "{out}");
-    assert!(out.contains("schedulable_allocated  3\n"), "{out}");
-    assert!(out.contains("total                  16\n"), "{out}");
-    let (ok, out, _) = cli(addr, &t, &["pools", "capacity", "p1", "-o", "json"]).await;
-    assert!(ok);
-    let c: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        (c["schedulable_allocated"].as_i64(), c["total"].as_i64()),
-        (Some(3), Some(16))
-    );
-
-    let (ok, out, err) = cli(addr, &t, &["allocations", "show", &id]).await;
-    assert!(ok, "{err}");
-    assert!(out.contains(&format!("id               {id}\n")), "{out}");
-    assert!(out.contains("status           active\n"), "{out}");
-    assert!(out.contains("DEVICE"), "{out}");
-
-    let (ok, out, err) = cli(addr, &t, &["allocations", "list", "--tenant", "t1"]).await;
-    assert!(ok, "{err}");
-    let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("ID"), "{out}");
-    assert_eq!(lines.len(), 2, "{out}");
-    assert!(
-        lines[1].starts_with(&id) && lines[1].contains("active"),
-        "{out}"
-    );
-    assert!(err.contains("1 allocations"), "{err}");
-
-    // Errors name the code, the HTTP status and what to do.
-    let (ok, _, err) = cli(
-        addr,
-        &t,
-        &[
-            "allocations",
-            "create",
-            "--pool",
-            "p1",
-            "--tenant",
-            "t1",
-            "--gpus",
-            "14",
-        ],
-    )
-    .await;
-    assert!(!ok);
-    assert!(err.contains("INSUFFICIENT_CAPACITY (HTTP 409)"), "{err}");
-    assert!(err.contains("fleet pools capacity"), "{err}");
-    let (ok, _, err) = cli(addr, &t, &["pools", "capacity", "nope"]).await;
-    assert!(!ok);
-    assert!(err.contains("NOT_FOUND (HTTP 404)"), "{err}");
-    let (ok, _, err) = cli(addr, &read, &["allocations", "release", &id]).await;
-    assert!(!ok);
-    assert!(err.contains("FORBIDDEN (HTTP 403)"), "{err}");
-    let (ok, _, err) = cli(addr, &t, &["allocations", "list", "--status", "gone"]).await;
-    assert!(!ok);
-    assert!(err.contains("INVALID_ARGUMENT (HTTP 400)"), "{err}");
-
-    let (ok, out, err) = cli(
-        addr,
-        &t,
-        &[
-            "allocations",
-            "release",
-            &id,
-            "--tenant",
-            "t1",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
-    assert!(ok, "{err}");
-    let r: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(r["status"], "released");
-    let (ok, out, _) = cli(
-        addr,
-        &t,
-        &["allocations", "list", "--status", "active", "-o", "json"],
-    )
-    .await;
-    assert!(ok);
-    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!([]));
-
-    // The placer gone: UNAVAILABLE with the hint.
-    placer_trigger.trigger();
-    placer_task.await.unwrap();
-    let (ok, _, err) = cli(addr, &t, &["pools", "capacity", "p1"]).await;
-    assert!(!ok);
-    assert!(
-        err.contains("UNAVAILABLE (HTTP 503)") && err.contains("placer"),
-        "{err}"
-    );
-
-    api_trigger.trigger();
-    env.cleanup().await;
-}
-
 /// `GET /api/v1/latch-drift/`: the drifting (device, latch) pairs the
 /// domain's rule names, filtered and keyset-paged, with the hub's per-source
 /// TTLs deciding freshness.
@@ -609,29 +447,6 @@ async fn latch_drift_list_through_the_api() {
     let env = TestEnv::new().await;
     let now = micros(Utc::now());
     let old = now - chrono::Duration::minutes(30);
-    let insert = |device: String,
-                  t: &'static str,
-                  status: &'static str,
-                  source: String,
-                  durable: bool,
-                  at: DateTime<Utc>| {
-        let pool = env.pool.clone();
-        async move {
-            sqlx::query(
-                "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, observed_at, received_at, last_transition_at) \
-                 VALUES ($1, $2, $3, 'R', 'm', $4, 'none', $5, $6, $6, $6)",
-            )
-            .bind(device)
-            .bind(t)
-            .bind(status)
-            .bind(source)
-            .bind(durable)
-            .bind(at)
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-    };
     // Per pair: unguarded (no latch, observed True), stale_guard (latch
     // True, observed False), agreeing (latch False, observed False), no
     // verdict (observed True but 30 min old), and one unguarded in s2.
@@ -657,17 +472,11 @@ async fn latch_drift_list_through_the_api() {
                 .await
                 .unwrap();
             if let Some(l) = latch {
-                insert(id.clone(), p.latch.as_str(), l, source.clone(), true, old).await;
+                env.insert_condition(&id, p.latch.as_str(), l, "m", &source, true, old)
+                    .await;
             }
-            insert(
-                id.clone(),
-                p.observed.as_str(),
-                observed,
-                source.clone(),
-                false,
-                at,
-            )
-            .await;
+            env.insert_condition(&id, p.observed.as_str(), observed, "m", &source, false, at)
+                .await;
             if let Some(d) = drift {
                 want.insert((id, p.latch.as_str().to_string(), d.to_string()));
             }

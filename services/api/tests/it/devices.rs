@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fleet_api::routes::{table, OPEN_PATHS};
@@ -15,136 +14,10 @@ use fleet_api::Scope;
 use fleet_domain::predicates::{self, SchedulingFacts};
 use fleet_domain::*;
 
-use fleet_runtime::shutdown::ShutdownTrigger;
-use fleet_runtime::{Common, Shutdown};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::start_hub;
 use crate::support::*;
-
-// ------------------------------------------------------------- harness
-
-pub struct Resp {
-    pub status: u16,
-    pub body: String,
-}
-
-impl Resp {
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
-    }
-    /// The error code of an error response.
-    pub fn code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not an error body: {}", self.body))
-            .to_string()
-    }
-}
-
-/// A minimal HTTP/1.1 client (one request per connection).
-pub async fn http_raw(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    content_type: Option<&str>,
-    body: &[u8],
-) -> Resp {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    if let Some(ct) = content_type {
-        head.push_str(&format!("Content-Type: {ct}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-        .await
-        .expect("response in time")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Resp { status, body }
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
-}
-
-pub async fn get(addr: SocketAddr, path: &str, token: &str) -> Resp {
-    http_raw(addr, "GET", path, Some(token), None, b"").await
-}
-
-pub async fn send(addr: SocketAddr, method: &str, path: &str, token: &str, body: Value) -> Resp {
-    http_raw(
-        addr,
-        method,
-        path,
-        Some(token),
-        Some("application/json"),
-        body.to_string().as_bytes(),
-    )
-    .await
-}
-
-pub async fn start_api(
-    common: &Common,
-    config: &fleet_api::Config,
-) -> (SocketAddr, ShutdownTrigger) {
-    let app = fleet_api::App::connect(common, config)
-        .await
-        .expect("api connects");
-    let (trigger, shutdown) = Shutdown::new();
-    let addr = fleet_api::serve(app, "127.0.0.1:0", shutdown)
-        .await
-        .expect("api binds");
-    (addr, trigger)
-}
-
-pub async fn token(env: &TestEnv, scopes: &[Scope]) -> String {
-    fleet_api::create_token(&env.pool, scopes, "test")
-        .await
-        .unwrap()
-        .1
-}
-
-/// Quick to answer 503 when the hub or PostgreSQL is away.
-pub fn api_config() -> fleet_api::Config {
-    fleet_api::Config {
-        hub_timeout: Duration::from_secs(2),
-        db_timeout: Duration::from_secs(1),
-        ..Default::default()
-    }
-}
 
 /// Ids and timestamps replaced so snapshots are stable.
 fn redact(v: &mut Value) {
@@ -325,7 +198,7 @@ async fn api_every_route_needs_its_scope() {
 }
 
 /// `docs/openapi.json` is the document the code generates. Regenerate it
-/// with `UPDATE_OPENAPI=1 cargo test --test it api_openapi`.
+/// with `UPDATE_OPENAPI=1 cargo test -p fleet-api --test it api_openapi`.
 #[test]
 fn api_openapi_document_is_committed_and_current() {
     let path = repo("docs/openapi.json");
@@ -336,7 +209,7 @@ fn api_openapi_document_is_committed_and_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "docs/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test --test it api_openapi"
+        "docs/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test -p fleet-api --test it api_openapi"
     );
 }
 
@@ -640,193 +513,101 @@ async fn api_devices_conditions_and_errors() {
     );
 
     // The error codes, each in the one shape.
-    let cases: Vec<(Resp, u16, &str)> = vec![
+    let cordon = format!("/api/v1/devices/{a}/cordon");
+    let writer = token(&env, &[Scope::DeviceWrite]).await;
+    let mut cases: Vec<(Resp, u16, &str)> = vec![(stale, 409, "CONFLICT")];
+    for (path, status, code) in [
         (
-            get(addr, "/api/v1/devices/?operational_status=bogus", &all).await,
+            "/api/v1/devices/?operational_status=bogus",
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        ("/api/v1/devices/?limit=0", 400, "INVALID_ARGUMENT"),
+        ("/api/v1/devices/?cursor=zz", 400, "INVALID_ARGUMENT"),
+        ("/api/v1/devices/?nope=1", 400, "INVALID_ARGUMENT"),
+        ("/api/v1/devices/?in_triage=maybe", 400, "INVALID_ARGUMENT"),
+        ("/api/v1/devices/?site=a%00b", 400, "INVALID_ARGUMENT"),
+        ("/api/v1/devices/dev_missing/", 404, "NOT_FOUND"),
+        ("/api/v1/sites/nope/summary", 404, "NOT_FOUND"),
+        ("/api/v1/nothing-here", 404, "NOT_FOUND"),
+    ] {
+        cases.push((get(addr, path, &all).await, status, code));
+    }
+    // (token, content type, body): not JSON, no body at all.
+    for (t, content_type, body, status, code) in [
+        (
+            Some(all.as_str()),
+            Some("application/json"),
+            &b"{not json"[..],
+            400,
+            "INVALID_ARGUMENT",
+        ),
+        (Some(all.as_str()), None, b"", 400, "INVALID_ARGUMENT"),
+    ] {
+        let r = http_raw(addr, "POST", &cordon, t, content_type, body).await;
+        cases.push((r, status, code));
+    }
+    cases.push((
+        http_raw(addr, "GET", "/api/v1/devices/", None, None, b"").await,
+        401,
+        "UNAUTHENTICATED",
+    ));
+    cases.push((
+        get(addr, "/api/v1/devices/", &writer).await,
+        403,
+        "FORBIDDEN",
+    ));
+    let future = (Utc::now() + chrono::Duration::minutes(10)).to_rfc3339();
+    for (path, body, status, code) in [
+        (
+            cordon.as_str(),
+            json!({"reason": "x"}),
             400,
             "INVALID_ARGUMENT",
         ),
         (
-            get(addr, "/api/v1/devices/?limit=0", &all).await,
+            cordon.as_str(),
+            json!({"version": 0, "reason": "x"}),
             400,
             "INVALID_ARGUMENT",
         ),
         (
-            get(addr, "/api/v1/devices/?cursor=zz", &all).await,
+            cordon.as_str(),
+            json!({"version": 1, "reason": "nul\u{0}inside"}),
             400,
             "INVALID_ARGUMENT",
         ),
         (
-            get(addr, "/api/v1/devices/?nope=1", &all).await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            get(addr, "/api/v1/devices/?in_triage=maybe", &all).await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            http_raw(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/cordon"),
-                Some(&all),
-                Some("application/json"),
-                b"{not json",
-            )
-            .await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            http_raw(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/cordon"),
-                Some(&all),
-                None,
-                b"",
-            )
-            .await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            send(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/cordon"),
-                &all,
-                json!({"reason": "x"}),
-            )
-            .await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            send(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/cordon"),
-                &all,
-                json!({"version": 0, "reason": "x"}),
-            )
-            .await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            get(addr, "/api/v1/devices/?site=a%00b", &all).await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            send(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/cordon"),
-                &all,
-                json!({"version": 1, "reason": "nul\u{0}inside"}),
-            )
-            .await,
-            400,
-            "INVALID_ARGUMENT",
-        ),
-        (
-            http_raw(addr, "GET", "/api/v1/devices/", None, None, b"").await,
-            401,
-            "UNAUTHENTICATED",
-        ),
-        (
-            get(
-                addr,
-                "/api/v1/devices/",
-                &token(&env, &[Scope::DeviceWrite]).await,
-            )
-            .await,
-            403,
-            "FORBIDDEN",
-        ),
-        (
-            get(addr, "/api/v1/devices/dev_missing/", &all).await,
+            "/api/v1/devices/dev_missing/cordon",
+            json!({"version": 1, "reason": "x"}),
             404,
             "NOT_FOUND",
         ),
         (
-            send(
-                addr,
-                "POST",
-                "/api/v1/devices/dev_missing/cordon",
-                &all,
-                json!({"version": 1, "reason": "x"}),
-            )
-            .await,
-            404,
-            "NOT_FOUND",
-        ),
-        (
-            get(addr, "/api/v1/sites/nope/summary", &all).await,
-            404,
-            "NOT_FOUND",
-        ),
-        (
-            get(addr, "/api/v1/nothing-here", &all).await,
-            404,
-            "NOT_FOUND",
-        ),
-        (stale, 409, "CONFLICT"),
-        (
-            send(
-                addr,
-                "POST",
-                "/api/v1/device-conditions/apply/",
-                &all,
-                json!({
-            "source": "openstack", "device_id": a,
-            "observed_at": (Utc::now() + chrono::Duration::minutes(10)).to_rfc3339(),
-            "conditions": []}),
-            )
-            .await,
+            "/api/v1/device-conditions/apply/",
+            json!({"source": "openstack", "device_id": a, "observed_at": future, "conditions": []}),
             400,
             "FUTURE_OBSERVATION",
         ),
         (
-            send(
-                addr,
-                "POST",
-                "/api/v1/device-conditions/",
-                &all,
-                json!({
-            "source": "slurm", "device_id": a, "observed_at": now_rfc3339(),
-            "condition": {"type": "IronicMaintenance", "status": "True"}}),
-            )
-            .await,
+            "/api/v1/device-conditions/",
+            json!({"source": "slurm", "device_id": a, "observed_at": now_rfc3339(),
+                   "condition": {"type": "IronicMaintenance", "status": "True"}}),
             403,
             "FORBIDDEN_SOURCE",
         ),
         (
-            send(
-                addr,
-                "POST",
-                "/api/v1/device-conditions/",
-                &all,
-                json!({
-            "source": "openstack", "device_id": a, "observed_at": now_rfc3339(),
-            "condition": {"type": "NoSuchType", "status": "True"}}),
-            )
-            .await,
+            "/api/v1/device-conditions/",
+            json!({"source": "openstack", "device_id": a, "observed_at": now_rfc3339(),
+                   "condition": {"type": "NoSuchType", "status": "True"}}),
             400,
             "INVALID_ARGUMENT",
         ),
-    ];
+    ] {
+        cases.push((send(addr, "POST", path, &all, body).await, status, code));
+    }
     for (r, status, code) in cases {
-        assert_eq!(
-            (r.status, r.code()),
-            (status, code.to_string()),
-            "{}",
-            r.body
-        );
+        r.assert_error(status, code, "the error answer");
         let e = r.json();
         assert!(e["error"]["message"].is_string() && e["error"]["details"].is_object());
         if code == "FUTURE_OBSERVATION" {
@@ -1182,8 +963,16 @@ async fn api_impairment_event_cordon_and_clear() {
         "0a000000-0000-4000-8000-00000000000a",
         "0b000000-0000-4000-8000-00000000000b",
     );
-    let a = create_device_with_ref(&env, "gpu-i-01", ua).await;
-    let b = create_device_with_ref(&env, "gpu-i-02", ub).await;
+    let with_ref = |name: &str, uuid: &str| {
+        env.create_device_with(fleet_proto::v1::CreateDevice {
+            site: "s1".into(),
+            name: name.into(),
+            infrastructure_ref: uuid.into(),
+            ..Default::default()
+        })
+    };
+    let a = with_ref("gpu-i-01", ua).await;
+    let b = with_ref("gpu-i-02", ub).await;
     placement.provider(ua, &["CUSTOM_CUSTOMER_READY"]);
     placement.provider(ub, &["CUSTOM_CUSTOMER_READY"]);
     assert_eq!(
@@ -1310,23 +1099,6 @@ async fn api_impairment_event_cordon_and_clear() {
     env.cleanup().await;
 }
 
-async fn create_device_with_ref(env: &TestEnv, name: &str, infrastructure_ref: &str) -> String {
-    let reply = env
-        .command(
-            "create_device",
-            0,
-            fleet_proto::v1::hub_command::Command::CreateDevice(fleet_proto::v1::CreateDevice {
-                site: "s1".into(),
-                name: name.into(),
-                infrastructure_ref: infrastructure_ref.into(),
-                ..Default::default()
-            }),
-        )
-        .await;
-    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
-    device_of(&reply).id
-}
-
 /// Without a hub (and without NATS at all) mutations answer 503 and
 /// change nothing; reads still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1433,68 +1205,6 @@ async fn api_reads_503_when_database_down() {
     .await;
     admin.close().await;
     trigger.trigger();
-    env.cleanup().await;
-}
-
-/// `fleet token create` prints a token once and stores only its hash;
-/// an unknown scope is refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_token_command_creates_a_hashed_token() {
-    let env = TestEnv::new().await;
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_fleet"))
-            .args(args)
-            .env("FLEET__DATABASE__URL", &env.common.database.url)
-            .env("FLEET__LOG__FILTER", "warn")
-            .output()
-            .expect("fleet runs")
-    };
-    let out = run(&[
-        "token",
-        "create",
-        "--scopes",
-        "device:read,operations:write",
-        "--description",
-        "ops",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let (scopes, description): (Vec<String>, String) =
-        sqlx::query_as("SELECT scopes, description FROM api_tokens WHERE token_sha256 = $1")
-            .bind(fleet_api::auth::hash_token(&token))
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-    assert_eq!(scopes, vec!["device:read", "operations:write"]);
-    assert_eq!(description, "ops");
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE token_sha256 = $1")
-        .bind(&token)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(stored, 0, "the token itself is never stored");
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
-    assert_eq!(get(addr, "/api/v1/devices/", &token).await.status, 200);
-    assert_eq!(
-        send(
-            addr,
-            "POST",
-            "/api/v1/devices/x/cordon",
-            &token,
-            json!({"version": 1, "reason": "r"})
-        )
-        .await
-        .status,
-        403
-    );
-    trigger.trigger();
-    let bad = run(&["token", "create", "--scopes", "root"]);
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
     env.cleanup().await;
 }
 

@@ -5,7 +5,6 @@
 use fleet_api::Scope;
 use fleet_domain::failure::{self, FailureCode};
 
-use crate::api::{get, start_api, token};
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +55,7 @@ async fn failure_codes_are_served_with_meaning_owner_and_retry() {
         assert!(want.contains(&latch.failure_code().as_str()));
     }
     // Without a token: 401, like every route of the table.
-    let r = crate::api::http_raw(addr, "GET", "/api/v1/failure-codes/", None, None, b"").await;
+    let r = http_raw(addr, "GET", "/api/v1/failure-codes/", None, None, b"").await;
     assert_eq!(r.status, 401);
 
     trigger.trigger();

@@ -6,7 +6,6 @@
 use fleet_api::Scope;
 use serde_json::json;
 
-use crate::api::{get, send, start_api, token};
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,66 +3,16 @@
 //! relayed commands.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_agent_sim::{SimAgent, SimSpec};
 use fleet_domain::Trust;
-use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
-use crate::support::start_hub;
 use crate::support::*;
-
-pub async fn start_gateway(
-    env: &TestEnv,
-    f: impl FnOnce(&mut fleet_gateway::Config),
-) -> (
-    Arc<Gateway>,
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-) {
-    let mut config = fleet_gateway::Config {
-        listen: "127.0.0.1:0".into(),
-        gateway_id: "gw-test".into(),
-        ..Default::default()
-    };
-    f(&mut config);
-    let gw = Gateway::connect(env.common.clone(), config)
-        .await
-        .expect("gateway connects");
-    let (trigger, shutdown) = Shutdown::new();
-    let g = gw.clone();
-    let task = tokio::spawn(async move {
-        fleet_gateway::run_with(g, shutdown)
-            .await
-            .expect("gateway runs");
-    });
-    // Every route answers before the test starts.
-    for subject in [
-        env.subjects.agent_join(),
-        env.subjects.agent("dev_probe", "open"),
-        env.subjects.agent("dev_probe", "heartbeat"),
-        env.subjects.agent("dev_probe", "close"),
-        env.subjects.gateway_cmd("relay"),
-        env.subjects.gateway_cmd("end_sessions"),
-    ] {
-        eventually("the gateway answers", || {
-            let (nats, subject) = (env.nats.clone(), subject.clone());
-            async move {
-                nats.request(subject, vec![0xff].into())
-                    .await
-                    .ok()
-                    .map(|_| ())
-            }
-        })
-        .await;
-    }
-    (gw, trigger, task)
-}
 
 /// Tenant t1, pool p1 (metal-host, 8 x H100), and a join token.
 async fn seed(env: &TestEnv, trust: Trust) -> String {
@@ -87,6 +37,11 @@ async fn seed(env: &TestEnv, trust: Trust) -> String {
     fleet_gateway::issue_join_token(&env.pool, "s1", Some("p1"), trust, owner, "test")
         .await
         .unwrap()
+}
+
+/// A simulated agent on the environment's bus.
+fn sim(env: &TestEnv, spec: SimSpec) -> SimAgent {
+    SimAgent::new(env.nats.clone(), env.subjects.clone(), spec)
 }
 
 async fn count(env: &TestEnv, sql: &str, ids: &[String]) -> i64 {
@@ -369,21 +324,13 @@ fn group_ids(all: &[String], except: &[String]) -> Vec<String> {
 }
 
 /// `eventually` with a longer deadline, for a thousand agents on 2 cores.
-async fn eventually_long<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn eventually_long<T, Fut: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    secs: u64,
+    check: impl FnMut() -> Fut,
+) -> T {
+    let (within, every) = (Duration::from_secs(secs), Duration::from_millis(200));
+    eventually_within(what, within, every, check).await
 }
 
 /// Heartbeats until the gateway refuses with `want`.
@@ -416,14 +363,10 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
         c.identity_check_interval = Duration::from_secs(600)
     })
     .await;
-    let (api, api_stop) = crate::api::start_api(&env.common, &Default::default()).await;
-    let admin = crate::api::token(&env, &[fleet_api::auth::Scope::Admin]).await;
+    let (api, api_stop) = start_api(&env.common, &Default::default()).await;
+    let admin = api::token(&env, &[Scope::Admin]).await;
 
-    let mut agent = SimAgent::new(
-        env.nats.clone(),
-        env.subjects.clone(),
-        SimSpec::numbered("rvk", 1, 8),
-    );
+    let mut agent = sim(&env, SimSpec::numbered("rvk", 1, 8));
     agent.join(&token).await.unwrap();
     let opened = agent.open().await.unwrap();
     agent.heartbeat().await.unwrap();
@@ -438,7 +381,7 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     let mut tries = 0;
     let r = loop {
         let v: i64 = env.device_field(&id, "version").await.parse().unwrap();
-        let r = crate::api::send(
+        let r = send(
             api,
             "POST",
             &format!("/api/v1/devices/{id}/revoke-identity"),
@@ -518,7 +461,7 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
     .await;
 
     let spec = SimSpec::numbered("idn", 1, 8);
-    let mut first = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let mut first = sim(&env, spec.clone());
     let r1 = first.join(&token).await.unwrap();
     assert_eq!(r1.identity_generation, 1);
     first.open().await.unwrap();
@@ -526,7 +469,7 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
     let id = first.device_id.clone();
 
     // The same machine re-joins (re-imaged): in place, the next generation.
-    let mut second = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let mut second = sim(&env, spec.clone());
     let r2 = second.join(&token).await.unwrap();
     assert!(r2.rejoined);
     assert_eq!(r2.device_id, id);
@@ -597,18 +540,14 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
         nic_macs: vec![],
         tpm_ek_hash: String::new(),
     };
-    let mut a = SimAgent::new(env.nats.clone(), env.subjects.clone(), lone.clone());
+    let mut a = sim(&env, lone.clone());
     let r = a.join(&token).await.unwrap();
     assert!(!r.hardware_key_trusted && !r.rejoined);
-    let mut b = SimAgent::new(env.nats.clone(), env.subjects.clone(), lone);
+    let mut b = sim(&env, lone);
     assert_eq!(b.join(&token).await.unwrap_err().code, "CONFLICT");
 
     // Typed refusals.
-    let mut c = SimAgent::new(
-        env.nats.clone(),
-        env.subjects.clone(),
-        SimSpec::numbered("idn", 3, 8),
-    );
+    let mut c = sim(&env, SimSpec::numbered("idn", 3, 8));
     assert_eq!(
         c.join("fjt_not-a-token").await.unwrap_err().code,
         "UNAUTHENTICATED"
@@ -618,7 +557,7 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
         system_serial: "Default string".into(),
         ..Default::default()
     };
-    let mut d = SimAgent::new(env.nats.clone(), env.subjects.clone(), blank);
+    let mut d = sim(&env, blank);
     assert_eq!(d.join(&token).await.unwrap_err().code, "INVALID_ARGUMENT");
     // A payload naming another device than its subject.
     let open = v1::OpenSession {
@@ -661,21 +600,14 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
 
 /// A device NetBox imported (through the hub's create_device).
 async fn imported(env: &TestEnv, name: &str, serial: &str, netbox_id: i64) -> String {
-    let reply = env
-        .command(
-            "create_device",
-            0,
-            C::CreateDevice(v1::CreateDevice {
-                site: "s1".into(),
-                name: name.into(),
-                serial: serial.into(),
-                netbox_id,
-                ..Default::default()
-            }),
-        )
-        .await;
-    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
-    device_of(&reply).id
+    env.create_device_with(v1::CreateDevice {
+        site: "s1".into(),
+        name: name.into(),
+        serial: serial.into(),
+        netbox_id,
+        ..Default::default()
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,7 +623,7 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
     let mut spec = SimSpec::numbered("claim", 1, 8);
     spec.hostname = "gpu-claim-1".into();
     spec.hardware.system_serial = "SN0001AB".into();
-    let mut a = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec.clone());
+    let mut a = sim(&env, spec.clone());
     let r = a.join(&token).await.unwrap();
     assert!(r.claimed && !r.rejoined, "{r:?}");
     assert_eq!(r.device_id, id, "the NetBox device, not a second one");
@@ -710,7 +642,7 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
     a.open().await.unwrap();
 
     // The next join of the machine re-joins in place.
-    let mut again = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec);
+    let mut again = sim(&env, spec);
     let r = again.join(&token).await.unwrap();
     assert!(r.rejoined && !r.claimed);
     assert_eq!(
@@ -737,7 +669,7 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
                 ..Default::default()
             };
         }
-        let mut b = SimAgent::new(env.nats.clone(), env.subjects.clone(), spec);
+        let mut b = sim(&env, spec);
         refused.push(b.join(&token).await.unwrap_err().code);
     }
     assert_eq!(refused, ["CONFLICT", "CONFLICT", "CONFLICT"]);
@@ -776,19 +708,11 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
     })
     .await;
 
-    let mut p = SimAgent::new(
-        env.nats.clone(),
-        env.subjects.clone(),
-        SimSpec::numbered("cmd", 1, 8),
-    );
+    let mut p = sim(&env, SimSpec::numbered("cmd", 1, 8));
     p.join(&platform_token).await.unwrap();
     let po = p.open().await.unwrap();
     assert!(po.platform_secrets.contains_key("breakglass_ssh_key"));
-    let mut t = SimAgent::new(
-        env.nats.clone(),
-        env.subjects.clone(),
-        SimSpec::numbered("cmd", 2, 8),
-    );
+    let mut t = sim(&env, SimSpec::numbered("cmd", 2, 8));
     t.join(&tenant_token).await.unwrap();
     assert_eq!(
         env.device_field(&t.device_id, "trust").await,
@@ -893,11 +817,7 @@ async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shut
 
     let mut ids = vec![];
     for (n, gpus) in [(1, 8), (2, 6), (3, 8)] {
-        let mut a = SimAgent::new(
-            env.nats.clone(),
-            env.subjects.clone(),
-            SimSpec::numbered("rsy", n, gpus),
-        );
+        let mut a = sim(&env, SimSpec::numbered("rsy", n, gpus));
         a.join(&token).await.unwrap();
         a.open().await.unwrap();
         if n == 3 {
