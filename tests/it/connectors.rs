@@ -14,5 +14,3 @@ mod health_real;
 mod latch;
 mod netbox;
 mod openstack;
-mod slurm;
-mod slurm_real;

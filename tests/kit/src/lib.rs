@@ -698,6 +698,7 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
 }
 
 pub mod api;
+pub mod connector;
 pub mod gateway;
 pub mod ironic;
 pub mod placement;

@@ -3,21 +3,15 @@
 
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
 use chrono::Utc;
 use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::config::Credential;
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
-const NODES_38: &str = include_str!("../../../services/connector-slurm/testdata/slurm-nodes.json");
+const NODES_38: &str = include_str!("../../testdata/slurm-nodes.json");
 const TOKEN: &str = "eyJhbGciOiJIUzI1NiJ9.fake.jwt";
 
 pub struct SlurmFake {
@@ -35,88 +29,83 @@ fn meta(version: u32) -> serde_json::Value {
         "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}})
 }
 
-fn not_found() -> Response {
+fn not_found() -> ResponseTemplate {
     // slurmrestd's own 404 is plain text.
-    Response::builder()
-        .status(404)
-        .body("Unable find requested URL. Please view /openapi/v3 for API reference.".into())
-        .unwrap()
+    ResponseTemplate::new(404)
+        .set_body_string("Unable find requested URL. Please view /openapi/v3 for API reference.")
 }
 
 impl SlurmFake {
-    fn authorised(&self, h: &HeaderMap) -> bool {
-        match self.token {
+    /// `Err` is the answer to a request this slurmrestd refuses: another
+    /// version than it serves, or without the JWT it requires.
+    fn admit(&self, r: &Request, version: Option<&str>) -> Result<(), ResponseTemplate> {
+        if version.is_some_and(|v| v != format!("v0.0.{}", self.version)) {
+            return Err(not_found());
+        }
+        let authorised = match self.token {
             None => true,
             Some(t) => {
-                header(h, "x-slurm-user-name") == "root" && header(h, "x-slurm-user-token") == t
+                header(r, "x-slurm-user-name") == "root" && header(r, "x-slurm-user-token") == t
+            }
+        };
+        if !authorised {
+            let body = serde_json::json!({"errors": [{"error": "Authentication failure"}]});
+            return Err(json(401, body));
+        }
+        Ok(())
+    }
+
+    fn openapi(&self, r: &Request) -> ResponseTemplate {
+        if !self.openapi {
+            return not_found();
+        }
+        if let Err(refused) = self.admit(r, None) {
+            return refused;
+        }
+        let mut paths = serde_json::Map::new();
+        for v in 36..=self.version {
+            paths.insert(format!("/slurm/v0.0.{v}/nodes"), serde_json::json!({}));
+            paths.insert(format!("/slurm/v0.0.{v}/ping"), serde_json::json!({}));
+        }
+        json(200, serde_json::json!({"openapi": "3.0.2", "paths": paths}))
+    }
+
+    /// `/slurm/{version}/ping` and `/slurm/{version}/nodes`.
+    fn slurm(&self, r: &Request) -> ResponseTemplate {
+        let mut parts = r.url.path().trim_start_matches("/slurm/").split('/');
+        let (version, what) = (parts.next(), parts.next());
+        if let Err(refused) = self.admit(r, version) {
+            return refused;
+        }
+        let meta = meta(self.version);
+        match what {
+            Some("ping") => json(
+                200,
+                serde_json::json!({"meta": meta, "errors": [], "pings": [{"hostname": "vm", "ping": "UP", "status": 0, "mode": "primary"}]}),
+            ),
+            _ => {
+                let nodes = self.nodes.lock().unwrap().clone();
+                json(
+                    200,
+                    serde_json::json!({"meta": meta, "errors": [], "warnings": [], "nodes": nodes}),
+                )
             }
         }
     }
 }
 
-async fn openapi(State(f): State<Arc<SlurmFake>>, h: HeaderMap) -> Response {
-    if !f.openapi {
-        return not_found();
-    }
-    if !f.authorised(&h) {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"errors": [{"error": "Authentication failure"}]}),
-        );
-    }
-    let mut paths = serde_json::Map::new();
-    for v in 36..=f.version {
-        paths.insert(format!("/slurm/v0.0.{v}/nodes"), serde_json::json!({}));
-        paths.insert(format!("/slurm/v0.0.{v}/ping"), serde_json::json!({}));
-    }
-    json(
-        StatusCode::OK,
-        serde_json::json!({"openapi": "3.0.2", "paths": paths}),
-    )
-}
-
-async fn ping(State(f): State<Arc<SlurmFake>>, Path(v): Path<String>, h: HeaderMap) -> Response {
-    if v != format!("v0.0.{}", f.version) {
-        return not_found();
-    }
-    if !f.authorised(&h) {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"errors": [{"error": "Authentication failure"}]}),
-        );
-    }
-    json(
-        StatusCode::OK,
-        serde_json::json!({"meta": meta(f.version), "errors": [], "pings": [{"hostname": "vm", "ping": "UP", "status": 0, "mode": "primary"}]}),
-    )
-}
-
-async fn nodes(State(f): State<Arc<SlurmFake>>, Path(v): Path<String>, h: HeaderMap) -> Response {
-    if v != format!("v0.0.{}", f.version) {
-        return not_found();
-    }
-    if !f.authorised(&h) {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"errors": [{"error": "Authentication failure"}]}),
-        );
-    }
-    let nodes = f.nodes.lock().unwrap().clone();
-    json(
-        StatusCode::OK,
-        serde_json::json!({"meta": meta(f.version), "errors": [], "warnings": [], "nodes": nodes}),
-    )
-}
-
-pub async fn slurm_fake(fake: SlurmFake) -> (String, Arc<SlurmFake>, Arc<Control>) {
+pub async fn slurm_fake(fake: SlurmFake) -> (FakeHttp, Arc<SlurmFake>) {
     let fake = Arc::new(fake);
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/openapi/v3", get(openapi))
-        .route("/slurm/{v}/ping", get(ping))
-        .route("/slurm/{v}/nodes", get(nodes))
-        .with_state(fake.clone());
-    (serve(router, control.clone()).await, fake, control)
+    let http = FakeHttp::start().await;
+    http.route("GET", "^/openapi/v3$", with(&fake, SlurmFake::openapi))
+        .await;
+    http.route(
+        "GET",
+        "^/slurm/[^/]+/(ping|nodes)$",
+        with(&fake, SlurmFake::slurm),
+    )
+    .await;
+    (http, fake)
 }
 
 fn slurm_config(url: &str, site: SlurmSiteConfig) -> fleet_connector_slurm::Config {
@@ -135,8 +124,7 @@ fn slurm_config(url: &str, site: SlurmSiteConfig) -> fleet_connector_slurm::Conf
 }
 
 fn run_slurm(env: &TestEnv, config: fleet_connector_slurm::Config) -> Running {
-    let common = env.common.clone();
-    Running::start(|shutdown| tokio::spawn(fleet_connector_slurm::run(common, config, shutdown)))
+    Running::spawn(env, config, fleet_connector_slurm::run)
 }
 
 async fn status_of(env: &TestEnv, id: &str) -> String {
@@ -188,13 +176,14 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
         ids.push(id);
     }
     let sample: serde_json::Value = serde_json::from_str(NODES_38).unwrap();
-    let (url, fake, control) = slurm_fake(SlurmFake {
+    let (control, fake) = slurm_fake(SlurmFake {
         version: 38,
         openapi: true,
         token: Some(TOKEN),
         nodes: Mutex::new(sample["nodes"].clone()),
     })
     .await;
+    let url = control.url();
     let token_file = std::env::temp_dir().join(format!("fleet-slurm-jwt-{}", env.db_name));
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let connector = run_slurm(
@@ -232,9 +221,10 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
         "Down"
     );
     // Detected from /openapi/v3, JWT headers on every request.
-    assert!(control.count("/openapi/v3") >= 1);
+    assert!(control.count("/openapi/v3").await >= 1);
     let reads: Vec<Seen> = control
         .seen()
+        .await
         .into_iter()
         .filter(|s| s.uri == "/slurm/v0.0.38/nodes")
         .collect();
@@ -244,7 +234,7 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
         assert_eq!(r.headers["x-slurm-user-token"], TOKEN);
     }
     assert_eq!(
-        control.count("/slurm/v0.0.40"),
+        control.count("/slurm/v0.0.40").await,
         0,
         "the openapi answer was used, not probing"
     );
@@ -339,7 +329,7 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
 async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "slurm").await;
-    let (url, _fake, control) = slurm_fake(SlurmFake {
+    let (control, _fake) = slurm_fake(SlurmFake {
         version: 40,
         openapi: false,
         token: None,
@@ -350,6 +340,7 @@ async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
         ])),
     })
     .await;
+    let url = control.url();
     let port = free_port();
     let mut config = slurm_config(&url, SlurmSiteConfig::default());
     config.listen = format!("127.0.0.1:{port}");
@@ -378,6 +369,7 @@ async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
     assert_eq!(snap_cond(&s, "SlurmNodeHealthy").unwrap().status, "True");
     let probes: Vec<String> = control
         .seen()
+        .await
         .into_iter()
         .map(|s| s.uri)
         .filter(|u| u.ends_with("/ping") || u.starts_with("/openapi"))
@@ -425,19 +417,20 @@ async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
             .await;
     }
     let m = metrics(port).await;
-    for line in [
-        r#"fleet_connector_errors_total{source="slurm",site="s1",kind="timeout"}"#,
-        r#"fleet_connector_errors_total{source="slurm",site="s1",kind="malformed"}"#,
-        r#"fleet_connector_errors_total{source="slurm",site="s1",kind="http_5xx"}"#,
-        r#"fleet_connector_request_retries_total{source="slurm",kind="timeout"}"#,
-        r#"fleet_connector_devices_seen{source="slurm",site="s1"} 2"#,
-        r#"fleet_connector_mapping_warnings_total{source="slurm",kind="unmodelled_token"}"#,
-        r#"fleet_connector_poll_duration_seconds_count{source="slurm",site="s1",outcome="outage"}"#,
-        r#"fleet_connector_published_total{source="slurm",site="s1",kind="outage"}"#,
-        r#"fleet_connector_publish_latency_seconds_count{source="slurm"}"#,
-    ] {
-        assert!(m.contains(line), "metrics lack {line}:\n{m}");
-    }
+    assert_metrics(
+        &m,
+        &[
+            r#"fleet_connector_errors_total{source="slurm",site="s1",kind="timeout"}"#,
+            r#"fleet_connector_errors_total{source="slurm",site="s1",kind="malformed"}"#,
+            r#"fleet_connector_errors_total{source="slurm",site="s1",kind="http_5xx"}"#,
+            r#"fleet_connector_request_retries_total{source="slurm",kind="timeout"}"#,
+            r#"fleet_connector_devices_seen{source="slurm",site="s1"} 2"#,
+            r#"fleet_connector_mapping_warnings_total{source="slurm",kind="unmodelled_token"}"#,
+            r#"fleet_connector_poll_duration_seconds_count{source="slurm",site="s1",outcome="outage"}"#,
+            r#"fleet_connector_published_total{source="slurm",site="s1",kind="outage"}"#,
+            r#"fleet_connector_publish_latency_seconds_count{source="slurm"}"#,
+        ],
+    );
     connector.stop().await;
     env.cleanup().await;
 }

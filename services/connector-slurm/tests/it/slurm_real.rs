@@ -6,8 +6,6 @@
 use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
 use fleet_runtime::config::Credential;
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
 const START: &str = "bash tests/peers/slurm.sh start (from the repository root; tests/run does it)";
@@ -78,13 +76,7 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
             },
         },
     );
-    let connector = Running::start(|shutdown| {
-        tokio::spawn(fleet_connector_slurm::run(
-            env.common.clone(),
-            config,
-            shutdown,
-        ))
-    });
+    let connector = Running::spawn(&env, config, fleet_connector_slurm::run);
 
     for id in [&gpu01, &gpu02] {
         let (status, reason, _) =
