@@ -12,5 +12,4 @@ mod fake;
 mod health;
 mod health_real;
 mod latch;
-mod netbox;
 mod openstack;

@@ -1,21 +1,15 @@
 //! connector-netbox against a fake NetBox 4 speaking `/api/dcim/devices/`.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
 use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::config::{Credential, Secret};
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
-const SAMPLE: &str =
-    include_str!("../../../services/connector-netbox/testdata/netbox-devices.json");
+const SAMPLE: &str = include_str!("../../testdata/netbox-devices.json");
 const V1_TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 const V2_TOKEN: &str = "nbt_peerskey0001.peerssecret0123456789abcdefghijklmnopqrst";
 
@@ -25,45 +19,37 @@ pub struct NetboxFake {
     pub devices: Vec<serde_json::Value>,
 }
 
-#[derive(serde::Deserialize)]
-struct ListQuery {
-    site: Option<String>,
-    limit: Option<usize>,
-    offset: Option<usize>,
-}
-
-async fn devices(
-    State(f): State<Arc<NetboxFake>>,
-    Query(q): Query<ListQuery>,
-    h: HeaderMap,
-) -> Response {
-    if header(&h, "authorization") != *f.authorization.lock().unwrap() {
-        return json(
-            StatusCode::FORBIDDEN,
-            serde_json::json!({"detail": "Invalid v1 token"}),
-        );
-    }
-    let all: Vec<&serde_json::Value> = f
-        .devices
-        .iter()
-        .filter(|d| q.site.as_deref().is_none_or(|s| d["site"]["slug"] == s))
-        .collect();
-    let limit = q.limit.unwrap_or(50);
-    let offset = q.offset.unwrap_or(0);
-    let page: Vec<&serde_json::Value> = all.iter().skip(offset).take(limit).copied().collect();
-    // NetBox builds `next` from the host it believes it is: here not the
-    // one the connector calls.
-    let next = (offset + limit < all.len()).then(|| {
-        format!(
-            "http://netbox.internal:8000/api/dcim/devices/?limit={limit}&offset={}&site={}",
-            offset + limit,
-            q.site.clone().unwrap_or_default()
+impl NetboxFake {
+    /// `/api/dcim/devices/?site=&limit=&offset=`.
+    fn devices(&self, r: &Request) -> ResponseTemplate {
+        if header(r, "authorization") != *self.authorization.lock().unwrap() {
+            return json(403, serde_json::json!({"detail": "Invalid v1 token"}));
+        }
+        let site = param(r, "site");
+        let (limit, offset) = match (number_param(r, "limit"), number_param(r, "offset")) {
+            (Ok(l), Ok(o)) => (l.unwrap_or(50), o.unwrap_or(0)),
+            (Err(bad), _) | (_, Err(bad)) => return bad,
+        };
+        let all: Vec<&serde_json::Value> = self
+            .devices
+            .iter()
+            .filter(|d| site.as_deref().is_none_or(|s| d["site"]["slug"] == s))
+            .collect();
+        let page: Vec<&serde_json::Value> = all.iter().skip(offset).take(limit).copied().collect();
+        // NetBox builds `next` from the host it believes it is: here not the
+        // one the connector calls.
+        let next = (offset + limit < all.len()).then(|| {
+            format!(
+                "http://netbox.internal:8000/api/dcim/devices/?limit={limit}&offset={}&site={}",
+                offset + limit,
+                site.unwrap_or_default()
+            )
+        });
+        json(
+            200,
+            serde_json::json!({"count": all.len(), "next": next, "previous": null, "results": page}),
         )
-    });
-    json(
-        StatusCode::OK,
-        serde_json::json!({"count": all.len(), "next": next, "previous": null, "results": page}),
-    )
+    }
 }
 
 fn device(
@@ -127,16 +113,19 @@ fn fleet_of_devices() -> Vec<serde_json::Value> {
     out
 }
 
-async fn netbox_fake(authorization: &str) -> (String, Arc<NetboxFake>, Arc<Control>) {
+async fn netbox_fake(authorization: &str) -> (FakeHttp, Arc<NetboxFake>) {
     let fake = Arc::new(NetboxFake {
         authorization: Mutex::new(authorization.to_string()),
         devices: fleet_of_devices(),
     });
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/api/dcim/devices/", get(devices))
-        .with_state(fake.clone());
-    (serve(router, control.clone()).await, fake, control)
+    let http = FakeHttp::start().await;
+    http.route(
+        "GET",
+        "^/api/dcim/devices/$",
+        with(&fake, NetboxFake::devices),
+    )
+    .await;
+    (http, fake)
 }
 
 fn netbox_config(url: &str, token: Credential) -> fleet_connector_netbox::Config {
@@ -157,8 +146,7 @@ fn netbox_config(url: &str, token: Credential) -> fleet_connector_netbox::Config
 }
 
 fn run_netbox(env: &TestEnv, config: fleet_connector_netbox::Config) -> Running {
-    let common = env.common.clone();
-    Running::start(|shutdown| tokio::spawn(fleet_connector_netbox::run(common, config, shutdown)))
+    Running::spawn(env, config, fleet_connector_netbox::run)
 }
 
 #[derive(Debug, PartialEq, Eq, sqlx::FromRow)]
@@ -190,7 +178,8 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     // Known to the hub already: create_device answers CONFLICT.
     env.create_device("s1", "gpu01").await;
-    let (url, _fake, control) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
+    let (control, _fake) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
+    let url = control.url();
     let connector = run_netbox(
         &env,
         netbox_config(
@@ -276,6 +265,7 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     // Pagination followed, rebased onto the configured origin, with the token.
     let dc1: Vec<Seen> = control
         .seen()
+        .await
         .into_iter()
         .filter(|s| s.uri.contains("site=dc1"))
         .collect();
@@ -287,9 +277,9 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
         .iter()
         .all(|s| s.headers["authorization"] == format!("Token {V1_TOKEN}")));
     // Several polls later, still one device per name.
-    let polls = control.count("/api/dcim/devices/");
+    let polls = control.count("/api/dcim/devices/").await;
     eventually("more polls", || async {
-        (control.count("/api/dcim/devices/") > polls + 6).then_some(())
+        (control.count("/api/dcim/devices/").await > polls + 6).then_some(())
     })
     .await;
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM devices")
@@ -303,9 +293,9 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
 
     // NetBox down: it owns no conditions, so nothing changes and nothing fails.
     control.fail("/api/", Fault::Status(503, r#"{"detail": "maintenance"}"#));
-    let polls = control.count("/api/dcim/devices/");
+    let polls = control.count("/api/dcim/devices/").await;
     eventually("failing polls", || async {
-        (control.count("/api/dcim/devices/") > polls + 4).then_some(())
+        (control.count("/api/dcim/devices/").await > polls + 4).then_some(())
     })
     .await;
     connector.assert_alive();
@@ -330,7 +320,8 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
 async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "netbox").await;
-    let (url, fake, control) = netbox_fake(&format!("Bearer {V2_TOKEN}")).await;
+    let (control, fake) = netbox_fake(&format!("Bearer {V2_TOKEN}")).await;
+    let url = control.url();
     let var = format!("FLEET_TEST_NETBOX_TOKEN_{}", env.db_name.to_uppercase());
     std::env::set_var(&var, V2_TOKEN);
     let port = free_port();
@@ -358,6 +349,7 @@ async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     }
     assert!(control
         .seen()
+        .await
         .iter()
         .all(|s| s.headers["authorization"] == format!("Bearer {V2_TOKEN}")));
 
@@ -374,17 +366,18 @@ async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     })
     .await;
     *fake.authorization.lock().unwrap() = "Bearer nbt_rotated.other".into();
-    let polls = control.count("/api/dcim/devices/");
+    let polls = control.count("/api/dcim/devices/").await;
     eventually("refused polls", || async {
-        (control.count("/api/dcim/devices/") > polls + 4).then_some(())
+        (control.count("/api/dcim/devices/").await > polls + 4).then_some(())
     })
     .await;
-    reader.drain().await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert!(
-        reader.drain().await.is_empty(),
-        "an unreadable netbox publishes nothing"
-    );
+    reader
+        .assert_silent(
+            Duration::ZERO,
+            Duration::from_millis(500),
+            "an unreadable netbox publishes nothing",
+        )
+        .await;
     connector.assert_alive();
     let m = metrics(port).await;
     assert!(
