@@ -9,7 +9,5 @@
 mod borneo;
 mod fabric;
 mod fake;
-mod health;
-mod health_real;
 mod latch;
 mod openstack;

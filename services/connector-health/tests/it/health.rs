@@ -1,20 +1,14 @@
 //! connector-health against a fake Mimir (the Prometheus query API under
 //! `/prometheus`, the tenant in `X-Scope-OrgID`), through the hub.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
 use fleet_connector_health::mapping::SERIES;
 use fleet_connector_health::SiteConfig as HealthSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
 const TENANT: &str = "fleet-prod";
@@ -40,60 +34,57 @@ impl MimirFake {
         v.retain(|(h, _)| h != host);
         v.push((host.to_string(), value.to_string()));
     }
-}
 
-async fn query(
-    State(f): State<Arc<MimirFake>>,
-    h: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    if header(&h, "x-scope-orgid") != TENANT {
-        // Mimir's own answer without a tenant.
-        return Response::builder()
-            .status(401)
-            .body("no org id\n".into())
-            .unwrap();
-    }
-    let Some(promql) = q.get("query") else {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"status": "error", "errorType": "bad_data", "error": "query is missing"}),
-        );
-    };
-    if *f.matrix.lock().unwrap() {
-        return json(
-            StatusCode::OK,
-            serde_json::json!({"status": "success", "data": {"resultType": "matrix", "result": []}}),
-        );
-    }
-    let metric = promql.split('{').next().unwrap_or_default();
-    let result: Vec<serde_json::Value> = f
-        .series
-        .lock()
-        .unwrap()
-        .get(metric)
-        .into_iter()
-        .flatten()
-        .map(|(host, value)| {
-            serde_json::json!({
-                "metric": {"__name__": metric, "host": host, "job": "redfish-exporter", "instance": "10.0.0.9:9610"},
-                "value": [1795966954.619, value]
+    /// `/prometheus/api/v1/query?query=`.
+    fn query(&self, r: &Request) -> ResponseTemplate {
+        if header(r, "x-scope-orgid") != TENANT {
+            // Mimir's own answer without a tenant.
+            return ResponseTemplate::new(401).set_body_string("no org id\n");
+        }
+        let Some(promql) = param(r, "query") else {
+            return json(
+                400,
+                serde_json::json!({"status": "error", "errorType": "bad_data", "error": "query is missing"}),
+            );
+        };
+        if *self.matrix.lock().unwrap() {
+            return json(
+                200,
+                serde_json::json!({"status": "success", "data": {"resultType": "matrix", "result": []}}),
+            );
+        }
+        let metric = promql.split('{').next().unwrap_or_default();
+        let result: Vec<serde_json::Value> = self
+            .series
+            .lock()
+            .unwrap()
+            .get(metric)
+            .into_iter()
+            .flatten()
+            .map(|(host, value)| {
+                serde_json::json!({
+                    "metric": {"__name__": metric, "host": host, "job": "redfish-exporter", "instance": "10.0.0.9:9610"},
+                    "value": [1795966954.619, value]
+                })
             })
-        })
-        .collect();
-    json(
-        StatusCode::OK,
-        serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}}),
-    )
+            .collect();
+        json(
+            200,
+            serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}}),
+        )
+    }
 }
 
-pub async fn mimir_fake(fake: MimirFake) -> (String, Arc<MimirFake>, Arc<Control>) {
+pub async fn mimir_fake(fake: MimirFake) -> (FakeHttp, Arc<MimirFake>) {
     let fake = Arc::new(fake);
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/prometheus/api/v1/query", get(query))
-        .with_state(fake.clone());
-    (serve(router, control.clone()).await, fake, control)
+    let http = FakeHttp::start().await;
+    http.route(
+        "GET",
+        "^/prometheus/api/v1/query$",
+        with(&fake, MimirFake::query),
+    )
+    .await;
+    (http, fake)
 }
 
 fn health_config(url: &str, tenant: &str) -> fleet_connector_health::Config {
@@ -113,8 +104,7 @@ fn health_config(url: &str, tenant: &str) -> fleet_connector_health::Config {
 }
 
 fn run_health(env: &TestEnv, config: fleet_connector_health::Config) -> Running {
-    let common = env.common.clone();
-    Running::start(|shutdown| tokio::spawn(fleet_connector_health::run(common, config, shutdown)))
+    Running::spawn(env, config, fleet_connector_health::run)
 }
 
 async fn health_of(env: &TestEnv, id: &str) -> (String, String) {
@@ -145,7 +135,8 @@ async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unkn
     }
     // gpu-a1-02's warning is explained by a degraded GPU.
     fake.set("nvidia_gpu_health", "gpu-a1-02", "1");
-    let (url, fake, control) = mimir_fake(fake).await;
+    let (control, fake) = mimir_fake(fake).await;
+    let url = control.url();
     let connector = run_health(&env, health_config(&url, TENANT));
 
     eventually("health statuses", || async {
@@ -201,7 +192,7 @@ async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unkn
         }
     }
     // One query per series for the whole site, each with the tenant.
-    let seen = control.seen();
+    let seen = control.seen().await;
     let queries: BTreeSet<String> = seen
         .iter()
         .filter(|s| s.uri.starts_with("/prometheus/api/v1/query"))
@@ -277,7 +268,8 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     let reader = ObsReader::new(&env, "health-status").await;
     let fake = MimirFake::new();
     fake.set("chassis_health", "gpu01", "2");
-    let (url, fake, control) = mimir_fake(fake).await;
+    let (control, fake) = mimir_fake(fake).await;
+    let url = control.url();
     let port = free_port();
     let mut config = health_config(&url, TENANT);
     config.listen = format!("127.0.0.1:{port}");

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use fleet_connector_health::SiteConfig as HealthSiteConfig;
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
 const START: &str =
@@ -165,13 +163,7 @@ async fn health_connector_reads_the_real_prometheus() {
             ..Default::default()
         },
     );
-    let connector = Running::start(|shutdown| {
-        tokio::spawn(fleet_connector_health::run(
-            env.common.clone(),
-            config,
-            shutdown,
-        ))
-    });
+    let connector = Running::spawn(&env, config, fleet_connector_health::run);
 
     eventually("critical and degraded from the real Prometheus", || async {
         let sa = env.device_field(&ida, "health_status").await;
