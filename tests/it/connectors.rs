@@ -10,4 +10,3 @@ mod borneo;
 mod fabric;
 mod fake;
 mod latch;
-mod openstack;

@@ -3,18 +3,12 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use chrono::Utc;
 use fleet_openstack::SiteConfig as OpenstackSiteConfig;
 use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::config::{Credential, Secret};
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
 const TRAIT: &str = "CUSTOM_CUSTOMER_READY";
@@ -32,6 +26,13 @@ pub struct OpenstackFake {
     nodes: Mutex<Vec<serde_json::Value>>,
     /// Resource provider UUIDs carrying the trait.
     ready: Mutex<Vec<String>>,
+}
+
+fn ironic_error(status: u16, fault: &str) -> ResponseTemplate {
+    // Ironic double-encodes its errors.
+    let inner = serde_json::json!({"faultcode": "Client", "faultstring": fault, "debuginfo": null})
+        .to_string();
+    json(status, serde_json::json!({"error_message": inner}))
 }
 
 impl OpenstackFake {
@@ -58,158 +59,136 @@ impl OpenstackFake {
         self.revoke();
     }
 
-    fn authorised(&self, h: &HeaderMap) -> bool {
+    fn authorised(&self, r: &Request) -> bool {
         !self.require_auth || {
-            let t = header(h, "x-auth-token");
+            let t = header(r, "x-auth-token");
             !t.is_empty() && t == *self.valid_token.lock().unwrap()
         }
     }
+
+    /// Keystone's `POST /v3/auth/tokens`: a password scoped to `service`.
+    fn issue_token(&self, r: &Request) -> ResponseTemplate {
+        let body = match json_body(r) {
+            Ok(b) => b,
+            Err(refused) => return refused,
+        };
+        let user = &body["auth"]["identity"]["password"]["user"];
+        if *self.locked_out.lock().unwrap()
+            || user["name"] != "fleet"
+            || user["password"] != PASSWORD
+            || body["auth"]["scope"]["project"]["name"] != "service"
+        {
+            return json(
+                401,
+                serde_json::json!({"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}),
+            );
+        }
+        let n = {
+            let mut i = self.issued.lock().unwrap();
+            *i += 1;
+            *i
+        };
+        let token = format!("tok-{n}");
+        *self.valid_token.lock().unwrap() = token.clone();
+        let base = self.base.get().unwrap();
+        let body = serde_json::json!({"token": {
+            "methods": ["password"],
+            "expires_at": (Utc::now() + chrono::Duration::hours(1)).to_rfc3339(),
+            "project": {"id": "p1", "name": "service", "domain": {"id": "default", "name": "Default"}},
+            "catalog": [
+                {"type": "identity", "name": "keystone", "endpoints": [{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/v3")}]},
+                {"type": "baremetal", "name": "ironic", "endpoints": [
+                    {"interface": "internal", "region": "RegionOne", "region_id": "RegionOne", "url": "http://127.0.0.1:1/unreachable"},
+                    {"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/baremetal")}
+                ]},
+                {"type": "placement", "name": "placement", "endpoints": [{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/placement")}]}
+            ]
+        }});
+        json(201, body).insert_header("X-Subject-Token", token.as_str())
+    }
+
+    /// Ironic's `GET /baremetal/v1/nodes?detail=true&limit=&marker=`.
+    fn ironic_nodes(&self, r: &Request) -> ResponseTemplate {
+        if !self.authorised(r) {
+            return ironic_error(401, "Authentication required");
+        }
+        if header(r, "x-openstack-ironic-api-version") != "1.80" {
+            return ironic_error(406, "microversion header missing");
+        }
+        if param(r, "detail")
+            .map(|d| d.to_ascii_lowercase())
+            .as_deref()
+            != Some("true")
+        {
+            return ironic_error(400, "expected detail=true");
+        }
+        let limit = match number_param(r, "limit") {
+            Ok(l) => l.unwrap_or(1000),
+            Err(bad) => return bad,
+        };
+        let nodes = self.nodes.lock().unwrap().clone();
+        let start = match param(r, "marker") {
+            None => 0,
+            Some(m) => match nodes.iter().position(|n| n["uuid"] == m.as_str()) {
+                Some(i) => i + 1,
+                None => return ironic_error(400, &format!("Marker {m} could not be found.")),
+            },
+        };
+        let page: Vec<serde_json::Value> = nodes.iter().skip(start).take(limit).cloned().collect();
+        let mut body = serde_json::json!({"nodes": page});
+        if start + limit < nodes.len() {
+            let last = page.last().unwrap()["uuid"].as_str().unwrap().to_string();
+            // Ironic's `next` names the host it believes it is.
+            body["next"] = format!("http://ironic.internal:6385/baremetal/v1/nodes?detail=True&limit={limit}&marker={last}").into();
+        }
+        json(200, body)
+    }
+
+    /// Placement's `GET /placement/resource_providers?required=<trait>`.
+    fn resource_providers(&self, r: &Request) -> ResponseTemplate {
+        if !self.authorised(r) {
+            return json(
+                401,
+                serde_json::json!({"errors": [{"status": 401, "title": "Unauthorized", "detail": "unauthorized"}]}),
+            );
+        }
+        if header(r, "openstack-api-version") != "placement 1.18"
+            || param(r, "required").as_deref() != Some(TRAIT)
+        {
+            return json(
+                400,
+                serde_json::json!({"errors": [{"status": 400, "title": "Bad Request", "detail": "required needs placement 1.18"}]}),
+            );
+        }
+        let rps: Vec<serde_json::Value> = self
+            .ready
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|u| serde_json::json!({"uuid": u, "name": u, "generation": 2, "root_provider_uuid": u, "parent_provider_uuid": null}))
+            .collect();
+        json(200, serde_json::json!({"resource_providers": rps}))
+    }
 }
 
-async fn issue_token(
-    State(f): State<Arc<OpenstackFake>>,
-    axum::Json(body): axum::Json<serde_json::Value>,
-) -> Response {
-    let user = &body["auth"]["identity"]["password"]["user"];
-    if *f.locked_out.lock().unwrap()
-        || user["name"] != "fleet"
-        || user["password"] != PASSWORD
-        || body["auth"]["scope"]["project"]["name"] != "service"
-    {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}),
-        );
-    }
-    let n = {
-        let mut i = f.issued.lock().unwrap();
-        *i += 1;
-        *i
-    };
-    let token = format!("tok-{n}");
-    *f.valid_token.lock().unwrap() = token.clone();
-    let base = f.base.get().unwrap();
-    let body = serde_json::json!({"token": {
-        "methods": ["password"],
-        "expires_at": (Utc::now() + chrono::Duration::hours(1)).to_rfc3339(),
-        "project": {"id": "p1", "name": "service", "domain": {"id": "default", "name": "Default"}},
-        "catalog": [
-            {"type": "identity", "name": "keystone", "endpoints": [{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/v3")}]},
-            {"type": "baremetal", "name": "ironic", "endpoints": [
-                {"interface": "internal", "region": "RegionOne", "region_id": "RegionOne", "url": "http://127.0.0.1:1/unreachable"},
-                {"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/baremetal")}
-            ]},
-            {"type": "placement", "name": "placement", "endpoints": [{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": format!("{base}/placement")}]}
-        ]
-    }});
-    (
-        StatusCode::CREATED,
-        [("X-Subject-Token", token)],
-        axum::Json(body),
-    )
-        .into_response()
-}
-
-#[derive(serde::Deserialize)]
-struct NodesQuery {
-    detail: Option<String>,
-    limit: Option<usize>,
-    marker: Option<String>,
-}
-
-fn ironic_error(status: StatusCode, fault: &str) -> Response {
-    // Ironic double-encodes its errors.
-    let inner = serde_json::json!({"faultcode": "Client", "faultstring": fault, "debuginfo": null})
-        .to_string();
-    json(status, serde_json::json!({"error_message": inner}))
-}
-
-async fn ironic_nodes(
-    State(f): State<Arc<OpenstackFake>>,
-    Query(q): Query<NodesQuery>,
-    h: HeaderMap,
-) -> Response {
-    if !f.authorised(&h) {
-        return ironic_error(StatusCode::UNAUTHORIZED, "Authentication required");
-    }
-    if header(&h, "x-openstack-ironic-api-version") != "1.80" {
-        return ironic_error(StatusCode::NOT_ACCEPTABLE, "microversion header missing");
-    }
-    if q.detail.as_deref().map(str::to_ascii_lowercase).as_deref() != Some("true") {
-        return ironic_error(StatusCode::BAD_REQUEST, "expected detail=true");
-    }
-    let nodes = f.nodes.lock().unwrap().clone();
-    let limit = q.limit.unwrap_or(1000);
-    let start = match &q.marker {
-        None => 0,
-        Some(m) => match nodes.iter().position(|n| n["uuid"] == m.as_str()) {
-            Some(i) => i + 1,
-            None => {
-                return ironic_error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("Marker {m} could not be found."),
-                )
-            }
-        },
-    };
-    let page: Vec<serde_json::Value> = nodes.iter().skip(start).take(limit).cloned().collect();
-    let mut body = serde_json::json!({"nodes": page});
-    if start + limit < nodes.len() {
-        let last = page.last().unwrap()["uuid"].as_str().unwrap().to_string();
-        // Ironic's `next` names the host it believes it is.
-        body["next"] = format!("http://ironic.internal:6385/baremetal/v1/nodes?detail=True&limit={limit}&marker={last}").into();
-    }
-    json(StatusCode::OK, body)
-}
-
-#[derive(serde::Deserialize)]
-struct RpQuery {
-    required: Option<String>,
-}
-
-async fn resource_providers(
-    State(f): State<Arc<OpenstackFake>>,
-    Query(q): Query<RpQuery>,
-    h: HeaderMap,
-) -> Response {
-    if !f.authorised(&h) {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"errors": [{"status": 401, "title": "Unauthorized", "detail": "unauthorized"}]}),
-        );
-    }
-    if header(&h, "openstack-api-version") != "placement 1.18"
-        || q.required.as_deref() != Some(TRAIT)
-    {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"errors": [{"status": 400, "title": "Bad Request", "detail": "required needs placement 1.18"}]}),
-        );
-    }
-    let rps: Vec<serde_json::Value> = f
-        .ready
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|u| serde_json::json!({"uuid": u, "name": u, "generation": 2, "root_provider_uuid": u, "parent_provider_uuid": null}))
-        .collect();
-    json(
-        StatusCode::OK,
-        serde_json::json!({"resource_providers": rps}),
-    )
-}
-
-async fn openstack_fake(fake: OpenstackFake) -> (String, Arc<OpenstackFake>, Arc<Control>) {
+/// Keystone, Ironic and Placement on one port (the catalogue points at it).
+async fn openstack_fake(fake: OpenstackFake) -> (FakeHttp, Arc<OpenstackFake>) {
     let fake = Arc::new(fake);
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/v3/auth/tokens", post(issue_token))
-        .route("/baremetal/v1/nodes", get(ironic_nodes))
-        .route("/placement/resource_providers", get(resource_providers))
-        .with_state(fake.clone());
-    let url = serve(router, control.clone()).await;
-    fake.base.set(url.clone()).unwrap();
-    (url, fake, control)
+    let http = FakeHttp::start().await;
+    fake.base.set(http.url()).unwrap();
+    let routes: [(&str, &str, fn(&OpenstackFake, &Request) -> ResponseTemplate); 3] = [
+        ("POST", "^/v3/auth/tokens$", OpenstackFake::issue_token),
+        ("GET", "^/baremetal/v1/nodes$", OpenstackFake::ironic_nodes),
+        (
+            "GET",
+            "^/placement/resource_providers$",
+            OpenstackFake::resource_providers,
+        ),
+    ];
+    for (verb, path, answer) in routes {
+        http.route(verb, path, with(&fake, answer)).await;
+    }
+    (http, fake)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -262,10 +241,7 @@ fn openstack_config(site: OpenstackSiteConfig) -> fleet_connector_openstack::Con
 }
 
 fn run_openstack(env: &TestEnv, config: fleet_connector_openstack::Config) -> Running {
-    let common = env.common.clone();
-    Running::start(|shutdown| {
-        tokio::spawn(fleet_connector_openstack::run(common, config, shutdown))
-    })
+    Running::spawn(env, config, fleet_connector_openstack::run)
 }
 
 async fn statuses(env: &TestEnv, ids: &[(String, String)]) -> Vec<String> {
@@ -316,9 +292,9 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
         let name = n["name"].as_str().unwrap().to_string();
         ids.push((env.create_device("s1", &name).await, name));
     }
-    let (url, fake, control) =
+    let (control, fake) =
         openstack_fake(OpenstackFake::new(true, nodes, &["u1", "u2", "u4"])).await;
-    let connector = run_openstack(&env, openstack_config(site_config(&url)));
+    let connector = run_openstack(&env, openstack_config(site_config(&control.url())));
 
     let want = ["in_use", "available", "failed", "quarantine", "quarantine"];
     eventually(&format!("operational statuses {want:?}"), || async {
@@ -361,7 +337,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
     );
     assert_eq!(env.device_field(&ids[0].0, "power").await, "on");
     // Paginated by marker with the microversion; one Placement query per poll.
-    let seen = control.seen();
+    let seen = control.seen().await;
     assert!(
         seen.iter().any(|s| s.uri.contains("marker=u4")),
         "third page read"
@@ -390,6 +366,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
     eventually("a new token in use", || async {
         control
             .seen()
+            .await
             .iter()
             .any(|s| {
                 s.uri.starts_with("/baremetal/")
@@ -463,7 +440,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
 async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "openstack").await;
-    let (url, _fake, control) = openstack_fake(OpenstackFake::new(
+    let (control, _fake) = openstack_fake(OpenstackFake::new(
         false,
         vec![
             node(
@@ -490,7 +467,7 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
     ))
     .await;
     let mut config = openstack_config(OpenstackSiteConfig {
-        ironic_url: format!("{url}/baremetal"),
+        ironic_url: format!("{}/baremetal", control.url()),
         placement_enabled: false,
         maintenance_project_id: MAINT_PROJECT.into(),
         ..Default::default()
@@ -527,12 +504,17 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
     assert!(
         control
             .seen()
+            .await
             .iter()
             .all(|s| !s.headers.contains_key("x-auth-token")),
         "noauth"
     );
-    assert_eq!(control.count("/placement/"), 0, "standalone: no placement");
-    assert_eq!(control.count("/v3/"), 0, "standalone: no keystone");
+    assert_eq!(
+        control.count("/placement/").await,
+        0,
+        "standalone: no placement"
+    );
+    assert_eq!(control.count("/v3/").await, 0, "standalone: no keystone");
 
     for (fault, fragment) in [
         (Fault::Malformed, "malformed body"),
@@ -572,7 +554,7 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
 async fn openstack_placement_outage_and_a_vanished_node() {
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "openstack").await;
-    let (url, fake, control) = openstack_fake(OpenstackFake::new(
+    let (control, fake) = openstack_fake(OpenstackFake::new(
         true,
         vec![
             node(
@@ -589,7 +571,7 @@ async fn openstack_placement_outage_and_a_vanished_node() {
         &["u1"],
     ))
     .await;
-    let connector = run_openstack(&env, openstack_config(site_config(&url)));
+    let connector = run_openstack(&env, openstack_config(site_config(&control.url())));
     reader
         .until("gpu-a ready", |s| {
             key_of(s) == "gpu-a"
