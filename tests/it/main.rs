@@ -3,7 +3,6 @@
 mod bench;
 mod cli;
 mod config_doc;
-mod connectors;
 mod crash;
 mod dev;
 mod harness;

@@ -6,22 +6,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use fleet_connector_fabric::SiteConfig as FabricSiteConfig;
 use fleet_domain::drift::{drift, PAIRS};
 use fleet_domain::ConditionStatus;
 use fleet_latch::{Latch, LatchWrite, LatchWriter};
 use fleet_runtime::config::{Credential, Secret};
 use fleet_store::drift::{DriftFilter, Freshness};
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
-use crate::support::start_hub;
 use crate::support::*;
 
 const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -48,140 +43,115 @@ fn iface(switch: &str, port: &str, device: &str, device_port: &str) -> serde_jso
     })
 }
 
-fn params(q: &Option<String>) -> Vec<(String, String)> {
-    q.as_deref()
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.replace("%20", " ")))
-        .collect()
-}
-
-async fn netbox_interfaces(
-    State(f): State<Arc<FabricFake>>,
-    h: HeaderMap,
-    RawQuery(q): RawQuery,
-) -> Response {
-    if header(&h, "authorization") != format!("Token {NETBOX_TOKEN}") {
-        return json(
-            StatusCode::FORBIDDEN,
-            serde_json::json!({"detail": "Invalid v1 token"}),
-        );
-    }
-    let p = params(&q);
-    let get = |k: &str| p.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.clone());
-    if get("site").as_deref() != Some("dc1") || get("cabled").as_deref() != Some("true") {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"detail": "unexpected filter"}),
-        );
-    }
-    let devices: BTreeSet<String> = p
-        .iter()
-        .filter(|(k, _)| k == "device")
-        .map(|(_, v)| v.clone())
-        .collect();
-    let limit: usize = get("limit").and_then(|l| l.parse().ok()).unwrap_or(50);
-    let offset: usize = get("offset").and_then(|l| l.parse().ok()).unwrap_or(0);
-    let all: Vec<serde_json::Value> = f
-        .interfaces
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|i| devices.contains(i["device"]["name"].as_str().unwrap_or_default()))
-        .cloned()
-        .collect();
-    let page: Vec<_> = all.iter().skip(offset).take(limit).cloned().collect();
-    // NetBox names itself as it believes it is reached.
-    let next = (offset + limit < all.len()).then(|| {
-        let mut q: Vec<String> = p
-            .iter()
-            .filter(|(k, _)| k != "offset")
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        q.push(format!("offset={}", offset + limit));
-        format!(
-            "http://netbox.internal:8000/netbox/api/dcim/interfaces/?{}",
-            q.join("&")
-        )
-    });
-    json(
-        StatusCode::OK,
-        serde_json::json!({"count": all.len(), "next": next, "previous": null, "results": page}),
-    )
-}
-
-async fn nvue_interfaces(
-    State(f): State<Arc<FabricFake>>,
-    Path(switch): Path<String>,
-    h: HeaderMap,
-    RawQuery(q): RawQuery,
-) -> Response {
-    let want = format!(
-        "Basic {}",
-        super::borneo::base64(format!("cumulus:{NVUE_PASSWORD}").as_bytes())
-    );
-    if header(&h, "authorization") != want {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"status": 401, "title": "Unauthorized"}),
-        );
-    }
-    if !params(&q).contains(&("rev".to_string(), "operational".to_string())) {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"title": "rev expected"}),
-        );
-    }
-    match f.switches.lock().unwrap().get(&switch) {
-        Some(body) => json(StatusCode::OK, body.clone()),
-        None => json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"title": "Not Found"}),
-        ),
-    }
-}
-
-fn nmx_authorised(h: &HeaderMap) -> bool {
-    header(h, "authorization") == format!("Bearer {NMX_TOKEN}")
-}
-
-async fn nmx(State(f): State<Arc<FabricFake>>, Path(what): Path<String>, h: HeaderMap) -> Response {
-    if !nmx_authorised(&h) {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"message": "unauthorized"}),
-        );
-    }
-    let body = match what.as_str() {
-        "partitions" => serde_json::json!([
-            {"ID": "p0", "PartitionID": 32766, "Name": "Default Partition", "Health": "HEALTHY"},
-            {"ID": "p1", "PartitionID": 7, "Name": "repair", "Health": "HEALTHY"}
-        ]),
-        "gpus" => serde_json::Value::Array(f.gpus.lock().unwrap().clone()),
-        "compute-nodes" => serde_json::json!([
-            {"ID": "n1", "Name": "gpu-f1-01", "GpuIDList": ["g1", "g2"]},
-            {"ID": "n2", "Name": "gpu-f1-02", "GpuIDList": ["g3", "g4"]}
-        ]),
-        _ => {
-            return json(
-                StatusCode::NOT_FOUND,
-                serde_json::json!({"message": "not found"}),
-            )
+impl FabricFake {
+    /// NetBox's `/netbox/api/dcim/interfaces/?site=dc1&cabled=true&device=..`.
+    fn netbox_interfaces(&self, r: &Request) -> ResponseTemplate {
+        if header(r, "authorization") != format!("Token {NETBOX_TOKEN}") {
+            return json(403, serde_json::json!({"detail": "Invalid v1 token"}));
         }
-    };
-    json(StatusCode::OK, body)
+        let p = query(r);
+        if param(r, "site").as_deref() != Some("dc1")
+            || param(r, "cabled").as_deref() != Some("true")
+        {
+            return json(400, serde_json::json!({"detail": "unexpected filter"}));
+        }
+        let devices: BTreeSet<&str> = p
+            .iter()
+            .filter(|(k, _)| k == "device")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        let number = |k: &str| param(r, k).and_then(|l| l.parse::<usize>().ok());
+        let (limit, offset) = (number("limit").unwrap_or(50), number("offset").unwrap_or(0));
+        let all: Vec<serde_json::Value> = self
+            .interfaces
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|i| devices.contains(i["device"]["name"].as_str().unwrap_or_default()))
+            .cloned()
+            .collect();
+        let page: Vec<_> = all.iter().skip(offset).take(limit).cloned().collect();
+        // NetBox names itself as it believes it is reached.
+        let next = (offset + limit < all.len()).then(|| {
+            let mut q: Vec<String> = p
+                .iter()
+                .filter(|(k, _)| k != "offset")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            q.push(format!("offset={}", offset + limit));
+            format!(
+                "http://netbox.internal:8000/netbox/api/dcim/interfaces/?{}",
+                q.join("&")
+            )
+        });
+        json(
+            200,
+            serde_json::json!({"count": all.len(), "next": next, "previous": null, "results": page}),
+        )
+    }
+
+    /// A switch's `/switch/{switch}/nvue_v1/interface?rev=operational`.
+    fn nvue_interfaces(&self, r: &Request) -> ResponseTemplate {
+        let want = format!(
+            "Basic {}",
+            base64(format!("cumulus:{NVUE_PASSWORD}").as_bytes())
+        );
+        if header(r, "authorization") != want {
+            return json(
+                401,
+                serde_json::json!({"status": 401, "title": "Unauthorized"}),
+            );
+        }
+        if param(r, "rev").as_deref() != Some("operational") {
+            return json(400, serde_json::json!({"title": "rev expected"}));
+        }
+        let switch = r.url.path().split('/').nth(2).unwrap_or_default();
+        match self.switches.lock().unwrap().get(switch) {
+            Some(body) => json(200, body.clone()),
+            None => json(404, serde_json::json!({"title": "Not Found"})),
+        }
+    }
+
+    /// NMX-M's `/nmx/v1/{partitions,gpus,compute-nodes}`.
+    fn nmx(&self, r: &Request) -> ResponseTemplate {
+        if header(r, "authorization") != format!("Bearer {NMX_TOKEN}") {
+            return json(401, serde_json::json!({"message": "unauthorized"}));
+        }
+        let body = match r.url.path().trim_start_matches("/nmx/v1/") {
+            "partitions" => serde_json::json!([
+                {"ID": "p0", "PartitionID": 32766, "Name": "Default Partition", "Health": "HEALTHY"},
+                {"ID": "p1", "PartitionID": 7, "Name": "repair", "Health": "HEALTHY"}
+            ]),
+            "gpus" => serde_json::Value::Array(self.gpus.lock().unwrap().clone()),
+            "compute-nodes" => serde_json::json!([
+                {"ID": "n1", "Name": "gpu-f1-01", "GpuIDList": ["g1", "g2"]},
+                {"ID": "n2", "Name": "gpu-f1-02", "GpuIDList": ["g3", "g4"]}
+            ]),
+            _ => return json(404, serde_json::json!({"message": "not found"})),
+        };
+        json(200, body)
+    }
 }
 
-pub async fn fabric_fake(fake: FabricFake) -> (String, Arc<FabricFake>, Arc<Control>) {
+/// NetBox, the NVUE switches and NMX-M on one port.
+pub async fn fabric_fake(fake: FabricFake) -> (FakeHttp, Arc<FabricFake>) {
     let fake = Arc::new(fake);
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/netbox/api/dcim/interfaces/", get(netbox_interfaces))
-        .route("/switch/{switch}/nvue_v1/interface", get(nvue_interfaces))
-        .route("/nmx/v1/{what}", get(nmx))
-        .with_state(fake.clone());
-    (serve(router, control.clone()).await, fake, control)
+    let http = FakeHttp::start().await;
+    let routes: [(&str, fn(&FabricFake, &Request) -> ResponseTemplate); 3] = [
+        (
+            "^/netbox/api/dcim/interfaces/$",
+            FabricFake::netbox_interfaces,
+        ),
+        (
+            "^/switch/[^/]+/nvue_v1/interface$",
+            FabricFake::nvue_interfaces,
+        ),
+        ("^/nmx/v1/[^/]+$", FabricFake::nmx),
+    ];
+    for (path, answer) in routes {
+        http.route("GET", path, with(&fake, answer)).await;
+    }
+    (http, fake)
 }
 
 fn gpus(repair: &[&str]) -> Vec<serde_json::Value> {
@@ -263,7 +233,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     let (hub, hub_trigger, hub_task) = start_hub(&env).await;
     let f1 = env.create_device("s1", "gpu-f1-01").await;
     let f2 = env.create_device("s1", "gpu-f1-02").await;
-    let (url, fake, control) = fabric_fake(FabricFake {
+    let (control, fake) = fabric_fake(FabricFake {
         interfaces: Mutex::new(vec![
             iface("leaf01", "swp1", "gpu-f1-01", "eth0"),
             iface("leaf02", "swp1", "gpu-f1-01", "eth1"),
@@ -299,13 +269,8 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
         gpus: Mutex::new(gpus(&["g1", "g2"])),
     })
     .await;
-    let connector = Running::start(|s| {
-        tokio::spawn(fleet_connector_fabric::run(
-            env.common.clone(),
-            fabric_config(&url),
-            s,
-        ))
-    });
+    let config = fabric_config(&control.url());
+    let connector = Running::spawn(&env, config, fleet_connector_fabric::run);
 
     let m = expect(&env, &f1, FE, "True", "CustomerVrfObserved").await;
     assert_eq!(
@@ -336,7 +301,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
             .unwrap();
     assert_eq!(spine, 0);
     // What was asked of each system.
-    let seen = control.seen();
+    let seen = control.seen().await;
     let nb: Vec<&Seen> = seen
         .iter()
         .filter(|s| s.uri.starts_with("/netbox/"))
@@ -446,7 +411,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     assert!(only_site2.is_empty());
     // The hub counts and never repairs: after more polls the latches are
     // exactly as written.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         row(&env, &f2, "BackendPortsInMaintenanceVrf")
             .await
@@ -557,29 +522,6 @@ async fn latch_drift_sql_agrees_with_the_domain() {
         Some((ConditionStatus::False, true, false)),
         Some((ConditionStatus::True, true, true)),
     ];
-    let insert_row = |id: String,
-                      t: &'static str,
-                      status: ConditionStatus,
-                      source: &'static str,
-                      durable: bool,
-                      at: DateTime<Utc>| {
-        let pool = env.pool.clone();
-        async move {
-            sqlx::query(
-                "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, observed_at, received_at, last_transition_at) \
-                 VALUES ($1, $2, $3, 'R', '', $4, 'none', $5, $6, $6, $6)",
-            )
-            .bind(id)
-            .bind(t)
-            .bind(status.as_str())
-            .bind(source)
-            .bind(durable)
-            .bind(at)
-            .execute(&pool)
-            .await
-            .unwrap();
-        }
-    };
     let mut want = BTreeSet::new();
     let mut n = 0;
     for (pi, pair) in PAIRS.iter().enumerate() {
@@ -594,12 +536,16 @@ async fn latch_drift_sql_agrees_with_the_domain() {
                     .await
                     .unwrap();
                 if let Some(l) = latch {
-                    insert_row(id.clone(), pair.latch.as_str(), l, source, true, old).await;
+                    let (t, status) = (pair.latch.as_str(), l.as_str());
+                    env.insert_condition(&id, t, status, "", source, true, old)
+                        .await;
                 }
                 let mut effective = None;
                 if let Some((s, stale, confirmed)) = obs {
                     let at = if *stale { old } else { now };
-                    insert_row(id.clone(), pair.observed.as_str(), *s, source, false, at).await;
+                    let (t, status) = (pair.observed.as_str(), s.as_str());
+                    env.insert_condition(&id, t, status, "", source, false, at)
+                        .await;
                     if *confirmed {
                         sqlx::query(
                             "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, received_at) VALUES ($1, $2, $3, '\\x00', $3)",

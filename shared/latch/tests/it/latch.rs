@@ -8,8 +8,6 @@ use std::time::Duration;
 use chrono::Utc;
 use fleet_latch::{Latch, LatchError, LatchWrite, LatchWriter};
 
-use super::fake::condition_row;
-use crate::support::start_hub;
 use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

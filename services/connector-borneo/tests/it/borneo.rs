@@ -5,52 +5,24 @@
 //! caching and refresh; outages publish nothing; the credential never
 //! reaches a message, a metric or a log.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use chrono::{DateTime, Utc};
 use fleet_latch::{Latch, LatchWrite, LatchWriter};
 use fleet_proto::v1;
 use fleet_proto::v1::condition_snapshot::Mirror;
 use fleet_runtime::config::{Credential, Secret};
+use wiremock::{Request, ResponseTemplate};
 
-use super::fake::*;
 use crate::support::*;
-use crate::support::{start_hub, status_events};
 
 const CLIENT_ID: &str = "fleet-custody";
 const CLIENT_SECRET: &str = "oauth-client-s3cret-value";
 const PARTNER: &str = "partner-1";
 /// The partner-owned machine's credential: must never leave the connector.
 const BMC_PASSWORD: &str = "bmc-Pa55w0rd-never-logged";
-
-/// Base64 (RFC 4648, padded), for expected basic-auth headers.
-pub fn base64(input: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
 
 pub struct BorneoFake {
     issued: Mutex<u32>,
@@ -78,98 +50,88 @@ impl BorneoFake {
     pub fn revoke(&self) {
         self.valid_token.lock().unwrap().clear();
     }
+
+    /// The OAuth2 token endpoint: client credentials in basic auth.
+    fn token(&self, r: &Request) -> ResponseTemplate {
+        let want = format!(
+            "Basic {}",
+            base64(format!("{CLIENT_ID}:{CLIENT_SECRET}").as_bytes())
+        );
+        if header(r, "authorization") != want {
+            return json(
+                401,
+                serde_json::json!({"error": "invalid_client", "error_description": "client authentication failed"}),
+            );
+        }
+        let body = String::from_utf8_lossy(&r.body);
+        if !header(r, "content-type").starts_with("application/x-www-form-urlencoded")
+            || !body
+                .split('&')
+                .any(|kv| kv == "grant_type=client_credentials")
+        {
+            return json(400, serde_json::json!({"error": "unsupported_grant_type"}));
+        }
+        let n = {
+            let mut i = self.issued.lock().unwrap();
+            *i += 1;
+            *i
+        };
+        let t = format!("borneo-access-token-{n}-opaque");
+        *self.valid_token.lock().unwrap() = t.clone();
+        json(
+            200,
+            serde_json::json!({"access_token": t, "token_type": "Bearer", "expires_in": 3600}),
+        )
+    }
+
+    /// `/custody/v1/partners/{partner}/machines?page_size=&page_token=`.
+    fn machines(&self, r: &Request) -> ResponseTemplate {
+        let valid = self.valid_token.lock().unwrap().clone();
+        if valid.is_empty() || header(r, "authorization") != format!("Bearer {valid}") {
+            return json(
+                401,
+                serde_json::json!({"error": {"code": 401, "message": "Request had invalid authentication credentials.", "status": "UNAUTHENTICATED"}}),
+            );
+        }
+        let partner = r.url.path().split('/').nth(4).unwrap_or_default();
+        if partner != PARTNER {
+            return json(
+                404,
+                serde_json::json!({"error": {"code": 404, "message": format!("partner {partner} not found")}}),
+            );
+        }
+        if let Some(raw) = self.raw_body.lock().unwrap().clone() {
+            return ResponseTemplate::new(200).set_body_raw(raw, "application/json");
+        }
+        let size: usize = param(r, "page_size")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(100);
+        let start: usize = param(r, "page_token")
+            .and_then(|t| t.strip_prefix("o").and_then(|s| s.parse().ok()))
+            .unwrap_or(0);
+        let all = self.machines.lock().unwrap().clone();
+        let page: Vec<_> = all.iter().skip(start).take(size).cloned().collect();
+        let next = if start + size < all.len() {
+            format!("o{}", start + size)
+        } else {
+            String::new()
+        };
+        json(
+            200,
+            serde_json::json!({"machines": page, "next_page_token": next}),
+        )
+    }
 }
 
-async fn token(State(f): State<Arc<BorneoFake>>, h: HeaderMap, body: String) -> Response {
-    let want = format!(
-        "Basic {}",
-        base64(format!("{CLIENT_ID}:{CLIENT_SECRET}").as_bytes())
-    );
-    if header(&h, "authorization") != want {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"error": "invalid_client", "error_description": "client authentication failed"}),
-        );
-    }
-    if !header(&h, "content-type").starts_with("application/x-www-form-urlencoded")
-        || !body
-            .split('&')
-            .any(|kv| kv == "grant_type=client_credentials")
-    {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"error": "unsupported_grant_type"}),
-        );
-    }
-    let n = {
-        let mut i = f.issued.lock().unwrap();
-        *i += 1;
-        *i
-    };
-    let t = format!("borneo-access-token-{n}-opaque");
-    *f.valid_token.lock().unwrap() = t.clone();
-    json(
-        StatusCode::OK,
-        serde_json::json!({"access_token": t, "token_type": "Bearer", "expires_in": 3600}),
-    )
-}
-
-async fn machines(
-    State(f): State<Arc<BorneoFake>>,
-    Path(partner): Path<String>,
-    h: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let valid = f.valid_token.lock().unwrap().clone();
-    if valid.is_empty() || header(&h, "authorization") != format!("Bearer {valid}") {
-        return json(
-            StatusCode::UNAUTHORIZED,
-            serde_json::json!({"error": {"code": 401, "message": "Request had invalid authentication credentials.", "status": "UNAUTHENTICATED"}}),
-        );
-    }
-    if partner != PARTNER {
-        return json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error": {"code": 404, "message": format!("partner {partner} not found")}}),
-        );
-    }
-    if let Some(raw) = f.raw_body.lock().unwrap().clone() {
-        return Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .body(raw.into())
-            .unwrap();
-    }
-    let size: usize = q
-        .get("page_size")
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
-    let start: usize = q
-        .get("page_token")
-        .and_then(|t| t.strip_prefix("o"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let all = f.machines.lock().unwrap().clone();
-    let page: Vec<_> = all.iter().skip(start).take(size).cloned().collect();
-    let next = if start + size < all.len() {
-        format!("o{}", start + size)
-    } else {
-        String::new()
-    };
-    json(
-        StatusCode::OK,
-        serde_json::json!({"machines": page, "next_page_token": next}),
-    )
-}
-
-pub async fn borneo_fake(fake: BorneoFake) -> (String, Arc<BorneoFake>, Arc<Control>) {
+pub async fn borneo_fake(fake: BorneoFake) -> (FakeHttp, Arc<BorneoFake>) {
     let fake = Arc::new(fake);
-    let control = Arc::new(Control::default());
-    let router = Router::new()
-        .route("/oauth2/token", post(token))
-        .route("/custody/v1/partners/{partner}/machines", get(machines))
-        .with_state(fake.clone());
-    (serve(router, control.clone()).await, fake, control)
+    let http = FakeHttp::start().await;
+    http.route("POST", "^/oauth2/token$", with(&fake, BorneoFake::token))
+        .await;
+    let machines = "^/custody/v1/partners/[^/]+/machines$";
+    http.route("GET", machines, with(&fake, BorneoFake::machines))
+        .await;
+    (http, fake)
 }
 
 fn machine(serial: &str, state: &str) -> serde_json::Value {
@@ -199,25 +161,17 @@ fn borneo_config(url: &str, listen: &str) -> fleet_connector_borneo::Config {
 }
 
 fn run_borneo(env: &TestEnv, config: fleet_connector_borneo::Config) -> Running {
-    let common = env.common.clone();
-    Running::start(|shutdown| tokio::spawn(fleet_connector_borneo::run(common, config, shutdown)))
+    Running::spawn(env, config, fleet_connector_borneo::run)
 }
 
 async fn create_with_serial(env: &TestEnv, name: &str, serial: &str) -> String {
-    let reply = env
-        .command(
-            "create_device",
-            0,
-            v1::hub_command::Command::CreateDevice(v1::CreateDevice {
-                site: "s1".into(),
-                name: name.into(),
-                serial: serial.into(),
-                ..Default::default()
-            }),
-        )
-        .await;
-    assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
-    device_of(&reply).id
+    env.create_device_with(v1::CreateDevice {
+        site: "s1".into(),
+        name: name.into(),
+        serial: serial.into(),
+        ..Default::default()
+    })
+    .await
 }
 
 /// `(operational_status, latch status, latch reason)` read in one statement.
@@ -277,7 +231,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
     .unwrap();
     writer.write(&flip).await.unwrap();
 
-    let (url, fake, _control) = borneo_fake(BorneoFake::new(vec![
+    let (control, fake) = borneo_fake(BorneoFake::new(vec![
         machine("SN-GB200-0001", "GOOGLE_OWNED"),
         partner_owned("SN-GB200-0002"),
         machine("SN-GB200-0003", "DRAINED"),
@@ -286,11 +240,14 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
     ]))
     .await;
     let port = free_port();
-    let connector = run_borneo(&env, borneo_config(&url, &format!("127.0.0.1:{port}")));
+    let connector = run_borneo(
+        &env,
+        borneo_config(&control.url(), &format!("127.0.0.1:{port}")),
+    );
 
     // Delegated and the HandoverBreach latch appear together: no read
     // ever sees one without the other.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let (status, latch, reason) = custody_view(&env, &entering).await;
         if status == "delegated" {
@@ -306,7 +263,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
             tokio::time::Instant::now() < deadline,
             "timed out waiting for delegated"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let source: String = sqlx::query_scalar(
         "SELECT source FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
@@ -390,7 +347,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
     let before = snapshot_of().await;
     let events_before = eventually("status events relayed and settled", || async {
         let n = status_events(&env, &entering).await.len();
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         (n > 0 && n == status_events(&env, &entering).await.len()).then_some(n)
     })
     .await;
@@ -496,7 +453,7 @@ impl Logs {
 /// secret or a token.
 #[tokio::test(flavor = "current_thread")]
 async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metric() {
-    crate::support::quiet_global_subscriber();
+    quiet_global_subscriber();
     let logs = Logs::default();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(logs.clone())
@@ -507,13 +464,16 @@ async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metr
 
     let env = TestEnv::new().await;
     let reader = ObsReader::new(&env, "borneo").await;
-    let (url, fake, control) = borneo_fake(BorneoFake::new(vec![
+    let (control, fake) = borneo_fake(BorneoFake::new(vec![
         partner_owned("SN-GB200-0002"),
         machine("SN-GB200-0001", "GOOGLE_OWNED"),
     ]))
     .await;
     let port = free_port();
-    let connector = run_borneo(&env, borneo_config(&url, &format!("127.0.0.1:{port}")));
+    let connector = run_borneo(
+        &env,
+        borneo_config(&control.url(), &format!("127.0.0.1:{port}")),
+    );
 
     let s = reader
         .until("the partner-owned machine", |s| {
@@ -540,13 +500,10 @@ async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metr
         Fault::Status(500, r#"{"error": "server_error"}"#),
     );
     fake.revoke();
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    reader.drain().await;
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-    assert!(
-        reader.drain().await.is_empty(),
-        "an outage publishes nothing"
-    );
+    let (settle, quiet) = (Duration::from_millis(1200), Duration::from_millis(600));
+    reader
+        .assert_silent(settle, quiet, "an outage publishes nothing")
+        .await;
     connector.assert_alive();
     control.heal();
     reader
@@ -557,10 +514,9 @@ async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metr
     *fake.raw_body.lock().unwrap() = Some(format!(
         r#"{{"machines": [{{"serial": "SN-GB200-0002", "credential": {{"password": "{BMC_PASSWORD}"#
     ));
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    reader.drain().await;
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-    assert!(reader.drain().await.is_empty());
+    reader
+        .assert_silent(settle, quiet, "a malformed page publishes nothing")
+        .await;
     connector.assert_alive();
 
     let m = metrics(port).await;
