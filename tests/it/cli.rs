@@ -243,9 +243,13 @@ async fn sites_tenants_and_pools_through_the_cli() {
     assert!(!ok && err.contains("NOT_FOUND"), "{err}");
 
     api_trigger.trigger();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
+}
+
+/// A command line's words (none of them with a space inside).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 fn fleet_cli(addr: SocketAddr, t: &str, args: &[&str]) -> std::process::Output {
@@ -288,18 +292,7 @@ async fn allocations_cli_commands() {
     let (ok, out, err) = cli(
         addr,
         &t,
-        &[
-            "allocations",
-            "create",
-            "--pool",
-            "p1",
-            "--tenant",
-            "t1",
-            "--gpus",
-            "3",
-            "-o",
-            "json",
-        ],
+        &words("allocations create --pool p1 --tenant t1 --gpus 3 -o json"),
     )
     .await;
     assert!(ok, "{err}");
@@ -313,7 +306,7 @@ async fn allocations_cli_commands() {
     assert!(out.contains("schedulable_available  13\n"), "{out}");
     assert!(out.contains("schedulable_allocated  3\n"), "{out}");
     assert!(out.contains("total                  16\n"), "{out}");
-    let (ok, out, _) = cli(addr, &t, &["pools", "capacity", "p1", "-o", "json"]).await;
+    let (ok, out, _) = cli(addr, &t, &words("pools capacity p1 -o json")).await;
     assert!(ok);
     let c: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -327,7 +320,7 @@ async fn allocations_cli_commands() {
     assert!(out.contains("status           active\n"), "{out}");
     assert!(out.contains("DEVICE"), "{out}");
 
-    let (ok, out, err) = cli(addr, &t, &["allocations", "list", "--tenant", "t1"]).await;
+    let (ok, out, err) = cli(addr, &t, &words("allocations list --tenant t1")).await;
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("ID"), "{out}");
@@ -342,16 +335,7 @@ async fn allocations_cli_commands() {
     let (ok, _, err) = cli(
         addr,
         &t,
-        &[
-            "allocations",
-            "create",
-            "--pool",
-            "p1",
-            "--tenant",
-            "t1",
-            "--gpus",
-            "14",
-        ],
+        &words("allocations create --pool p1 --tenant t1 --gpus 14"),
     )
     .await;
     assert!(!ok);
@@ -363,39 +347,25 @@ async fn allocations_cli_commands() {
     let (ok, _, err) = cli(addr, &read, &["allocations", "release", &id]).await;
     assert!(!ok);
     assert!(err.contains("FORBIDDEN (HTTP 403)"), "{err}");
-    let (ok, _, err) = cli(addr, &t, &["allocations", "list", "--status", "gone"]).await;
+    let (ok, _, err) = cli(addr, &t, &words("allocations list --status gone")).await;
     assert!(!ok);
     assert!(err.contains("INVALID_ARGUMENT (HTTP 400)"), "{err}");
 
     let (ok, out, err) = cli(
         addr,
         &t,
-        &[
-            "allocations",
-            "release",
-            &id,
-            "--tenant",
-            "t1",
-            "-o",
-            "json",
-        ],
+        &words(&format!("allocations release {id} --tenant t1 -o json")),
     )
     .await;
     assert!(ok, "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["status"], "released");
-    let (ok, out, _) = cli(
-        addr,
-        &t,
-        &["allocations", "list", "--status", "active", "-o", "json"],
-    )
-    .await;
+    let (ok, out, _) = cli(addr, &t, &words("allocations list --status active -o json")).await;
     assert!(ok);
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!([]));
 
     // The placer gone: UNAVAILABLE with the hint.
-    placer_trigger.trigger();
-    placer_task.await.unwrap();
+    stop(placer_trigger, placer_task).await;
     let (ok, _, err) = cli(addr, &t, &["pools", "capacity", "p1"]).await;
     assert!(!ok);
     assert!(

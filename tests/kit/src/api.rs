@@ -13,6 +13,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::TestEnv;
 
+/// The refusals of `api.md`: an HTTP status and the error code.
+pub type Refusal = (u16, &'static str);
+pub const INVALID_ARGUMENT: Refusal = (400, "INVALID_ARGUMENT");
+pub const UNAUTHENTICATED: Refusal = (401, "UNAUTHENTICATED");
+pub const FORBIDDEN: Refusal = (403, "FORBIDDEN");
+pub const NOT_FOUND: Refusal = (404, "NOT_FOUND");
+pub const CONFLICT: Refusal = (409, "CONFLICT");
+pub const INVALID_STATE: Refusal = (409, "INVALID_STATE");
+pub const UNAVAILABLE: Refusal = (503, "UNAVAILABLE");
+pub const INSUFFICIENT_CAPACITY: Refusal = (409, "INSUFFICIENT_CAPACITY");
+pub const FUTURE_OBSERVATION: Refusal = (400, "FUTURE_OBSERVATION");
+pub const FORBIDDEN_SOURCE: Refusal = (403, "FORBIDDEN_SOURCE");
+
 pub struct Resp {
     pub status: u16,
     pub body: String,
@@ -34,7 +47,7 @@ impl Resp {
 
     /// Asserts an error answer: this status and this code (`what` says
     /// which request, in the failure message).
-    pub fn assert_error(&self, status: u16, code: &str, what: impl std::fmt::Display) {
+    pub fn assert_error(&self, (status, code): Refusal, what: impl std::fmt::Display) {
         assert_eq!(
             (self.status, self.code().as_str()),
             (status, code),

@@ -381,6 +381,36 @@ impl ObsReader {
     }
 }
 
+/// Outages of a fake system, watched through what the connector publishes.
+pub struct Outages<'a> {
+    pub http: &'a FakeHttp,
+    pub reader: &'a ObsReader,
+    pub connector: &'a Running,
+}
+
+impl Outages<'_> {
+    /// `fault` under `prefix` until a snapshot `outage` matches (returned);
+    /// the connector must still run; then healed, until a snapshot
+    /// `readable` matches again.
+    pub async fn cycle(
+        &self,
+        prefix: &str,
+        fault: Fault,
+        outage: impl Fn(&v1::ConditionSnapshot) -> bool,
+        readable: impl Fn(&v1::ConditionSnapshot) -> bool,
+    ) -> v1::ConditionSnapshot {
+        self.http.fail(prefix, fault.clone());
+        let s = self
+            .reader
+            .until(&format!("outage {fault:?}"), outage)
+            .await;
+        self.connector.assert_alive();
+        self.http.heal();
+        self.reader.until("readable again", readable).await;
+        s
+    }
+}
+
 pub fn key_of(s: &v1::ConditionSnapshot) -> &str {
     s.device
         .as_ref()

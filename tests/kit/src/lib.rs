@@ -575,6 +575,16 @@ impl Drop for Reaped {
     }
 }
 
+/// Stops a service a `start_*` function started: fires its trigger and
+/// waits for its task to end (a panic in it fails the test).
+pub async fn stop(
+    trigger: fleet_runtime::shutdown::ShutdownTrigger,
+    task: tokio::task::JoinHandle<()>,
+) {
+    trigger.trigger();
+    task.await.expect("the service stops cleanly");
+}
+
 /// Runs a hub against the environment until its trigger fires.
 pub async fn start_hub(
     env: &TestEnv,

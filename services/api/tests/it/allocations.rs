@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_api::Scope;
+use fleet_api::Scope::{self, DeviceRead, DeviceWrite, OperationsWrite};
 use fleet_domain::drift::PAIRS;
 use serde_json::{json, Value};
 
@@ -66,15 +66,7 @@ async fn allocations_book_capacity_release_and_refusals() {
     let (hub, hub_trigger, hub_task) = start_hub(&env).await;
     let (placer, placer_trigger, placer_task) = start_placer(&env).await;
     let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
-    let ops = token(
-        &env,
-        &[
-            Scope::DeviceRead,
-            Scope::OperationsWrite,
-            Scope::DeviceWrite,
-        ],
-    )
-    .await;
+    let ops = token(&env, &[DeviceRead, OperationsWrite, DeviceWrite]).await;
     let read = token(&env, &[Scope::DeviceRead]).await;
 
     let c = capacity(addr, &read, "p1").await;
@@ -117,61 +109,47 @@ async fn allocations_book_capacity_release_and_refusals() {
     assert_eq!(buckets(&c)[..3], [32, 24, 8], "{c}");
 
     // Typed refusals, and nothing booked by any of them.
-    let cases: Vec<(Value, u16, &str)> = vec![
+    let cases: Vec<(Value, Refusal)> = vec![
         (
             json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 0}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "p1", "gpus": -1}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"tenant_id": "", "pool_id": "p1", "gpus": 1}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 1, "colour": "red"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "p1"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 25}),
-            409,
-            "INSUFFICIENT_CAPACITY",
+            INSUFFICIENT_CAPACITY,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 9, "same_device": true}),
-            409,
-            "INSUFFICIENT_CAPACITY",
+            INSUFFICIENT_CAPACITY,
         ),
         (
             json!({"tenant_id": "t1", "pool_id": "nope", "gpus": 1}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
         (
             json!({"tenant_id": "nobody", "pool_id": "p1", "gpus": 1}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
     ];
-    for (body, status, code) in cases {
+    for (body, refusal) in cases {
         let r = allocate(addr, &ops, body.clone()).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (status, code),
-            "{body}: {}",
-            r.body
-        );
+        r.assert_error(refusal, &body);
     }
     let r = http_raw(
         addr,
@@ -182,7 +160,7 @@ async fn allocations_book_capacity_release_and_refusals() {
         b"gpus=1",
     )
     .await;
-    assert_eq!((r.status, r.code().as_str()), (400, "INVALID_ARGUMENT"));
+    r.assert_error(INVALID_ARGUMENT, "the answer");
     let c = capacity(addr, &read, "p1").await;
     assert_eq!(
         buckets(&c)[..3],
@@ -197,7 +175,7 @@ async fn allocations_book_capacity_release_and_refusals() {
         json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 1}),
     )
     .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "FORBIDDEN"));
+    r.assert_error(FORBIDDEN, "the answer");
     let r = send(
         addr,
         "POST",
@@ -206,26 +184,21 @@ async fn allocations_book_capacity_release_and_refusals() {
         json!({}),
     )
     .await;
-    assert_eq!((r.status, r.code().as_str()), (403, "FORBIDDEN"));
+    r.assert_error(FORBIDDEN, "the answer");
     let r = http_raw(addr, "GET", "/api/v1/pools/p1/capacity", None, None, b"").await;
-    assert_eq!((r.status, r.code().as_str()), (401, "UNAUTHENTICATED"));
+    r.assert_error(UNAUTHENTICATED, "the answer");
 
     // Reads that refuse.
-    for (path, status, code) in [
-        ("/api/v1/pools/nope/capacity", 404, "NOT_FOUND"),
-        ("/api/v1/allocations/alloc_nope/", 404, "NOT_FOUND"),
-        ("/api/v1/allocations/?status=gone", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/allocations/?cursor=zz", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/allocations/?limit=0", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/allocations/?owner=t1", 400, "INVALID_ARGUMENT"),
+    for (path, refusal) in [
+        ("/api/v1/pools/nope/capacity", NOT_FOUND),
+        ("/api/v1/allocations/alloc_nope/", NOT_FOUND),
+        ("/api/v1/allocations/?status=gone", INVALID_ARGUMENT),
+        ("/api/v1/allocations/?cursor=zz", INVALID_ARGUMENT),
+        ("/api/v1/allocations/?limit=0", INVALID_ARGUMENT),
+        ("/api/v1/allocations/?owner=t1", INVALID_ARGUMENT),
     ] {
         let r = get(addr, path, &read).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (status, code),
-            "{path}: {}",
-            r.body
-        );
+        r.assert_error(refusal, &path);
     }
 
     // Release: another tenant's is NOT_FOUND and changes nothing; the
@@ -236,12 +209,7 @@ async fn allocations_book_capacity_release_and_refusals() {
         async move { http_raw(addr, "POST", &path, Some(&ops), None, b"").await }
     };
     let r = release("?tenant_id=t2").await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (404, "NOT_FOUND"),
-        "{}",
-        r.body
-    );
+    r.assert_error(NOT_FOUND, "the answer");
     let r = release("?tenant_id=t1").await;
     assert_eq!(r.status, 200, "{}", r.body);
     let released = r.json();
@@ -263,7 +231,7 @@ async fn allocations_book_capacity_release_and_refusals() {
         b"",
     )
     .await;
-    assert_eq!((r.status, r.code().as_str()), (404, "NOT_FOUND"));
+    r.assert_error(NOT_FOUND, "the answer");
 
     // The list: filters, and a keyset walk that serves each row once.
     let mut ids: BTreeSet<String> = [id.clone(), first["id"].as_str().unwrap().to_string()].into();
@@ -339,10 +307,8 @@ async fn allocations_book_capacity_release_and_refusals() {
     assert_eq!(buckets(&c)[0], 32);
 
     api_trigger.trigger();
-    placer_trigger.trigger();
-    placer_task.await.unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(placer_trigger, placer_task).await;
+    stop(hub_trigger, hub_task).await;
     drop(hub);
     env.cleanup().await;
 }
@@ -364,19 +330,14 @@ async fn allocations_unavailable_when_the_placer_is_down() {
         json!({"tenant_id": "t1", "pool_id": "p1", "gpus": 1}),
     )
     .await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (503, "UNAVAILABLE"),
-        "{}",
-        r.body
-    );
+    r.assert_error(UNAVAILABLE, "the answer");
     assert!(
         !r.body.contains("no responders"),
         "transport text leaked: {}",
         r.body
     );
     let r = get(addr, "/api/v1/pools/p1/capacity", &t).await;
-    assert_eq!((r.status, r.code().as_str()), (503, "UNAVAILABLE"));
+    r.assert_error(UNAVAILABLE, "the answer");
     let booked: i64 = sqlx::query_scalar("SELECT count(*) FROM allocations")
         .fetch_one(&env.pool)
         .await
@@ -393,15 +354,9 @@ async fn allocations_unavailable_when_the_placer_is_down() {
     .await;
     assert_eq!(r.status, 201, "{}", r.body);
     let id = r.json()["id"].as_str().unwrap().to_string();
-    placer_trigger.trigger();
-    placer_task.await.unwrap();
+    stop(placer_trigger, placer_task).await;
     let r = get(addr, "/api/v1/pools/p1/capacity", &t).await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (503, "UNAVAILABLE"),
-        "{}",
-        r.body
-    );
+    r.assert_error(UNAVAILABLE, "the answer");
     let r = http_raw(
         addr,
         "POST",
@@ -411,12 +366,7 @@ async fn allocations_unavailable_when_the_placer_is_down() {
         b"",
     )
     .await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (503, "UNAVAILABLE"),
-        "{}",
-        r.body
-    );
+    r.assert_error(UNAVAILABLE, "the answer");
     // No placer subscribed: the request went nowhere, and the API says so.
     assert!(
         r.json()["error"]["message"]
@@ -566,12 +516,7 @@ async fn latch_drift_list_through_the_api() {
         ("?limit=100000", "INVALID_ARGUMENT"),
     ] {
         let r = get(addr, &format!("/api/v1/latch-drift/{q}"), &t).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (400, code),
-            "{q}: {}",
-            r.body
-        );
+        r.assert_error((400, code), &q);
     }
     let r = http_raw(addr, "GET", "/api/v1/latch-drift/", None, None, b"").await;
     assert_eq!(r.status, 401);

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use chrono::{DateTime, Utc};
 use fleet_api::routes::{table, OPEN_PATHS};
-use fleet_api::Scope;
+use fleet_api::Scope::{self, ConditionsWrite, DeviceRead, DeviceWrite, OperationsWrite};
 use fleet_domain::predicates::{self, SchedulingFacts};
 use fleet_domain::*;
 
@@ -406,7 +406,7 @@ async fn api_devices_conditions_and_errors() {
         json!({"version": v}),
     )
     .await;
-    assert_eq!((stale.status, stale.code().as_str()), (409, "CONFLICT"));
+    stale.assert_error(CONFLICT, "the answer");
     let v = r.json()["version"].as_i64().unwrap();
     let r = send(
         addr,
@@ -431,12 +431,7 @@ async fn api_devices_conditions_and_errors() {
         json!({"version": v, "to": "deployed"}),
     )
     .await;
-    assert_eq!(
-        (r.status, r.code().as_str()),
-        (409, "INVALID_STATE"),
-        "{}",
-        r.body
-    );
+    r.assert_error(INVALID_STATE, "the answer");
     let r = send(
         addr,
         "POST",
@@ -515,102 +510,84 @@ async fn api_devices_conditions_and_errors() {
     // The error codes, each in the one shape.
     let cordon = format!("/api/v1/devices/{a}/cordon");
     let writer = token(&env, &[Scope::DeviceWrite]).await;
-    let mut cases: Vec<(Resp, u16, &str)> = vec![(stale, 409, "CONFLICT")];
-    for (path, status, code) in [
+    let mut cases: Vec<(Resp, Refusal)> = vec![(stale, CONFLICT)];
+    for (path, refusal) in [
         (
             "/api/v1/devices/?operational_status=bogus",
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
-        ("/api/v1/devices/?limit=0", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/devices/?cursor=zz", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/devices/?nope=1", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/devices/?in_triage=maybe", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/devices/?site=a%00b", 400, "INVALID_ARGUMENT"),
-        ("/api/v1/devices/dev_missing/", 404, "NOT_FOUND"),
-        ("/api/v1/sites/nope/summary", 404, "NOT_FOUND"),
-        ("/api/v1/nothing-here", 404, "NOT_FOUND"),
+        ("/api/v1/devices/?limit=0", INVALID_ARGUMENT),
+        ("/api/v1/devices/?cursor=zz", INVALID_ARGUMENT),
+        ("/api/v1/devices/?nope=1", INVALID_ARGUMENT),
+        ("/api/v1/devices/?in_triage=maybe", INVALID_ARGUMENT),
+        ("/api/v1/devices/?site=a%00b", INVALID_ARGUMENT),
+        ("/api/v1/devices/dev_missing/", NOT_FOUND),
+        ("/api/v1/sites/nope/summary", NOT_FOUND),
+        ("/api/v1/nothing-here", NOT_FOUND),
     ] {
-        cases.push((get(addr, path, &all).await, status, code));
+        cases.push((get(addr, path, &all).await, refusal));
     }
     // (token, content type, body): not JSON, no body at all.
-    for (t, content_type, body, status, code) in [
+    for (t, content_type, body, refusal) in [
         (
             Some(all.as_str()),
             Some("application/json"),
             &b"{not json"[..],
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
-        (Some(all.as_str()), None, b"", 400, "INVALID_ARGUMENT"),
+        (Some(all.as_str()), None, b"", INVALID_ARGUMENT),
     ] {
         let r = http_raw(addr, "POST", &cordon, t, content_type, body).await;
-        cases.push((r, status, code));
+        cases.push((r, refusal));
     }
     cases.push((
         http_raw(addr, "GET", "/api/v1/devices/", None, None, b"").await,
-        401,
-        "UNAUTHENTICATED",
+        UNAUTHENTICATED,
     ));
-    cases.push((
-        get(addr, "/api/v1/devices/", &writer).await,
-        403,
-        "FORBIDDEN",
-    ));
+    cases.push((get(addr, "/api/v1/devices/", &writer).await, FORBIDDEN));
     let future = (Utc::now() + chrono::Duration::minutes(10)).to_rfc3339();
-    for (path, body, status, code) in [
-        (
-            cordon.as_str(),
-            json!({"reason": "x"}),
-            400,
-            "INVALID_ARGUMENT",
-        ),
+    for (path, body, refusal) in [
+        (cordon.as_str(), json!({"reason": "x"}), INVALID_ARGUMENT),
         (
             cordon.as_str(),
             json!({"version": 0, "reason": "x"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             cordon.as_str(),
             json!({"version": 1, "reason": "nul\u{0}inside"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             "/api/v1/devices/dev_missing/cordon",
             json!({"version": 1, "reason": "x"}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
         (
             "/api/v1/device-conditions/apply/",
             json!({"source": "openstack", "device_id": a, "observed_at": future, "conditions": []}),
-            400,
-            "FUTURE_OBSERVATION",
+            FUTURE_OBSERVATION,
         ),
         (
             "/api/v1/device-conditions/",
             json!({"source": "slurm", "device_id": a, "observed_at": now_rfc3339(),
                    "condition": {"type": "IronicMaintenance", "status": "True"}}),
-            403,
-            "FORBIDDEN_SOURCE",
+            FORBIDDEN_SOURCE,
         ),
         (
             "/api/v1/device-conditions/",
             json!({"source": "openstack", "device_id": a, "observed_at": now_rfc3339(),
                    "condition": {"type": "NoSuchType", "status": "True"}}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
     ] {
-        cases.push((send(addr, "POST", path, &all, body).await, status, code));
+        cases.push((send(addr, "POST", path, &all, body).await, refusal));
     }
-    for (r, status, code) in cases {
-        r.assert_error(status, code, "the error answer");
+    for (r, refusal) in cases {
+        r.assert_error(refusal, "the error answer");
         let e = r.json();
         assert!(e["error"]["message"].is_string() && e["error"]["details"].is_object());
-        if code == "FUTURE_OBSERVATION" {
+        if refusal == FUTURE_OBSERVATION {
             // Issue 19: it names the clock that refused it.
             assert!(r.body.contains("ahead of the API's clock"), "{}", r.body);
         }
@@ -636,8 +613,7 @@ async fn api_devices_conditions_and_errors() {
     );
 
     trigger.trigger();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 
@@ -734,8 +710,7 @@ async fn api_lifecycle_events_ended_at_across_pages() {
     .await;
     assert_eq!(bad.code(), "INVALID_ARGUMENT");
     trigger.trigger();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 
@@ -950,15 +925,7 @@ async fn api_impairment_event_cordon_and_clear() {
     })
     .await;
     let (addr, trigger) = start_api(&env.common, &api_config()).await;
-    let ops = token(
-        &env,
-        &[
-            Scope::DeviceRead,
-            Scope::OperationsWrite,
-            Scope::ConditionsWrite,
-        ],
-    )
-    .await;
+    let ops = token(&env, &[DeviceRead, OperationsWrite, ConditionsWrite]).await;
     let (ua, ub) = (
         "0a000000-0000-4000-8000-00000000000a",
         "0b000000-0000-4000-8000-00000000000b",
@@ -1092,10 +1059,8 @@ async fn api_impairment_event_cordon_and_clear() {
     .await;
     assert_eq!(twice.code(), "INVALID_STATE");
     trigger.trigger();
-    w_trigger.trigger();
-    w_task.await.unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(w_trigger, w_task).await;
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 
@@ -1122,12 +1087,7 @@ async fn api_mutations_503_when_hub_or_nats_down() {
             json!({"version": 1, "reason": "r"}),
         )
         .await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (503, "UNAVAILABLE"),
-            "{what}: {}",
-            r.body
-        );
+        r.assert_error(UNAVAILABLE, &what);
         let r = send(
             addr,
             "POST",
@@ -1137,12 +1097,7 @@ async fn api_mutations_503_when_hub_or_nats_down() {
         )
         .await;
         // No workflow service answers: nothing was recorded.
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (503, "UNAVAILABLE"),
-            "{what}: {}",
-            r.body
-        );
+        r.assert_error(UNAVAILABLE, &what);
         let r = get(addr, "/api/v1/devices/dev_x/", &t).await;
         assert_eq!(r.status, 200, "{what}: reads work");
         assert_eq!(r.json()["cordoned"], false);
@@ -1181,12 +1136,7 @@ async fn api_reads_503_when_database_down() {
         "/api/v1/sites/s1/summary",
     ] {
         let r = get(addr, path, &t).await;
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (503, "UNAVAILABLE"),
-            "{path}: {}",
-            r.body
-        );
+        r.assert_error(UNAVAILABLE, &path);
         assert!(!r.body.contains("allow"), "no database text: {}", r.body);
     }
     assert_eq!(
@@ -1216,15 +1166,7 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
     let env = TestEnv::new().await;
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     let (addr, trigger) = start_api(&env.common, &api_config()).await;
-    let t = token(
-        &env,
-        &[
-            Scope::ConditionsWrite,
-            Scope::DeviceRead,
-            Scope::DeviceWrite,
-        ],
-    )
-    .await;
+    let t = token(&env, &[ConditionsWrite, DeviceRead, DeviceWrite]).await;
     let id = env.create_device("s1", "gpu-s-01").await;
     let at = micros(Utc::now() - chrono::Duration::seconds(30));
     let body = |at: DateTime<Utc>, ready: &str| {
@@ -1297,45 +1239,35 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
         "{listed}"
     );
 
-    let cases: Vec<(Value, u16, &str)> = vec![
+    let cases: Vec<(Value, Refusal)> = vec![
         (
             json!({"source": "slurm", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
                    "ironic": {"provision_state": "active"}}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"source": "frontend-fabric", "device_id": id, "observed_at": now_rfc3339(),
                    "conditions": [{"type": "FrontendPortsInCustomerVrf", "status": "False"}]}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"source": "openstack", "device_id": id, "observed_at": now_rfc3339(), "conditions": [],
                    "ironic": {"provision_state": "active"}, "health": {}}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"source": "openstack", "device_id": id, "device": {"kind": "name", "key": "x"},
                    "observed_at": now_rfc3339(), "conditions": []}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"source": "nobody", "device_id": id, "observed_at": now_rfc3339(), "conditions": []}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
     ];
-    for (b, status, code) in cases {
+    for (b, refusal) in cases {
         let r = apply(b.clone()).await;
-        assert_eq!(
-            (r.status, r.code()),
-            (status, code.to_string()),
-            "{b}: {}",
-            r.body
-        );
+        r.assert_error(refusal, &b);
     }
     let triage = send(
         addr,
@@ -1352,7 +1284,6 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
         "a refused triage list changes no device"
     );
     trigger.trigger();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }

@@ -49,7 +49,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         json!({"id": "dc9", "name": "again"}),
     )
     .await;
-    assert_eq!((r.status, r.code()), (409, "CONFLICT".to_string()));
+    r.assert_error(CONFLICT, "the answer");
     for (body, why) in [
         (
             json!({"id": "dc.9", "name": "n"}),
@@ -63,12 +63,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         ),
     ] {
         let r = send(addr, "POST", "/api/v1/sites/", &admin, body).await;
-        assert_eq!(
-            (r.status, r.code()),
-            (400, "INVALID_ARGUMENT".to_string()),
-            "{why}: {}",
-            r.body
-        );
+        r.assert_error(INVALID_ARGUMENT, &why);
     }
     let r = send(
         addr,
@@ -89,7 +84,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         json!({"inventory_only": false}),
     )
     .await;
-    assert_eq!((r.status, r.code()), (400, "INVALID_ARGUMENT".to_string()));
+    r.assert_error(INVALID_ARGUMENT, "the answer");
     assert!(r.body.contains("immutable"), "{}", r.body);
     let r = send(
         addr,
@@ -117,7 +112,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         json!({"name": "x"}),
     )
     .await;
-    assert_eq!((r.status, r.code()), (404, "NOT_FOUND".to_string()));
+    r.assert_error(NOT_FOUND, "the answer");
 
     // Tenants and pools.
     let r = send(
@@ -143,35 +138,26 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     let r = send(addr, "POST", "/api/v1/pools/", &admin, pool).await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.json()["hardware_profile"]["gpu_count"], 8);
-    for (body, status, code) in [
+    for (body, refusal) in [
         (
             json!({"id": "p10", "site_id": "dc9", "kind": "gpu"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"id": "p10", "site_id": "nowhere", "kind": "metal-host"}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
         (
             json!({"id": "p10", "site_id": "dc9", "kind": "metal-host", "hardware_profile": {"gpu_count": 300}}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"id": "p9", "site_id": "dc9", "kind": "metal-host"}),
-            409,
-            "CONFLICT",
+            CONFLICT,
         ),
     ] {
         let r = send(addr, "POST", "/api/v1/pools/", &admin, body.clone()).await;
-        assert_eq!(
-            (r.status, r.code()),
-            (status, code.to_string()),
-            "{body}: {}",
-            r.body
-        );
+        r.assert_error(refusal, &body);
     }
     let r = get(addr, "/api/v1/pools/p10/", &reader).await;
     assert_eq!(r.status, 404, "a refused pool left nothing");
@@ -249,12 +235,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         ("/api/v1/sites/dc9/", "has pools and devices"),
     ] {
         let r = send(addr, "DELETE", path, &admin, json!({})).await;
-        assert_eq!(
-            (r.status, r.code()),
-            (409, "INVALID_STATE".to_string()),
-            "{path} {why}: {}",
-            r.body
-        );
+        r.assert_error(INVALID_STATE, format!("{path} {why}"));
     }
     let r = send(
         addr,
@@ -274,8 +255,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     assert!(r["next_cursor"].is_string());
 
     api_stop.trigger();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }
 
@@ -311,56 +291,40 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
     assert_eq!(detail["netbox_id"], 77);
     assert_eq!(detail["device_class"], "cpu_baremetal");
 
-    for (body, status, code) in [
-        (body.clone(), 409, "CONFLICT"),
+    for (body, refusal) in [
+        (body.clone(), CONFLICT),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "device_class": "toaster"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "provision_state": "flying"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
-        (
-            json!({"site_id": "s1", "name": "  "}),
-            400,
-            "INVALID_ARGUMENT",
-        ),
+        (json!({"site_id": "s1", "name": "  "}), INVALID_ARGUMENT),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "serial": "x".repeat(600)}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "netbox_id": 0}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "owner": "t1"}),
-            400,
-            "INVALID_ARGUMENT",
+            INVALID_ARGUMENT,
         ),
         (
             json!({"site_id": "nowhere", "name": "gpu-api-02"}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
         (
             json!({"site_id": "s1", "name": "gpu-api-02", "pool_id": "nopool"}),
-            404,
-            "NOT_FOUND",
+            NOT_FOUND,
         ),
     ] {
         let r = send(addr, "POST", "/api/v1/devices/", &admin, body.clone()).await;
-        assert_eq!(
-            (r.status, r.code()),
-            (status, code.to_string()),
-            "{body}: {}",
-            r.body
-        );
+        r.assert_error(refusal, &body);
     }
     let r = send(
         addr,
@@ -374,7 +338,6 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
     assert_eq!(devices().await, 1, "every refusal created nothing");
 
     api_stop.trigger();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }

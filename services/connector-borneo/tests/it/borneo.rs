@@ -414,8 +414,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
 
     connector.assert_alive();
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 

@@ -494,8 +494,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     expect(&env, &f1, BE, "True", "MaintenanceVrfObserved").await;
 
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use fleet_connector_health::mapping::SERIES;
 use fleet_connector_health::SiteConfig as HealthSiteConfig;
+use fleet_proto::v1;
 use fleet_proto::v1::condition_snapshot::Mirror;
 use wiremock::{Request, ResponseTemplate};
 
@@ -254,8 +255,7 @@ async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unkn
     assert_eq!(env.device_field(&ids[2], "health_status").await, "unknown");
 
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 
@@ -285,7 +285,7 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     assert_eq!(s.conditions.len(), 10);
     assert_eq!(
         s.mirror,
-        Some(Mirror::Health(fleet_proto::v1::HealthMirror {
+        Some(Mirror::Health(v1::HealthMirror {
             chassis_health: "Critical".into()
         }))
     );
@@ -294,51 +294,49 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
         "RedfishTelemetryUnavailable"
     );
 
-    let outage = |fragment: &'static str| {
-        let reader = &reader;
-        async move {
-            let s = reader
-                .until(&format!("outage {fragment}"), |s| {
-                    snap_cond(s, "ChassisHealth").is_some_and(|c| {
-                        c.reason == "MimirUnreachable" && c.message.contains(fragment)
-                    })
-                })
-                .await;
-            assert_eq!(s.conditions.len(), 10);
-            assert!(s
-                .conditions
-                .iter()
-                .all(|c| c.status == "Unknown" && c.reason == "MimirUnreachable"));
-            assert_eq!(
-                s.mirror,
-                Some(Mirror::Health(fleet_proto::v1::HealthMirror::default())),
-                "the composite is emptied, so health reads unknown"
-            );
+    let unreachable = |fragment: &'static str| {
+        move |s: &v1::ConditionSnapshot| {
+            snap_cond(s, "ChassisHealth")
+                .is_some_and(|c| c.reason == "MimirUnreachable" && c.message.contains(fragment))
         }
+    };
+    let assert_outage = |s: &v1::ConditionSnapshot| {
+        assert_eq!(s.conditions.len(), 10);
+        assert!(s
+            .conditions
+            .iter()
+            .all(|c| c.status == "Unknown" && c.reason == "MimirUnreachable"));
+        assert_eq!(
+            s.mirror,
+            Some(Mirror::Health(v1::HealthMirror::default())),
+            "the composite is emptied, so health reads unknown"
+        );
+    };
+    let chassis_read = |s: &v1::ConditionSnapshot| {
+        snap_cond(s, "ChassisHealth").is_some_and(|c| c.status == "False")
+    };
+    let outages = Outages {
+        http: &control,
+        reader: &reader,
+        connector: &connector,
     };
     for (fault, fragment) in [
         (Fault::Hang, "did not answer within 400 ms"),
         (Fault::Malformed, "malformed body"),
         (Fault::Status(502, "<html>Bad Gateway</html>"), "HTTP 502"),
     ] {
-        control.fail("/prometheus/", fault);
-        outage(fragment).await;
-        connector.assert_alive();
-        control.heal();
-        reader
-            .until("readable again", |s| {
-                snap_cond(s, "ChassisHealth").is_some_and(|c| c.status == "False")
-            })
+        let s = outages
+            .cycle("/prometheus/", fault, unreachable(fragment), chassis_read)
             .await;
+        assert_outage(&s);
     }
     *fake.matrix.lock().unwrap() = true;
-    outage("resultType \"matrix\"").await;
-    *fake.matrix.lock().unwrap() = false;
-    reader
-        .until("readable again", |s| {
-            snap_cond(s, "ChassisHealth").is_some_and(|c| c.status == "False")
-        })
+    let s = reader
+        .until("a range answer", unreachable("resultType \"matrix\""))
         .await;
+    assert_outage(&s);
+    *fake.matrix.lock().unwrap() = false;
+    reader.until("readable again", chassis_read).await;
     let m = metrics(port).await;
     for kind in ["timeout", "malformed", "http_5xx", "protocol"] {
         let line = format!(

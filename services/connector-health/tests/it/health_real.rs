@@ -201,7 +201,6 @@ async fn health_connector_reads_the_real_prometheus() {
     );
     connector.assert_alive();
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }

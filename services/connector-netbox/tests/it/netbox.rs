@@ -309,8 +309,7 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     assert_eq!(bad, 0);
 
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
 

@@ -116,7 +116,6 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
     assert!(unresolved >= 1);
     connector.assert_alive();
     connector.stop().await;
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }

@@ -3,13 +3,17 @@
 //! relayed commands.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleet_agent_sim::{SimAgent, SimSpec};
 use fleet_domain::Trust;
+use fleet_gateway::Gateway;
 use fleet_proto::{v1, Message};
+use fleet_runtime::shutdown::ShutdownTrigger;
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
+use tokio::task::JoinHandle;
 use v1::hub_command::Command as C;
 
 use crate::support::*;
@@ -37,6 +41,35 @@ async fn seed(env: &TestEnv, trust: Trust) -> String {
     fleet_gateway::issue_join_token(&env.pool, "s1", Some("p1"), trust, owner, "test")
         .await
         .unwrap()
+}
+
+/// A hub and a gateway on the environment.
+struct Mesh {
+    hub: (ShutdownTrigger, JoinHandle<()>),
+    gateway: (ShutdownTrigger, JoinHandle<()>),
+}
+
+impl Mesh {
+    /// The hub, then a gateway with `f`'s settings; the gateway is returned.
+    async fn start(
+        env: &TestEnv,
+        f: impl FnOnce(&mut fleet_gateway::Config),
+    ) -> (Arc<Gateway>, Mesh) {
+        let (_hub, hub_trigger, hub_task) = start_hub(env).await;
+        let (gw, gw_trigger, gw_task) = start_gateway(env, f).await;
+        let mesh = Mesh {
+            hub: (hub_trigger, hub_task),
+            gateway: (gw_trigger, gw_task),
+        };
+        (gw, mesh)
+    }
+
+    /// The gateway, then the hub; then the environment is removed.
+    async fn stop(self, env: TestEnv) {
+        stop(self.gateway.0, self.gateway.1).await;
+        stop(self.hub.0, self.hub.1).await;
+        env.cleanup().await;
+    }
 }
 
 /// A simulated agent on the environment's bus.
@@ -131,8 +164,7 @@ async fn a_thousand_agents_join_heartbeat_disconnect_and_go_silent() {
     // machine (the whole suite beside it) is never taken for lost.
     env.common.freshness.lost_after = Duration::from_secs(30);
     let token = seed(&env, Trust::Platform).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env, |_| {}).await;
+    let (_gw, mesh) = Mesh::start(&env, |_| {}).await;
 
     let n = 1000;
     let short = 900..n; // these report 6 of the profile's 8 GPUs
@@ -308,11 +340,7 @@ async fn a_thousand_agents_join_heartbeat_disconnect_and_go_silent() {
         let (_, failures) = l.await.unwrap();
         assert_eq!(failures, 0, "agent {i} had failed heartbeats");
     }
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }
 
 fn group_ids(all: &[String], except: &[String]) -> Vec<String> {
@@ -357,9 +385,8 @@ async fn until_refused(agent: &mut SimAgent, want: &str) {
 async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
     // No periodic identity check can help within this test.
-    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+    let (_gw, mesh) = Mesh::start(&env, |c| {
         c.identity_check_interval = Duration::from_secs(600)
     })
     .await;
@@ -443,19 +470,14 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     .await;
     assert_eq!(env.device_field(&id, "connectivity").await, "disconnected");
     api_stop.trigger();
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
     let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+    let (_gw, mesh) = Mesh::start(&env, |c| {
         c.identity_check_interval = Duration::from_millis(200)
     })
     .await;
@@ -591,11 +613,7 @@ async fn identity_bumps_close_sessions_and_old_credentials_never_work_again() {
         "INVALID_ARGUMENT"
     );
 
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }
 
 /// A device NetBox imported (through the hub's create_device).
@@ -614,8 +632,7 @@ async fn imported(env: &TestEnv, name: &str, serial: &str, netbox_id: i64) -> St
 async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
     let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env, |_| {}).await;
+    let (_gw, mesh) = Mesh::start(&env, |_| {}).await;
 
     // The serial as NetBox writes it and as the firmware reports it differ
     // in case and separators only.
@@ -686,11 +703,7 @@ async fn a_first_join_claims_the_netbox_device_by_site_name_and_serial() {
         .unwrap();
     assert_eq!(all, 3);
 
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -699,8 +712,7 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
     let env = TestEnv::new().await;
     let platform_token = seed(&env, Trust::Platform).await;
     let tenant_token = seed(&env, Trust::TenantControlled).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (_gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+    let (_gw, mesh) = Mesh::start(&env, |c| {
         c.platform_secrets.insert(
             "breakglass_ssh_key".into(),
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIbreakglass".into(),
@@ -794,11 +806,7 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
         "NOT_CONNECTED"
     );
 
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }
 
 /// The `GpuCountMismatch` resync re-publishes the condition of every live
@@ -808,9 +816,8 @@ async fn commands_are_relayed_with_deadlines_and_nothing_destructive_reaches_a_t
 async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shutdown() {
     let env = TestEnv::new().await;
     let token = seed(&env, Trust::Platform).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
     // Only the explicit resyncs below.
-    let (gw, gw_stop, gw_task) = start_gateway(&env, |c| {
+    let (gw, mesh) = Mesh::start(&env, |c| {
         c.snapshot_resync_interval = Duration::from_secs(3600)
     })
     .await;
@@ -896,9 +903,5 @@ async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shut
     }
     assert_eq!(mismatch, want);
 
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
-    env.cleanup().await;
+    mesh.stop(env).await;
 }

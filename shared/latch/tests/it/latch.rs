@@ -169,7 +169,6 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     );
     assert_eq!(e.code().as_str(), "NVLINK_LATCH_WRITE_FAILED");
 
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
