@@ -313,6 +313,27 @@ impl Running {
     }
 }
 
+/// A hub a connector test runs behind its connector.
+pub struct HubTask {
+    trigger: ShutdownTrigger,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HubTask {
+    pub async fn start(env: &TestEnv) -> HubTask {
+        let (_hub, trigger, task) = crate::start_hub(env).await;
+        HubTask { trigger, task }
+    }
+
+    /// The connector (cleanly, soon), then the hub; then the environment
+    /// is removed.
+    pub async fn stop(self, connector: Running, env: TestEnv) {
+        connector.stop().await;
+        crate::stop(self.trigger, self.task).await;
+        env.cleanup().await;
+    }
+}
+
 /// Reads the observations a connector publishes, straight from the
 /// `OBSERVATIONS` stream (only for tests that run no hub: the stream is a
 /// work queue).

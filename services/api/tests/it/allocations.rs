@@ -320,7 +320,7 @@ async fn allocations_book_capacity_release_and_refusals() {
 async fn allocations_unavailable_when_the_placer_is_down() {
     let env = TestEnv::new().await;
     seed_pool(&env, "p1", 2, 8).await;
-    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::api(&env, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead, Scope::OperationsWrite]).await;
 
     // Never started.
@@ -385,8 +385,7 @@ async fn allocations_unavailable_when_the_placer_is_down() {
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 1);
 
-    api_trigger.trigger();
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 /// `GET /api/v1/latch-drift/`: the drifting (device, latch) pairs the

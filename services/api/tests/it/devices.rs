@@ -113,7 +113,7 @@ async fn apply_openstack(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_every_route_needs_its_scope() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::api(&env, &api_config()).await;
     let doc: Value = serde_json::from_str(fleet_api::openapi::json()).unwrap();
     let routes = table();
     assert!(routes.len() >= 20);
@@ -193,8 +193,7 @@ async fn api_every_route_needs_its_scope() {
         let r = http_raw(addr, "GET", open, None, None, b"").await;
         assert_eq!(r.status, 200, "{open} is open");
     }
-    trigger.trigger();
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 /// `docs/openapi.json` is the document the code generates. Regenerate it
@@ -218,8 +217,7 @@ fn api_openapi_document_is_committed_and_current() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_devices_conditions_and_errors() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::with_hub(&env, &api_config()).await;
     let all = token(&env, Scope::ALL).await;
     let a = env.create_device("s1", "gpu-a1-01").await;
     let b = env.create_device("s1", "gpu-a1-02").await;
@@ -612,17 +610,14 @@ async fn api_devices_conditions_and_errors() {
         )
     );
 
-    trigger.trigger();
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 /// `ended_at` is the next row of the same kind, right on every page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_lifecycle_events_ended_at_across_pages() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::with_hub(&env, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead, Scope::DeviceWrite]).await;
     let id = env.create_device("s1", "gpu-l-01").await;
     let mut version = 1;
@@ -709,9 +704,7 @@ async fn api_lifecycle_events_ended_at_across_pages() {
     )
     .await;
     assert_eq!(bad.code(), "INVALID_ARGUMENT");
-    trigger.trigger();
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 const FLEET_SQL: &str = "INSERT INTO devices (id, name, site_id, role, trust, operational_status, \
@@ -750,7 +743,7 @@ type Row = (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_filters_and_pagination_over_thousands() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::api(&env, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     let n = 3000;
     sqlx::query(FLEET_SQL)
@@ -905,8 +898,7 @@ async fn api_filters_and_pagination_over_thousands() {
         .filter(|r| r.1 == "s1" && !r.12 && facts(r).0)
         .count() as i64;
     assert_eq!(s["customer_ready"], ready);
-    trigger.trigger();
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 /// Impairment events through the API: the workflow service records the
@@ -1116,7 +1108,7 @@ async fn api_mutations_503_when_hub_or_nats_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_reads_503_when_database_down() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::api(&env, &api_config()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
     assert_eq!(get(addr, "/api/v1/devices/", &t).await.status, 200);
     let admin = sqlx::postgres::PgPool::connect(&admin_url()).await.unwrap();
@@ -1154,8 +1146,7 @@ async fn api_reads_503_when_database_down() {
     })
     .await;
     admin.close().await;
-    trigger.trigger();
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 /// The snapshot apply answers what the hub did: applied, duplicate (same
@@ -1164,8 +1155,7 @@ async fn api_reads_503_when_database_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_snapshot_apply_outcomes_and_refusals() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    let (addr, served) = Served::with_hub(&env, &api_config()).await;
     let t = token(&env, &[ConditionsWrite, DeviceRead, DeviceWrite]).await;
     let id = env.create_device("s1", "gpu-s-01").await;
     let at = micros(Utc::now() - chrono::Duration::seconds(30));
@@ -1283,7 +1273,5 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
         "false",
         "a refused triage list changes no device"
     );
-    trigger.trigger();
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    served.stop(env).await;
 }

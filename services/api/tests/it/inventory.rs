@@ -11,8 +11,7 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     let env = TestEnv::new().await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (addr, api_stop) = start_api(&env.common, &Default::default()).await;
+    let (addr, served) = Served::with_hub(&env, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let reader = token(&env, &[Scope::DeviceRead]).await;
     let sites = || async {
@@ -254,16 +253,13 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     assert_eq!(r["items"].as_array().unwrap().len(), 1);
     assert!(r["next_cursor"].is_string());
 
-    api_stop.trigger();
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    served.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn devices_are_created_through_the_api_with_typed_refusals() {
     let env = TestEnv::new().await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
-    let (addr, api_stop) = start_api(&env.common, &Default::default()).await;
+    let (addr, served) = Served::with_hub(&env, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let writer = token(&env, &[Scope::DeviceWrite, Scope::DeviceRead]).await;
     let devices = || async {
@@ -337,7 +333,5 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
     assert_eq!(r.status, 403, "creating devices is an admin's");
     assert_eq!(devices().await, 1, "every refusal created nothing");
 
-    api_stop.trigger();
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    served.stop(env).await;
 }

@@ -10,7 +10,7 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_codes_are_served_with_meaning_owner_and_retry() {
     let env = TestEnv::new().await;
-    let (addr, trigger) = start_api(&env.common, &Default::default()).await;
+    let (addr, served) = Served::api(&env, &Default::default()).await;
     let t = token(&env, &[Scope::DeviceRead]).await;
 
     let r = get(addr, "/api/v1/failure-codes/", &t).await;
@@ -58,6 +58,5 @@ async fn failure_codes_are_served_with_meaning_owner_and_retry() {
     let r = http_raw(addr, "GET", "/api/v1/failure-codes/", None, None, b"").await;
     assert_eq!(r.status, 401);
 
-    trigger.trigger();
-    env.cleanup().await;
+    served.stop(env).await;
 }

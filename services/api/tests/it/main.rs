@@ -9,7 +9,4 @@ mod devices;
 mod inventory;
 mod jobs;
 
-mod support {
-    pub use fleet_testkit::api::*;
-    pub use fleet_testkit::*;
-}
+mod support;

@@ -214,7 +214,7 @@ async fn polls_applied(env: &TestEnv, id: &str, n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_reference_drained() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     let entering = create_with_serial(&env, "gpu-c1-01", "SN-GB200-0001").await;
     let partner = create_with_serial(&env, "gpu-c1-02", "SN-GB200-0002").await;
     let drained = create_with_serial(&env, "gpu-c1-03", "SN-GB200-0003").await;
@@ -413,9 +413,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
     assert!(!m.contains(BMC_PASSWORD) && !m.contains(CLIENT_SECRET));
 
     connector.assert_alive();
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }
 
 /// Every log line the connector writes on this thread.

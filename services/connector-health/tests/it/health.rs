@@ -121,7 +121,7 @@ async fn health_of(env: &TestEnv, id: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unknown() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     let hosts = ["gpu-a1-01", "gpu-a1-02", "gpu-a1-03"];
     let mut ids = vec![];
     for h in hosts {
@@ -254,9 +254,7 @@ async fn health_through_the_hub_critical_degraded_healthy_and_mimir_down_is_unkn
     .await;
     assert_eq!(env.device_field(&ids[2], "health_status").await, "unknown");
 
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }
 
 /// Without the tenant Mimir refuses (an auth outage); timeouts, malformed

@@ -147,7 +147,7 @@ async fn health_connector_reads_the_real_prometheus() {
     }
 
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     let ida = env.create_device("s1", &a).await;
     let idb = env.create_device("s1", &b).await;
     let mut config = fleet_connector_health::Config::default();
@@ -200,7 +200,5 @@ async fn health_connector_reads_the_real_prometheus() {
         "RedfishTelemetryUnavailable"
     );
     connector.assert_alive();
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }

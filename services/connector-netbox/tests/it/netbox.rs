@@ -175,7 +175,7 @@ async fn rows(env: &TestEnv, name: &str) -> Vec<Row> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_hub() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     // Known to the hub already: create_device answers CONFLICT.
     env.create_device("s1", "gpu01").await;
     let (control, _fake) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
@@ -308,9 +308,7 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     .unwrap();
     assert_eq!(bad, 0);
 
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }
 
 /// A v2 token goes as `Bearer`; a revoked token is an auth failure that is

@@ -256,7 +256,7 @@ async fn statuses(env: &TestEnv, ids: &[(String, String)]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_and_outage() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     let nodes = vec![
         node(
             "u1",
@@ -429,9 +429,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
     );
     connector.assert_alive();
 
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }
 
 /// A standalone Ironic without Keystone: customer-ready from the node's

@@ -55,7 +55,7 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
     require_slurmrestd(&url, &file).await;
 
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = HubTask::start(&env).await;
     let gpu01 = env.create_device("s1", "gpu01").await;
     let gpu02 = env.create_device("s1", "gpu02").await;
     let mut config = fleet_connector_slurm::Config::default();
@@ -115,7 +115,5 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
     .await;
     assert!(unresolved >= 1);
     connector.assert_alive();
-    connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(connector, env).await;
 }
