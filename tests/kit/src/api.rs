@@ -136,6 +136,11 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, token: &str, body:
     .await
 }
 
+/// A POST with a JSON body.
+pub async fn post(addr: SocketAddr, path: &str, token: &str, body: Value) -> Resp {
+    send(addr, "POST", path, token, body).await
+}
+
 /// Runs an API on 127.0.0.1 port 0 until the trigger fires.
 pub async fn start_api(
     common: &Common,

@@ -52,7 +52,7 @@ fn placer_buckets(c: &fleet_placer_client::model::Capacity) -> [i64; 9] {
 }
 
 async fn allocate(addr: SocketAddr, t: &str, body: Value) -> Resp {
-    send(addr, "POST", "/api/v1/allocations/", t, body).await
+    post(addr, "/api/v1/allocations/", t, body).await
 }
 
 /// Book, watch capacity move, release; every refusal typed; the API's
@@ -176,9 +176,8 @@ async fn allocations_book_capacity_release_and_refusals() {
     )
     .await;
     r.assert_error(FORBIDDEN, "the answer");
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         &format!("/api/v1/allocations/{id}/release"),
         &read,
         json!({}),
@@ -288,9 +287,8 @@ async fn allocations_book_capacity_release_and_refusals() {
     let d = get(addr, &format!("/api/v1/devices/{dev}/"), &read)
         .await
         .json();
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         &format!("/api/v1/devices/{dev}/cordon"),
         &ops,
         json!({"version": d["version"], "reason": "bad DIMM"}),

@@ -81,9 +81,8 @@ async fn apply_openstack(
     ready: bool,
     allocated: bool,
 ) -> Resp {
-    send(
+    post(
         addr,
-        "POST",
         "/api/v1/device-conditions/apply/",
         t,
         json!({
@@ -221,6 +220,11 @@ async fn api_devices_conditions_and_errors() {
     let all = token(&env, Scope::ALL).await;
     let a = env.create_device("s1", "gpu-a1-01").await;
     let b = env.create_device("s1", "gpu-a1-02").await;
+    // A device command: POST /api/v1/devices/{id}/{verb}.
+    let command = |id: &str, verb: &str, body: Value| {
+        let (path, all) = (format!("/api/v1/devices/{id}/{verb}"), all.clone());
+        async move { post(addr, &path, &all, body).await }
+    };
 
     // Snapshot apply through the hub: the answer says what happened.
     let r = apply_openstack(addr, &all, &a, true, true).await;
@@ -267,9 +271,8 @@ async fn api_devices_conditions_and_errors() {
     assert_eq!(l.status, 200);
     insta::assert_json_snapshot!("device_list", snap(l.json()));
     // NetBox says active and the chassis is healthy: a becomes customer-ready.
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         "/api/v1/device-conditions/apply/",
         &all,
         json!({
@@ -278,9 +281,8 @@ async fn api_devices_conditions_and_errors() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         "/api/v1/device-conditions/apply/",
         &all,
         json!({
@@ -311,9 +313,8 @@ async fn api_devices_conditions_and_errors() {
     // Stale at read time: a SLURM snapshot observed an hour ago is past the
     // 180 s TTL the moment it is stored; the openstack rows are fresh.
     let old = micros(Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         "/api/v1/device-conditions/apply/",
         &all,
         json!({"source": "slurm", "device_id": a, "observed_at": old,
@@ -362,9 +363,8 @@ async fn api_devices_conditions_and_errors() {
     assert_eq!(ids(slurm), vec![a.clone()]);
 
     // A single condition write: the reply is the stored row.
-    let w = send(
+    let w = post(
         addr,
-        "POST",
         "/api/v1/device-conditions/",
         &all,
         json!({"source": "gateway", "device_id": b, "observed_at": now_rfc3339(),
@@ -385,32 +385,16 @@ async fn api_devices_conditions_and_errors() {
         v > detail["version"].as_i64().unwrap(),
         "snapshots moved it"
     );
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{a}/cordon"),
-        &all,
-        json!({"version": v, "reason": "disk"}),
-    )
-    .await;
+    let r = command(&a, "cordon", json!({"version": v, "reason": "disk"})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["cordoned"], true);
     insta::assert_json_snapshot!("cordon", snap(r.json()));
-    let stale = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{a}/uncordon"),
-        &all,
-        json!({"version": v}),
-    )
-    .await;
+    let stale = command(&a, "uncordon", json!({"version": v})).await;
     stale.assert_error(CONFLICT, "the answer");
     let v = r.json()["version"].as_i64().unwrap();
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{a}/taints"),
-        &all,
+    let r = command(
+        &a,
+        "taints",
         json!({"version": v, "key": "gpu-burnin", "action": "add"}),
     )
     .await;
@@ -421,38 +405,23 @@ async fn api_devices_conditions_and_errors() {
         .contains(&json!("taint:gpu-burnin")));
     // An illegal provision move is INVALID_STATE.
     let v = r.json()["version"].as_i64().unwrap();
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{a}/provision"),
-        &all,
-        json!({"version": v, "to": "deployed"}),
-    )
-    .await;
+    let r = command(&a, "provision", json!({"version": v, "to": "deployed"})).await;
     r.assert_error(INVALID_STATE, "the answer");
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{a}/adopt"),
-        &all,
-        json!({"version": v}),
-    )
-    .await;
+    let r = command(&a, "adopt", json!({"version": v})).await;
     assert_eq!(r.json()["provision_state"], "adopted", "{}", r.body);
 
     // Triage: parent ticket set once.
-    let t = send(addr, "POST", "/api/v1/devices/triage/", &all,
+    let t = post(addr, "/api/v1/devices/triage/", &all,
         json!({"device_ids": [a, b], "in_triage": true, "triage_ticket_url": "t/1", "parent_ticket_url": "p/1"})).await;
     assert_eq!(t.status, 200, "{}", t.body);
-    send(
+    post(
         addr,
-        "POST",
         "/api/v1/devices/triage/",
         &all,
         json!({"device_ids": [b], "in_triage": false}),
     )
     .await;
-    let t = send(addr, "POST", "/api/v1/devices/triage/", &all,
+    let t = post(addr, "/api/v1/devices/triage/", &all,
         json!({"device_ids": [b], "in_triage": true, "triage_ticket_url": "t/2", "parent_ticket_url": "p/2"})).await;
     assert_eq!(t.json()[0]["parent_ticket_url"], "p/1");
     assert_eq!(t.json()[0]["triage_ticket_url"], "t/2");
@@ -460,11 +429,9 @@ async fn api_devices_conditions_and_errors() {
     assert_eq!(l.json()["items"].as_array().unwrap().len(), 2);
 
     // Enrollment proof (the workflow's scope).
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{b}/enrollment-proof"),
-        &all,
+    let r = command(
+        &b,
+        "enrollment-proof",
         json!({"outcome": "enrolled", "result_ref": "uuid-b", "proof_source": "enrollment"}),
     )
     .await;
@@ -477,14 +444,7 @@ async fn api_devices_conditions_and_errors() {
         .json()["version"]
         .as_i64()
         .unwrap();
-    let r = send(
-        addr,
-        "POST",
-        &format!("/api/v1/devices/{b}/revoke-identity"),
-        &all,
-        json!({"version": v}),
-    )
-    .await;
+    let r = command(&b, "revoke-identity", json!({"version": v})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["identity_generation"], 2);
     let v = r.json()["version"].as_i64().unwrap();
@@ -579,7 +539,7 @@ async fn api_devices_conditions_and_errors() {
             INVALID_ARGUMENT,
         ),
     ] {
-        cases.push((send(addr, "POST", path, &all, body).await, refusal));
+        cases.push((post(addr, path, &all, body).await, refusal));
     }
     for (r, refusal) in cases {
         r.assert_error(refusal, "the error answer");
@@ -597,17 +557,7 @@ async fn api_devices_conditions_and_errors() {
     }
     insta::assert_json_snapshot!(
         "error_conflict",
-        snap(
-            send(
-                addr,
-                "POST",
-                &format!("/api/v1/devices/{a}/uncordon"),
-                &all,
-                json!({"version": 1})
-            )
-            .await
-            .json()
-        )
+        snap(command(&a, "uncordon", json!({"version": 1})).await.json())
     );
 
     served.stop(env).await;
@@ -627,14 +577,7 @@ async fn api_lifecycle_events_ended_at_across_pages() {
         } else {
             ("uncordon", json!({"version": version}))
         };
-        let r = send(
-            addr,
-            "POST",
-            &format!("/api/v1/devices/{id}/{verb}"),
-            &t,
-            body,
-        )
-        .await;
+        let r = post(addr, &format!("/api/v1/devices/{id}/{verb}"), &t, body).await;
         assert_eq!(r.status, 200, "{}", r.body);
         version = r.json()["version"].as_i64().unwrap();
     }
@@ -939,9 +882,8 @@ async fn api_impairment_event_cordon_and_clear() {
         200
     );
 
-    let missing = send(
+    let missing = post(
         addr,
-        "POST",
         "/api/v1/operations/impairment-events/",
         &ops,
         json!({"device_ids": [a, "dev_missing"], "reason": "fabric"}),
@@ -954,9 +896,8 @@ async fn api_impairment_event_cordon_and_clear() {
         .unwrap();
     assert_eq!(none, 0, "a refused event records nothing");
 
-    let r = send(
+    let r = post(
         addr,
-        "POST",
         "/api/v1/operations/impairment-events/",
         &ops,
         json!({"device_ids": [a, b], "reason": "fabric", "ticket_url": "https://tickets/1"}),
@@ -987,9 +928,8 @@ async fn api_impairment_event_cordon_and_clear() {
         apply_openstack(addr, &ops, &a, true, true).await.json()["device"]["operational_status"],
         "quarantine"
     );
-    let again = send(
+    let again = post(
         addr,
-        "POST",
         "/api/v1/operations/impairment-events/",
         &ops,
         json!({"device_ids": [a], "reason": "again"}),
@@ -1071,18 +1011,16 @@ async fn api_mutations_503_when_hub_or_nats_down() {
     no_nats.nats.url = "nats://127.0.0.1:1".into();
     for (what, common) in [("no hub", no_hub), ("no nats", no_nats)] {
         let (addr, trigger) = start_api(&common, &api_config()).await;
-        let r = send(
+        let r = post(
             addr,
-            "POST",
             "/api/v1/devices/dev_x/cordon",
             &t,
             json!({"version": 1, "reason": "r"}),
         )
         .await;
         r.assert_error(UNAVAILABLE, &what);
-        let r = send(
+        let r = post(
             addr,
-            "POST",
             "/api/v1/operations/impairment-events/",
             &t,
             json!({"device_ids": ["dev_x"], "reason": "r"}),
@@ -1165,7 +1103,7 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
                "conditions": [{"type": "CustomerReady", "status": ready},
                               {"type": "InstanceAllocated", "status": "True"}]})
     };
-    let apply = |b: Value| send(addr, "POST", "/api/v1/device-conditions/apply/", &t, b);
+    let apply = |b: Value| post(addr, "/api/v1/device-conditions/apply/", &t, b);
     let r = apply(body(at, "True")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["outcome"], "applied");
@@ -1259,9 +1197,8 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
         let r = apply(b.clone()).await;
         r.assert_error(refusal, &b);
     }
-    let triage = send(
+    let triage = post(
         addr,
-        "POST",
         "/api/v1/devices/triage/",
         &t,
         json!({"device_ids": [id, "dev_missing"], "in_triage": true}),

@@ -108,7 +108,7 @@ pub async fn slurm_fake(fake: SlurmFake) -> (FakeHttp, Arc<SlurmFake>) {
     (http, fake)
 }
 
-fn slurm_config(url: &str, site: SlurmSiteConfig) -> fleet_connector_slurm::Config {
+pub fn slurm_config(url: &str, site: SlurmSiteConfig) -> fleet_connector_slurm::Config {
     let mut config = fleet_connector_slurm::Config::default();
     let c = &mut config;
     c.listen = "127.0.0.1:0".into();

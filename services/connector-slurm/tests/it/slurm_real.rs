@@ -6,6 +6,7 @@
 use fleet_connector_slurm::SiteConfig as SlurmSiteConfig;
 use fleet_runtime::config::Credential;
 
+use crate::slurm::slurm_config;
 use crate::support::*;
 
 const START: &str = "bash tests/peers/slurm.sh start (from the repository root; tests/run does it)";
@@ -58,24 +59,18 @@ async fn slurm_connector_reads_the_real_slurmrestd() {
     let hub = HubTask::start(&env).await;
     let gpu01 = env.create_device("s1", "gpu01").await;
     let gpu02 = env.create_device("s1", "gpu02").await;
-    let mut config = fleet_connector_slurm::Config::default();
-    let c = &mut config;
-    c.listen = "127.0.0.1:0".into();
-    c.poll = fast_poll();
-    c.poll.request_timeout = std::time::Duration::from_secs(5);
-    c.sites.insert(
-        "s1".into(),
-        SlurmSiteConfig {
-            url: url.clone(),
-            // Detected: 22.05 lists v0.0.36 to v0.0.38 in /openapi/v3.
-            api_version: String::new(),
-            user_name: "root".into(),
-            token: Credential {
-                file: file.clone(),
-                ..Default::default()
-            },
+    let site = SlurmSiteConfig {
+        // Detected: 22.05 lists v0.0.36 to v0.0.38 in /openapi/v3.
+        api_version: String::new(),
+        user_name: "root".into(),
+        token: Credential {
+            file: file.clone(),
+            ..Default::default()
         },
-    );
+        ..Default::default()
+    };
+    let mut config = slurm_config(&url, site);
+    config.poll.request_timeout = std::time::Duration::from_secs(5);
     let connector = Running::spawn(&env, config, fleet_connector_slurm::run);
 
     for id in [&gpu01, &gpu02] {
