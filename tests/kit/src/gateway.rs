@@ -4,9 +4,8 @@ use std::sync::Arc;
 
 use fleet_gateway::Gateway;
 use fleet_runtime::shutdown::ShutdownTrigger;
-use fleet_runtime::Shutdown;
 
-use crate::{eventually, TestEnv};
+use crate::{eventually, spawn_service, TestEnv};
 
 /// Runs a gateway (with `f`'s settings) until its trigger fires; returns
 /// once every route answers.
@@ -23,13 +22,8 @@ pub async fn start_gateway(
     let gw = Gateway::connect(env.common.clone(), config)
         .await
         .expect("gateway connects");
-    let (trigger, shutdown) = Shutdown::new();
     let g = gw.clone();
-    let task = tokio::spawn(async move {
-        fleet_gateway::run_with(g, shutdown)
-            .await
-            .expect("gateway runs");
-    });
+    let (trigger, task) = spawn_service("the gateway", |s| fleet_gateway::run_with(g, s));
     for subject in [
         env.subjects.agent_join(),
         env.subjects.agent("dev_probe", "open"),

@@ -575,6 +575,29 @@ impl Drop for Reaped {
     }
 }
 
+/// Runs a service's `run_with(shutdown)` as a task until the returned
+/// trigger fires; the task panics (failing the test) when `what` fails.
+pub fn spawn_service<F, E>(
+    what: &'static str,
+    run: impl FnOnce(fleet_runtime::Shutdown) -> F,
+) -> (
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+)
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Debug,
+{
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let running = run(shutdown);
+    let task = tokio::spawn(async move {
+        if let Err(e) = running.await {
+            panic!("{what} failed: {e:?}");
+        }
+    });
+    (trigger, task)
+}
+
 /// Stops a service a `start_*` function started: fires its trigger and
 /// waits for its task to end (a panic in it fails the test).
 pub async fn stop(
@@ -596,11 +619,8 @@ pub async fn start_hub(
     let hub = fleet_hub::Hub::connect(env.common.clone(), env.hub.clone())
         .await
         .expect("hub connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let h = hub.clone();
-    let task = tokio::spawn(async move {
-        fleet_hub::run_with(h, shutdown).await.expect("hub runs");
-    });
+    let (trigger, task) = spawn_service("the hub", |s| fleet_hub::run_with(h, s));
     (hub, trigger, task)
 }
 
@@ -644,13 +664,8 @@ pub async fn start_placer(
     let placer = fleet_placer::Placer::connect(env.common.clone(), config)
         .await
         .expect("placer connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let p = placer.clone();
-    let task = tokio::spawn(async move {
-        fleet_placer::run_with(p, shutdown)
-            .await
-            .expect("placer runs");
-    });
+    let (trigger, task) = spawn_service("the placer", |s| fleet_placer::run_with(p, s));
     // Answering (even NOT_FOUND) means the request subscription is live.
     let c = client(env);
     eventually("the placer answers", || async {
@@ -735,13 +750,8 @@ pub async fn start_workflow(
     let w = fleet_workflow::Workflow::connect(env.common.clone(), config)
         .await
         .expect("workflow service connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let x = w.clone();
-    let task = tokio::spawn(async move {
-        fleet_workflow::run_with(x, shutdown)
-            .await
-            .expect("workflow service runs");
-    });
+    let (trigger, task) = spawn_service("the workflow service", |s| fleet_workflow::run_with(x, s));
     let c = workflow_client(env);
     eventually("the workflow service answers", || async {
         (!matches!(

@@ -945,15 +945,9 @@ async fn api_impairment_event_cordon_and_clear() {
     .await;
     assert_eq!(list.json()["items"].as_array().unwrap().len(), 1);
 
-    let c = http_raw(
-        addr,
-        "POST",
-        &format!("/api/v1/operations/impairment-events/{id}/clear"),
-        Some(&ops),
-        None,
-        b"",
-    )
-    .await;
+    let clear_path = format!("/api/v1/operations/impairment-events/{id}/clear");
+    let clear = || http_raw(addr, "POST", &clear_path, Some(&ops), None, b"");
+    let c = clear().await;
     assert_eq!(c.status, 200, "{}", c.body);
     assert_eq!(c.json()["status"], "release_pending");
     let cleared = eventually("the event cleared", || async {
@@ -980,15 +974,7 @@ async fn api_impairment_event_cordon_and_clear() {
         Vec::<String>::new(),
         "b was not available or in_use before the hold"
     );
-    let twice = http_raw(
-        addr,
-        "POST",
-        &format!("/api/v1/operations/impairment-events/{id}/clear"),
-        Some(&ops),
-        None,
-        b"",
-    )
-    .await;
+    let twice = clear().await;
     assert_eq!(twice.code(), "INVALID_STATE");
     trigger.trigger();
     stop(w_trigger, w_task).await;
