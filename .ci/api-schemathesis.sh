@@ -48,7 +48,7 @@ PY
 trap cleanup EXIT
 
 $BIN migrate
-TOKEN="$($BIN token create --scopes device:read,device:write,conditions:write,enrollment-proof:write,operations:write,jobs:write,admin --description schemathesis)"
+TOKEN="$($BIN token create --scopes device:read,device:write,conditions:write,enrollment-proof:write,operations:write,jobs:write,jobs:confirm,admin --description schemathesis)"
 psql -h 127.0.0.1 -U postgres -q -d "$DB" -v ON_ERROR_STOP=1 <<'SQL'
 INSERT INTO sites (id, name) VALUES ('s1', 'site one');
 INSERT INTO devices (id, name, site_id, role) SELECT 'dev_ci' || i, 'gpu-' || i, 's1', 'host' FROM generate_series(1, 20) i;

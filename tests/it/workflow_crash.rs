@@ -128,7 +128,7 @@ placement_enabled = false
                 workflow: "image_node".into(),
                 device_ids: devices.clone(),
                 created_by: "crash-test".into(),
-                cordon_only: false,
+                ..Default::default()
             })
             .await
             .ok()

@@ -25,6 +25,10 @@ pub enum Scope {
     EnrollmentProofWrite,
     OperationsWrite,
     JobsWrite,
+    /// An operator's confirmation of a job or an impairment event the
+    /// storm guard holds (apart from `jobs:write`: who may ask is not
+    /// always who may confirm).
+    JobsConfirm,
     Admin,
 }
 
@@ -36,6 +40,7 @@ impl Scope {
         Scope::EnrollmentProofWrite,
         Scope::OperationsWrite,
         Scope::JobsWrite,
+        Scope::JobsConfirm,
         Scope::Admin,
     ];
 
@@ -47,6 +52,7 @@ impl Scope {
             Scope::EnrollmentProofWrite => "enrollment-proof:write",
             Scope::OperationsWrite => "operations:write",
             Scope::JobsWrite => "jobs:write",
+            Scope::JobsConfirm => "jobs:confirm",
             Scope::Admin => "admin",
         }
     }

@@ -20,7 +20,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, J, P, Q};
-use crate::jobs::error;
+use crate::jobs::{error, ConfirmBody, StormGuard, StormTrip};
 use crate::model::*;
 use crate::{page, App};
 
@@ -35,6 +35,50 @@ pub struct ImpairmentCreateBody {
 const EVENT_COLUMNS: &str = "e.id, e.status, e.reason, e.ticket_url, e.created_by, e.created_at, \
     e.updated_at, e.cleared_at, \
     (SELECT count(*) FROM impairment_event_devices x WHERE x.event_id = e.id) AS device_count";
+
+/// The storm guard's hold on an event, when it held it.
+async fn storm_guard(app: &App, id: &str) -> ApiResult<Option<StormGuard>> {
+    type Row = (bool, Option<String>, Option<DateTime<Utc>>, Option<String>);
+    let Some((awaiting, by, at, reason)): Option<Row> = sqlx::query_as(
+        "SELECT awaiting_confirmation, confirmed_by, confirmed_at, confirm_reason \
+         FROM impairment_events WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&app.pool)
+    .await?
+    else {
+        return Ok(None);
+    };
+    if !awaiting && at.is_none() {
+        return Ok(None);
+    }
+    let trips: Vec<(String, String, i32, i32, i32, i32)> = sqlx::query_as(
+        "SELECT scope_kind, scope_id, in_service, taking, in_window, device_limit FROM storm_trips \
+         WHERE kind = 'impairment' AND id = $1 ORDER BY scope_kind, scope_id",
+    )
+    .bind(id)
+    .fetch_all(&app.pool)
+    .await?;
+    Ok(Some(StormGuard {
+        awaiting_confirmation: awaiting,
+        trips: trips
+            .into_iter()
+            .map(
+                |(scope_kind, scope_id, in_service, taking, in_window, limit)| StormTrip {
+                    scope_kind,
+                    scope_id,
+                    in_service,
+                    taking,
+                    in_window,
+                    limit,
+                },
+            )
+            .collect(),
+        confirmed_by: by,
+        confirmed_at: at,
+        confirm_reason: reason,
+    }))
+}
 
 async fn read_detail(app: &App, id: &str) -> ApiResult<ImpairmentEventDetail> {
     let event: ImpairmentEvent = sqlx::query_as(&format!(
@@ -52,7 +96,12 @@ async fn read_detail(app: &App, id: &str) -> ApiResult<ImpairmentEventDetail> {
     .bind(id)
     .fetch_all(&app.pool)
     .await?;
-    Ok(ImpairmentEventDetail { event, devices })
+    let storm_guard = storm_guard(app, id).await?;
+    Ok(ImpairmentEventDetail {
+        event,
+        devices,
+        storm_guard,
+    })
 }
 
 #[utoipa::path(post, operation_id = "create_impairment_event", path = "/api/v1/operations/impairment-events/",
@@ -150,5 +199,31 @@ pub async fn clear(
         .clear_impairment(&id, &caller.token_id)
         .await
         .map_err(|e| error("clear_impairment", e))?;
+    Ok(Json(read_detail(&app, &accepted.event_id).await?))
+}
+
+#[utoipa::path(post, operation_id = "confirm_impairment_event", path = "/api/v1/operations/impairment-events/{id}/confirm", params(("id" = String, Path)),
+    request_body = ConfirmBody,
+    responses((status = 200, description = "Confirmed: its cordon is queued (confirming again answers the same)", body = ImpairmentEventDetail),
+        (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "Not held by the storm guard", body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "operations")]
+pub async fn confirm(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ConfirmBody>,
+) -> ApiResult<Json<ImpairmentEventDetail>> {
+    let r = v1::ConfirmRequest {
+        id,
+        confirmed_by: caller.token_id.clone(),
+        reason: b.reason,
+    };
+    let accepted = app
+        .workflow
+        .confirm_impairment(&r)
+        .await
+        .map_err(|e| error("confirm_impairment", e))?;
     Ok(Json(read_detail(&app, &accepted.event_id).await?))
 }

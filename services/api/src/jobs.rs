@@ -10,6 +10,7 @@ use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use fleet_domain::eligibility::Workflow;
 use fleet_domain::jobs::{DeviceRunStatus, JobStatus};
+use fleet_domain::release::EngagementMode;
 use fleet_proto::{datetime, v1};
 use fleet_workflow_client::WorkflowError;
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,10 @@ fn failure_code_ref() -> Ref {
     Ref::from_schema_name("FailureCode")
 }
 
+fn engagement_mode_schema() -> Object {
+    strings(EngagementMode::ALL.iter().map(|m| m.as_str()))
+}
+
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobCreateBody {
@@ -68,6 +73,100 @@ pub struct JobCreateBody {
     /// Move to Test Cluster's `cordon_only`.
     #[serde(default)]
     pub cordon_only: bool,
+    /// Move to Test Cluster's `force_reclaim`.
+    #[serde(default)]
+    pub force_reclaim: bool,
+    /// Release: hand the devices back to the customer pool.
+    #[serde(default)]
+    pub release_to_customer_pool: bool,
+    /// Release, with `release_to_customer_pool`: who runs the customer's
+    /// side (the caller's knowledge, seed 002).
+    #[schema(schema_with = engagement_mode_schema, nullable)]
+    pub engagement_mode: Option<String>,
+    /// The fabric flips: plan and read back every switch, write nothing,
+    /// record no latch.
+    #[serde(default)]
+    pub simulate: bool,
+    /// Enrolment: absent is true; false is a diagnostic run that proves
+    /// nothing.
+    pub run_inspection: Option<bool>,
+    /// Per device id, what its run needs (the front-end VRF return: the
+    /// customer VRF its ports go back into).
+    #[serde(default)]
+    pub params: std::collections::BTreeMap<String, JobDeviceParams>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobDeviceParams {
+    pub customer_vrf: Option<String>,
+}
+
+/// What one step read back or did on one target (a switch port, NMX-M).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StepResult {
+    pub target: String,
+    pub detail: String,
+    pub applied: bool,
+    pub simulated: bool,
+}
+
+/// One scope a job or event tripped the storm guard in, as counted.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StormTrip {
+    /// `site` or `pool`.
+    pub scope_kind: String,
+    pub scope_id: String,
+    /// Devices of the scope in service (entered service, not failed).
+    pub in_service: i32,
+    /// Devices this work takes out of service.
+    pub taking: i32,
+    /// Devices admitted work took out within the window.
+    pub in_window: i32,
+    /// The most that may be out within the window.
+    pub limit: i32,
+}
+
+/// The storm guard's hold on a job or an impairment event: nothing of its
+/// work is queued while `awaiting_confirmation`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StormGuard {
+    pub awaiting_confirmation: bool,
+    pub trips: Vec<StormTrip>,
+    pub confirmed_by: Option<String>,
+    pub confirmed_at: Option<DateTime<Utc>>,
+    pub confirm_reason: Option<String>,
+}
+
+impl StormGuard {
+    pub fn from_proto(g: v1::StormGuard) -> StormGuard {
+        StormGuard {
+            awaiting_confirmation: g.awaiting_confirmation,
+            trips: g
+                .trips
+                .into_iter()
+                .map(|t| StormTrip {
+                    scope_kind: t.scope_kind,
+                    scope_id: t.scope_id,
+                    in_service: t.in_service,
+                    taking: t.taking,
+                    in_window: t.in_window,
+                    limit: t.limit,
+                })
+                .collect(),
+            confirmed_by: opt(g.confirmed_by),
+            confirmed_at: datetime(g.confirmed_at.as_ref()),
+            confirm_reason: opt(g.confirm_reason),
+        }
+    }
+}
+
+/// An operator's confirmation.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmBody {
+    /// Why taking these devices out of service is right (required).
+    pub reason: String,
 }
 
 /// One device of a job (`JobDeviceStatus`).
@@ -87,6 +186,8 @@ pub struct JobDevice {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// Per target, what the run read back or did (the fabric flips).
+    pub results: Vec<StepResult>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -99,6 +200,15 @@ pub struct Job {
     pub created_by: String,
     pub cancel_requested: bool,
     pub cordon_only: bool,
+    pub force_reclaim: bool,
+    pub release_to_customer_pool: bool,
+    #[schema(schema_with = engagement_mode_schema, nullable)]
+    pub engagement_mode: Option<String>,
+    pub simulate: bool,
+    pub run_inspection: Option<bool>,
+    /// Present when the storm guard held the job: while it awaits
+    /// confirmation nothing of it runs (`POST .../confirm`).
+    pub storm_guard: Option<StormGuard>,
     pub device_count: i32,
     pub created_at: Option<DateTime<Utc>>,
     pub updated_at: Option<DateTime<Utc>>,
@@ -126,6 +236,12 @@ impl Job {
             created_by: j.created_by,
             cancel_requested: j.cancel_requested,
             cordon_only: j.cordon_only,
+            force_reclaim: j.force_reclaim,
+            release_to_customer_pool: j.release_to_customer_pool,
+            engagement_mode: opt(j.engagement_mode),
+            simulate: j.simulate,
+            run_inspection: j.run_inspection,
+            storm_guard: j.storm_guard.map(StormGuard::from_proto),
             device_count: j.device_count,
             created_at: datetime(j.created_at.as_ref()),
             updated_at: datetime(j.updated_at.as_ref()),
@@ -143,6 +259,16 @@ impl Job {
                     started_at: datetime(d.started_at.as_ref()),
                     finished_at: datetime(d.finished_at.as_ref()),
                     updated_at: datetime(d.updated_at.as_ref()),
+                    results: d
+                        .results
+                        .into_iter()
+                        .map(|r| StepResult {
+                            target: r.target,
+                            detail: r.detail,
+                            applied: r.applied,
+                            simulated: r.simulated,
+                        })
+                        .collect(),
                 })
                 .collect(),
         }
@@ -168,6 +294,7 @@ pub fn error(verb: &str, e: WorkflowError) -> ApiError {
                 "cancel_job" => "the workflow service did not answer in time; cancel again (it is idempotent)",
                 "create_impairment" => "the workflow service did not answer in time; the event may or may not have been created: list the impairment events before retrying",
                 "clear_impairment" => "the workflow service did not answer in time; read the event, and clear again if it is not being released",
+                "confirm_job" | "confirm_impairment" => "the workflow service did not answer in time; confirm again (it is idempotent)",
                 _ => "the workflow service did not answer in time; retry later",
             })
         }
@@ -196,6 +323,19 @@ pub async fn create(
         device_ids: b.device_ids,
         created_by: caller.token_id.clone(),
         cordon_only: b.cordon_only,
+        force_reclaim: b.force_reclaim,
+        release_to_customer_pool: b.release_to_customer_pool,
+        engagement_mode: b.engagement_mode.unwrap_or_default(),
+        simulate: b.simulate,
+        run_inspection: b.run_inspection,
+        params: b
+            .params
+            .into_iter()
+            .map(|(d, p)| {
+                let customer_vrf = p.customer_vrf.unwrap_or_default();
+                (d, v1::DeviceParams { customer_vrf })
+            })
+            .collect(),
     };
     let job = app
         .workflow
@@ -268,5 +408,31 @@ pub async fn cancel(
         .cancel_job(&id, &caller.token_id)
         .await
         .map_err(|e| error("cancel_job", e))?;
+    Ok(Json(Job::from_proto(job)))
+}
+
+#[utoipa::path(post, operation_id = "confirm_job", path = "/api/v1/jobs/{id}/confirm", params(("id" = String, Path)),
+    request_body = ConfirmBody,
+    responses((status = 200, description = "Confirmed: its work is queued (confirming again answers the same)", body = Job),
+        (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, description = "Cancelled, or not held by the storm guard", body = crate::error::ErrorBody),
+        (status = 503, body = crate::error::ErrorBody)),
+    tag = "jobs")]
+pub async fn confirm(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ConfirmBody>,
+) -> ApiResult<Json<Job>> {
+    let r = v1::ConfirmRequest {
+        id,
+        confirmed_by: caller.token_id.clone(),
+        reason: b.reason,
+    };
+    let job = app
+        .workflow
+        .confirm_job(&r)
+        .await
+        .map_err(|e| error("confirm_job", e))?;
     Ok(Json(Job::from_proto(job)))
 }

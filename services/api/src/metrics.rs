@@ -6,6 +6,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use fleet_runtime::metrics::{Histograms, Labels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -13,44 +14,29 @@ use prometheus_client::registry::Registry;
 
 use crate::App;
 
-type Labels = Vec<(String, String)>;
-
 #[derive(Clone)]
 pub struct ApiMetrics {
     pub requests: Family<Labels, Counter>,
-    pub latency: Family<Labels, Histogram>,
+    pub latency: Histograms,
     pub registry: Arc<Mutex<Registry>>,
 }
 
-impl Default for ApiMetrics {
-    fn default() -> Self {
-        Self::new()
-    }
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 14))
 }
 
 impl ApiMetrics {
     pub fn new() -> Self {
-        let m = ApiMetrics {
-            requests: Family::default(),
-            latency: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2.0, 14))
-            }),
-            registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_api"))),
-        };
-        {
-            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
-            r.register(
-                "requests",
-                "Requests by method, route and status",
-                m.requests.clone(),
-            );
-            r.register(
+        let m = Metrics::new("fleet_api");
+        ApiMetrics {
+            requests: m.counters("requests", "Requests by method, route and status"),
+            latency: m.histograms(
                 "request_seconds",
                 "Request latency by method and route",
-                m.latency.clone(),
-            );
+                latency_buckets,
+            ),
+            registry: m.registry(),
         }
-        m
     }
 }
 

@@ -354,6 +354,9 @@ pub struct ImpairmentEventDetail {
     #[serde(flatten)]
     pub event: ImpairmentEvent,
     pub devices: Vec<ImpairmentEventDevice>,
+    /// Present when the storm guard held the event: while it awaits
+    /// confirmation nothing is cordoned (`POST .../confirm`).
+    pub storm_guard: Option<crate::jobs::StormGuard>,
 }
 
 /// The answer to a snapshot apply.

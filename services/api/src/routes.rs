@@ -86,6 +86,7 @@ pub fn table() -> Vec<Route> {
         r(S::DeviceRead, routes!(impairment::list)),
         r(S::DeviceRead, routes!(impairment::detail)),
         r(S::OperationsWrite, routes!(impairment::clear)),
+        r(S::JobsConfirm, routes!(impairment::confirm)),
         r(S::OperationsWrite, routes!(allocations::create)),
         r(S::DeviceRead, routes!(allocations::list)),
         r(S::DeviceRead, routes!(allocations::detail)),
@@ -113,6 +114,7 @@ pub fn table() -> Vec<Route> {
         r(S::DeviceRead, routes!(jobs::list)),
         r(S::DeviceRead, routes!(jobs::detail)),
         r(S::JobsWrite, routes!(jobs::cancel)),
+        r(S::JobsConfirm, routes!(jobs::confirm)),
         r(S::DeviceRead, routes!(failure_codes::list)),
         r(S::DeviceRead, routes!(openapi::serve)),
     ]

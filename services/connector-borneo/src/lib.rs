@@ -14,7 +14,7 @@ pub(crate) mod mapping;
 pub(crate) mod oauth;
 
 use fleet_connector::paginate::{base_url, join, Pages};
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::{Common, Shutdown};
@@ -200,31 +200,15 @@ impl Target for BorneoSite {
 }
 
 pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<BorneoSite>> {
-    anyhow::ensure!(
-        !c.sites.is_empty(),
-        "configuration key connectors.borneo.sites: no site is configured"
-    );
-    c.sites
-        .iter()
-        .map(|(site, partner)| BorneoSite::new(site, partner, c, http.clone()))
-        .collect()
+    fleet_connector::per_site("borneo", &c.sites, |(site, partner)| {
+        BorneoSite::new(site, partner, c, http.clone())
+    })
 }
 
-/// Runs connector-borneo until shutdown.
 /// Runs the connector with its section (`connectors.borneo`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::Borneo;
-    fleet_connector::serve(
-        &common,
-        source,
-        "borneo",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
+    let section = Section::new(Source::Borneo, "borneo", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]
@@ -234,12 +218,7 @@ mod tests {
     use fleet_runtime::config::Secret;
 
     fn http() -> HttpClient {
-        HttpClient::new(
-            &Default::default(),
-            fleet_connector::ConnectorMetrics::new(),
-            "borneo",
-        )
-        .unwrap()
+        HttpClient::with_defaults("borneo").unwrap()
     }
 
     #[test]

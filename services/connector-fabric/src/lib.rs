@@ -442,18 +442,12 @@ pub(crate) fn site_targets(
 }
 
 pub(crate) fn targets(c: &Config, metrics: &ConnectorMetrics) -> anyhow::Result<Vec<FabricTarget>> {
-    anyhow::ensure!(
-        !c.sites.is_empty(),
-        "configuration key connectors.fabric.sites: no site is configured"
-    );
-    let mut out = Vec::new();
-    for (site, s) in &c.sites {
-        out.extend(site_targets(site, s, c, metrics)?);
-    }
-    Ok(out)
+    let per_site = fleet_connector::per_site("fabric", &c.sites, |(site, s)| {
+        site_targets(site, s, c, metrics)
+    })?;
+    Ok(per_site.into_iter().flatten().collect())
 }
 
-/// Runs connector-fabric until shutdown.
 /// Runs the connector with its section (`connectors.fabric`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let c = &c;

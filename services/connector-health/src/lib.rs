@@ -13,7 +13,7 @@ pub mod mapping;
 
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::config::Credential;
@@ -184,45 +184,23 @@ impl Target for HealthSite {
 }
 
 pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<HealthSite>> {
-    anyhow::ensure!(
-        !c.sites.is_empty(),
-        "configuration key connectors.health.sites: no site is configured"
-    );
-    c.sites
-        .iter()
-        .map(|(site, sc)| HealthSite::new(site, sc, c.host_label.trim(), http.clone()))
-        .collect()
+    fleet_connector::per_site("health", &c.sites, |(site, sc)| {
+        HealthSite::new(site, sc, c.host_label.trim(), http.clone())
+    })
 }
 
-/// Runs connector-health until shutdown.
 /// Runs the connector with its section (`connectors.health`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::HealthStatus;
-    fleet_connector::serve(
-        &common,
-        source,
-        "health",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
+    let section = Section::new(Source::HealthStatus, "health", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_connector::PollConfig;
 
     fn http() -> HttpClient {
-        HttpClient::new(
-            &PollConfig::default(),
-            fleet_connector::ConnectorMetrics::new(),
-            "health-status",
-        )
-        .unwrap()
+        HttpClient::with_defaults("health-status").unwrap()
     }
 
     #[test]

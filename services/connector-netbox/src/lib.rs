@@ -12,7 +12,7 @@ pub(crate) mod mapping;
 use std::collections::HashSet;
 
 use fleet_connector::paginate::{base_url, collect_pages, join};
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::config::Credential;
@@ -23,41 +23,7 @@ use crate::mapping::{map_devices, DevicePage, Warning};
 
 pub(crate) const OUTAGE_REASON: &str = "NetboxUnreachable";
 
-/// How the token is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AuthScheme {
-    /// `Authorization: Token <t>` (v1 tokens).
-    Token,
-    /// `Authorization: Bearer <t>` (v2 tokens, `nbt_<key>.<secret>`).
-    Bearer,
-    /// Bearer for tokens starting `nbt_`, Token otherwise.
-    Auto,
-}
-
-impl AuthScheme {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(AuthScheme::Auto),
-            "token" => Ok(AuthScheme::Token),
-            "bearer" => Ok(AuthScheme::Bearer),
-            other => Err(format!("{other:?} is not auto, token or bearer")),
-        }
-    }
-
-    /// The `Authorization` header value for `token`.
-    pub fn header(self, token: &str) -> String {
-        let bearer = match self {
-            AuthScheme::Token => false,
-            AuthScheme::Bearer => true,
-            AuthScheme::Auto => token.starts_with("nbt_"),
-        };
-        if bearer {
-            format!("Bearer {token}")
-        } else {
-            format!("Token {token}")
-        }
-    }
-}
+use fleet_netbox::AuthScheme;
 
 /// The client of one NetBox for one site.
 pub(crate) struct NetboxSite {
@@ -245,39 +211,10 @@ pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<Netbo
         .collect())
 }
 
-/// Runs connector-netbox until shutdown.
 /// Runs the connector with its section (`connectors.netbox`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::Netbox;
-    fleet_connector::serve(
-        &common,
-        source,
-        "netbox",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn both_token_forms() {
-        let v1 = "0123456789abcdef0123456789abcdef01234567";
-        let v2 = "nbt_peerskey0001.peerssecret0123456789abcdefghijklmnopqrst";
-        assert_eq!(AuthScheme::Auto.header(v1), format!("Token {v1}"));
-        assert_eq!(AuthScheme::Auto.header(v2), format!("Bearer {v2}"));
-        assert_eq!(AuthScheme::Token.header(v2), format!("Token {v2}"));
-        assert_eq!(AuthScheme::Bearer.header(v1), format!("Bearer {v1}"));
-        assert_eq!(AuthScheme::parse("Bearer"), Ok(AuthScheme::Bearer));
-        assert_eq!(AuthScheme::parse(""), Ok(AuthScheme::Auto));
-        assert!(AuthScheme::parse("basic").is_err());
-    }
+    let section = Section::new(Source::Netbox, "netbox", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]
@@ -286,12 +223,7 @@ mod config_tests {
 
     #[test]
     fn configuration_errors_name_their_key() {
-        let http = HttpClient::new(
-            &Default::default(),
-            fleet_connector::ConnectorMetrics::new(),
-            "netbox",
-        )
-        .unwrap();
+        let http = HttpClient::with_defaults("netbox").unwrap();
         let err = |c: Config| targets(&c, &http).err().unwrap().to_string();
         assert!(err(Config::default()).contains("connectors.netbox.url"));
         let base = Config {

@@ -18,7 +18,7 @@ use crate::mapping::{
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{join, Pages};
 use fleet_connector::snapshot::all_unknown;
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_openstack::ironic::nodes_url;
 use fleet_openstack::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};
@@ -173,31 +173,15 @@ impl Target for OpenstackSite {
 }
 
 pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<OpenstackSite>> {
-    anyhow::ensure!(
-        !c.sites.is_empty(),
-        "configuration key connectors.openstack.sites: no site is configured"
-    );
-    c.sites
-        .iter()
-        .map(|(site, sc)| OpenstackSite::new(site, sc, c, http.clone()))
-        .collect()
+    fleet_connector::per_site("openstack", &c.sites, |(site, sc)| {
+        OpenstackSite::new(site, sc, c, http.clone())
+    })
 }
 
-/// Runs connector-openstack until shutdown.
 /// Runs the connector with its section (`connectors.openstack`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::Openstack;
-    fleet_connector::serve(
-        &common,
-        source,
-        "openstack",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
+    let section = Section::new(Source::Openstack, "openstack", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ pub(crate) mod version;
 
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
-use fleet_connector::{HttpClient, PollContext, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::config::Credential;
@@ -221,46 +221,24 @@ impl Target for SlurmSite {
 }
 
 pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<SlurmSite>> {
-    anyhow::ensure!(
-        !c.sites.is_empty(),
-        "configuration key connectors.slurm.sites: no site is configured"
-    );
-    c.sites
-        .iter()
-        .map(|(site, sc)| SlurmSite::new(site, sc, http.clone()))
-        .collect()
+    fleet_connector::per_site("slurm", &c.sites, |(site, sc)| {
+        SlurmSite::new(site, sc, http.clone())
+    })
 }
 
-/// Runs connector-slurm until shutdown.
 /// Runs the connector with its section (`connectors.slurm`) until shutdown.
 pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let c = &c;
-    let source = Source::Slurm;
-    fleet_connector::serve(
-        &common,
-        source,
-        "slurm",
-        &c.listen,
-        &c.poll,
-        shutdown,
-        |http| targets(c, http),
-    )
-    .await
+    let section = Section::new(Source::Slurm, "slurm", &c.listen, &c.poll);
+    fleet_connector::serve(&common, section, shutdown, |h| targets(&c, h)).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_connector::PollConfig;
     use fleet_runtime::config::Secret;
 
     fn http() -> HttpClient {
-        HttpClient::new(
-            &PollConfig::default(),
-            fleet_connector::ConnectorMetrics::new(),
-            "slurm",
-        )
-        .unwrap()
+        HttpClient::with_defaults("slurm").unwrap()
     }
 
     #[test]

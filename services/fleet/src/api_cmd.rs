@@ -12,7 +12,7 @@ pub enum TokenCommand {
     /// Create a token; it is printed once and stored only as its SHA-256.
     Create {
         /// Comma-separated: device:read, device:write, conditions:write,
-        /// enrollment-proof:write, operations:write, jobs:write, admin.
+        /// enrollment-proof:write, operations:write, jobs:write, jobs:confirm, admin.
         #[arg(long, value_delimiter = ',', required = true)]
         scopes: Vec<String>,
         /// What it is for (shown by `list`).

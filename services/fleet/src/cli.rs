@@ -161,6 +161,14 @@ pub enum ImpairmentsCommand {
         /// The id, as `list` shows it.
         id: String,
     },
+    /// Confirm an event the storm guard holds: its cordon is queued.
+    Confirm {
+        /// The id, as `list` shows it.
+        id: String,
+        /// Why taking these devices out of service is right.
+        #[arg(long)]
+        reason: String,
+    },
     /// Clear an impairment event: release every device not cleared yet.
     Clear {
         /// The id, as `list` shows it.
@@ -663,6 +671,14 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
                 .await?,
             false,
         ),
+        ImpairmentsCommand::Confirm { id, reason } => (
+            api.post(
+                &format!("/api/v1/operations/impairment-events/{id}/confirm"),
+                json!({ "reason": reason }),
+            )
+            .await?,
+            false,
+        ),
         ImpairmentsCommand::Clear { id, watch } => (
             api.post(
                 &format!("/api/v1/operations/impairment-events/{id}/clear"),
@@ -685,12 +701,35 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
     }
 }
 
+/// The storm guard's hold, a line per tripped scope.
+fn storm_guard_text(g: &fleet_api::jobs::StormGuard) -> String {
+    let mut out = String::new();
+    if g.awaiting_confirmation {
+        out.push_str("awaiting an operator's confirmation (storm guard):\n");
+        for t in &g.trips {
+            out.push_str(&format!(
+                "  {} {}: {} of {} in service, {} already out in the window, limit {}\n",
+                t.scope_kind, t.scope_id, t.taking, t.in_service, t.in_window, t.limit
+            ));
+        }
+    } else if let Some(by) = &g.confirmed_by {
+        out.push_str(&format!(
+            "storm guard confirmed by {by}: {}\n",
+            g.confirm_reason.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
 fn impairment_text(d: &ImpairmentEventDetail) -> String {
     let e = &d.event;
     let mut out = format!(
         "{} {}: {} device(s), {}\n",
         e.id, e.status, e.device_count, e.reason
     );
+    if let Some(g) = &d.storm_guard {
+        out.push_str(&storm_guard_text(g));
+    }
     let rows: Vec<Vec<String>> = d
         .devices
         .iter()
@@ -1000,6 +1039,25 @@ pub enum JobsCommand {
         /// Move to Test Cluster's cordon_only.
         #[arg(long)]
         cordon_only: bool,
+        /// Move to Test Cluster's force_reclaim.
+        #[arg(long)]
+        force_reclaim: bool,
+        /// Release: hand the devices back to the customer pool.
+        #[arg(long)]
+        release_to_customer_pool: bool,
+        /// Release: fully_managed, metal or self_managed.
+        #[arg(long)]
+        engagement_mode: Option<String>,
+        /// The fabric flips: plan and read back, write nothing.
+        #[arg(long)]
+        simulate: bool,
+        /// Enrolment: false makes a diagnostic run that proves nothing.
+        #[arg(long)]
+        run_inspection: Option<bool>,
+        /// The front-end VRF return: DEVICE=VRF, the customer VRF a device's
+        /// ports go back into; repeat per device.
+        #[arg(long = "customer-vrf", value_name = "DEVICE=VRF")]
+        customer_vrfs: Vec<String>,
         /// Follow the job until it is terminal (as `watch` does).
         #[arg(long)]
         watch: bool,
@@ -1026,6 +1084,14 @@ pub enum JobsCommand {
     Cancel {
         /// The job id.
         id: String,
+    },
+    /// Confirm a job the storm guard holds: its work is queued.
+    Confirm {
+        /// The job id.
+        id: String,
+        /// Why taking these devices out of service is right.
+        #[arg(long)]
+        reason: String,
     },
     /// Follow a job's progress until it is terminal.
     Watch {
@@ -1073,6 +1139,11 @@ pub fn job_text(j: &Job) -> String {
             .or_default() += 1;
     }
     let summary: Vec<String> = counts.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let guard = j
+        .storm_guard
+        .as_ref()
+        .map(storm_guard_text)
+        .unwrap_or_default();
     let rows: Vec<Vec<String>> = j
         .devices
         .iter()
@@ -1091,7 +1162,7 @@ pub fn job_text(j: &Job) -> String {
         })
         .collect();
     format!(
-        "job {} {} {}{} ({})\n{}",
+        "job {} {} {}{} ({})\n{guard}{}",
         j.id,
         j.workflow,
         j.status,
@@ -1147,12 +1218,36 @@ pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
             workflow,
             devices,
             cordon_only,
+            force_reclaim,
+            release_to_customer_pool,
+            engagement_mode,
+            simulate,
+            run_inspection,
+            customer_vrfs,
             watch,
         } => {
+            let mut params = std::collections::BTreeMap::new();
+            for p in customer_vrfs {
+                let (d, vrf) = p
+                    .split_once('=')
+                    .with_context(|| format!("--customer-vrf {p:?}: expected DEVICE=VRF"))?;
+                params.insert(
+                    d.trim().to_string(),
+                    fleet_api::jobs::JobDeviceParams {
+                        customer_vrf: Some(vrf.trim().to_string()),
+                    },
+                );
+            }
             let body = JobCreateBody {
                 workflow,
                 device_ids: devices,
                 cordon_only,
+                force_reclaim,
+                release_to_customer_pool,
+                engagement_mode,
+                simulate,
+                run_inspection,
+                params,
             };
             let v = api
                 .post("/api/v1/jobs/", serde_json::to_value(&body)?)
@@ -1168,6 +1263,15 @@ pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
         JobsCommand::Cancel { id } => {
             let v = api
                 .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+                .await?;
+            serde_json::from_value(v).context("the API's job is not what this CLI reads")?
+        }
+        JobsCommand::Confirm { id, reason } => {
+            let v = api
+                .post(
+                    &format!("/api/v1/jobs/{id}/confirm"),
+                    json!({ "reason": reason }),
+                )
                 .await?;
             serde_json::from_value(v).context("the API's job is not what this CLI reads")?
         }

@@ -31,8 +31,8 @@ use chrono::Utc;
 use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
 use fleet_proto::{timestamp, v1, ErrorCode, Message};
-use fleet_runtime::http;
 use fleet_runtime::{Common, Shutdown};
+use fleet_store::{Ops, Shell};
 use sqlx::PgPool;
 
 pub use config::Config;
@@ -307,28 +307,15 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let addr = http::serve_ops(
-        &gw.config.listen,
-        "gateway.listen",
-        gw.metrics.registry.clone(),
-        gw.nats.clone(),
-        fleet_store::ready_check(gw.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = Ops {
+        listen: &gw.config.listen,
+        key: "gateway.listen",
+        registry: gw.metrics.registry.clone(),
+    };
+    let (mut shell, addr) = Shell::start("gateway", ops, &gw.nats, &gw.pool, &shutdown).await?;
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
-    let mut tasks = tokio::task::JoinSet::new();
-    let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(
-        &mut gw
-            .metrics
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
     for route in handlers::Route::ALL {
-        tasks.spawn(fleet_bus::serve(
-            gw.nats.clone(),
+        shell.respond(
             gw.clone(),
             fleet_bus::Route {
                 name: route.name(),
@@ -339,17 +326,11 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
                 concurrency: gw.config.concurrency.max(1),
                 deadline: gw.config.hub_timeout.max(Duration::from_secs(1)) * 2,
             },
-            answers.clone(),
-            shutdown.stopped(),
-        ));
+        );
     }
-    tasks.spawn(gw.clone().identity_loop(shutdown.clone()));
-    tasks.spawn(gw.clone().resync_loop(shutdown.clone()));
-    let stopped =
-        fleet_runtime::supervise("gateway", tasks, shutdown, gw.common.shutdown.grace).await;
-    gw.nats.flush().await.ok();
-    tracing::info!("gateway stopped");
-    stopped
+    shell.spawn(gw.clone().identity_loop(shutdown.clone()));
+    shell.spawn(gw.clone().resync_loop(shutdown.clone()));
+    shell.run(gw.common.shutdown.grace).await
 }
 
 /// Issues a join token for a site (and pool); the token is shown once.

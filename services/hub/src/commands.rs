@@ -13,7 +13,6 @@ use fleet_domain::state::DeviceState;
 use fleet_domain::*;
 use fleet_proto::ErrorCode;
 use fleet_proto::{v1, Message};
-use fleet_runtime::Shutdown;
 use fleet_store::StoreError;
 use v1::hub_command::Command as C;
 use v1::hub_reply::Record;
@@ -86,23 +85,15 @@ fn opt(s: &str) -> Option<String> {
 }
 
 impl Hub {
-    /// Serves `<root>.hub.cmd.*` through the mesh's one responder.
-    /// Commands share the pool with the lanes, the relay and the sweeper: a
-    /// burst of commands (100,000 agents joining) must not take every
-    /// connection and stall the observation batches.
-    pub(crate) async fn serve_commands(self: Arc<Self>, shutdown: Shutdown) {
+    /// Where the hub answers commands (`<root>.hub.cmd.*`), and how many at
+    /// once. Commands share the pool with the lanes, the relay and the
+    /// sweeper: a burst of commands (100,000 agents joining) must not take
+    /// every connection and stall the observation batches.
+    pub(crate) fn command_route(&self) -> (Route, Limits) {
         let reserved = self.config.lanes.max(1) + 3;
         let parallel = (self.common.database.max_connections as usize)
             .saturating_sub(reserved)
             .clamp(1, 32);
-        let answers = fleet_bus::ResponderMetrics::default();
-        answers.register(
-            &mut self
-                .metrics
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
         let route = Route {
             name: "cmd",
             subject: self.subjects.hub_cmd_all(),
@@ -113,15 +104,7 @@ impl Hub {
             // The transaction's own timeout, with room for the lock wait.
             deadline: self.config.command_timeout * 2,
         };
-        fleet_bus::serve(
-            self.nats.clone(),
-            self.clone(),
-            route,
-            limits,
-            answers,
-            shutdown.stopped(),
-        )
-        .await;
+        (route, limits)
     }
 
     /// Decodes and runs one command; never panics on input.

@@ -29,7 +29,6 @@ use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
 use fleet_runtime::config::FreshnessConfig;
-use fleet_runtime::http;
 use fleet_runtime::{Common, Shutdown};
 use futures::StreamExt;
 use sqlx::PgPool;
@@ -299,55 +298,40 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let addr = http::serve_ops(
-        &hub.config.listen,
-        "hub.listen",
-        hub.metrics.registry.clone(),
-        hub.nats.clone(),
-        fleet_store::ready_check(hub.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = fleet_store::Ops {
+        listen: &hub.config.listen,
+        key: "hub.listen",
+        registry: hub.metrics.registry.clone(),
+    };
+    let (mut shell, addr) =
+        fleet_store::Shell::start("hub", ops, &hub.nats, &hub.pool, &shutdown).await?;
     let _ = hub.ops_addr.set(addr);
     tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
 
-    let mut tasks = tokio::task::JoinSet::new();
     let lanes = hub.config.lanes.max(1);
     let mut senders = Vec::with_capacity(lanes);
     for _ in 0..lanes {
         let (tx, rx) = mpsc::channel(hub.config.batch_size * 2);
         senders.push(tx);
         // A lane ends once its fetchers are gone and its queue is applied.
-        tasks.spawn(hub.clone().apply_lane(rx));
+        shell.spawn(hub.clone().apply_lane(rx));
     }
     for p in hub.partitions() {
         let lane = senders[p as usize % lanes].clone();
-        tasks.spawn(hub.clone().fetch_partition(p, lane, shutdown.clone()));
+        shell.spawn(hub.clone().fetch_partition(p, lane, shutdown.clone()));
     }
     drop(senders);
-    tasks.spawn(hub.clone().serve_commands(shutdown.clone()));
-    tasks.spawn(hub.clone().sweep_loop(shutdown.clone()));
-    tasks.spawn(hub.clone().drift_loop(shutdown.clone()));
-    tasks.spawn(hub.clone().backlog_loop(shutdown.clone()));
-    let relay = tokio::spawn(hub.clone().relay_loop(shutdown.clone()));
-
+    let (route, limits) = hub.command_route();
+    shell.respond(hub.clone(), route, limits);
+    shell.spawn(hub.clone().sweep_loop(shutdown.clone()));
+    shell.spawn(hub.clone().drift_loop(shutdown.clone()));
+    shell.spawn(hub.clone().backlog_loop(shutdown.clone()));
     // Fetchers stop; lanes finish and ack what they hold; then the relay
     // flushes. A dependency that is gone must not hold the process: after
     // the grace period it exits, and redelivery covers what was in hand.
-    let grace = hub.common.shutdown.grace;
-    let stopped = fleet_runtime::supervise("hub", tasks, shutdown, grace).await;
-    hub.relay_wake.notify_one();
-    let flushed = tokio::time::timeout(grace, async {
-        let _ = relay.await;
-        hub.nats.flush().await.ok();
-    })
-    .await;
-    if flushed.is_err() {
-        tracing::warn!(
-            grace_secs = grace.as_secs(),
-            "the outbox relay did not finish within the grace period; the rest is published at the next start"
-        );
-    }
-    tracing::info!("hub stopped");
-    stopped
+    let wake = hub.clone();
+    shell.relay(hub.clone().relay_loop(shutdown.clone()), move || {
+        wake.relay_wake.notify_one()
+    });
+    shell.run(hub.common.shutdown.grace).await
 }

@@ -16,8 +16,8 @@ use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
 use fleet_outbox::PLACER;
 use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message};
-use fleet_runtime::http;
 use fleet_runtime::{Common, Shutdown};
+use fleet_store::{Ops, Shell};
 
 use crate::Config;
 
@@ -231,28 +231,15 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let addr = http::serve_ops(
-        &placer.config.listen,
-        "placer.listen",
-        placer.metrics.registry.clone(),
-        placer.nats.clone(),
-        fleet_store::ready_check(placer.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = Ops {
+        listen: &placer.config.listen,
+        key: "placer.listen",
+        registry: placer.metrics.registry.clone(),
+    };
+    let (mut shell, addr) =
+        Shell::start("placer", ops, &placer.nats, &placer.pool, &shutdown).await?;
     tracing::info!(%addr, devices = placer.view().len(), "placer running");
-
-    let mut tasks = tokio::task::JoinSet::new();
-    let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(
-        &mut placer
-            .metrics
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
-    tasks.spawn(fleet_bus::serve(
-        placer.nats.clone(),
+    shell.respond(
         placer.clone(),
         Route {
             name: "cmd",
@@ -263,14 +250,12 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
             concurrency: placer.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
         },
-        answers,
-        shutdown.stopped(),
-    ));
+    );
     {
         let p = placer.clone();
         let c = p.consumer(Axis::Schedulable);
         let (js, subjects) = (p.js.clone(), p.subjects.clone());
-        tasks.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
+        shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let p = p.clone();
             async move { p.on_schedulable(events).await }
         }));
@@ -279,7 +264,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
         let p = placer.clone();
         let c = p.consumer(axis);
         let (js, subjects) = (p.js.clone(), p.subjects.clone());
-        tasks.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
+        shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let p = p.clone();
             async move {
                 let events: Vec<v1::StatusChanged> = events.into_iter().map(|e| e.event).collect();
@@ -287,16 +272,10 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
             }
         }));
     }
-    tasks.spawn(placer.clone().resync_loop(shutdown.clone()));
-    let relay = tokio::spawn(placer.clone().relay_loop(shutdown.clone()));
-
-    let grace = placer.common.shutdown.grace;
-    let stopped = fleet_runtime::supervise("placer", tasks, shutdown, grace).await;
-    // The relay flushes last, what the tasks committed included.
-    if tokio::time::timeout(grace, relay).await.is_err() {
-        tracing::warn!("the outbox relay did not finish within the grace period; the rest is published at the next start");
-    }
-    placer.nats.flush().await.ok();
-    tracing::info!("placer stopped");
-    stopped
+    shell.spawn(placer.clone().resync_loop(shutdown.clone()));
+    let wake = placer.clone();
+    shell.relay(placer.clone().relay_loop(shutdown.clone()), move || {
+        wake.relay_wake.notify_one()
+    });
+    shell.run(placer.common.shutdown.grace).await
 }

@@ -26,8 +26,8 @@ use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::ErrorCode;
 use fleet_proto::{timestamp, v1, Message};
-use fleet_runtime::http;
 use fleet_runtime::{Common, Shutdown};
+use fleet_store::{Ops, Shell};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -401,17 +401,13 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
     let held = radar.load_published().await?;
     let published = radar.rebuild().await?;
     tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
-    let addr = http::serve_ops(
-        &radar.config.listen,
-        "radar.listen",
-        radar.metrics.registry.clone(),
-        radar.nats.clone(),
-        fleet_store::ready_check(radar.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = Ops {
+        listen: &radar.config.listen,
+        key: "radar.listen",
+        registry: radar.metrics.registry.clone(),
+    };
+    let (mut shell, addr) = Shell::start("radar", ops, &radar.nats, &radar.pool, &shutdown).await?;
     tracing::info!(%addr, "radar running");
-    let mut tasks = tokio::task::JoinSet::new();
     for axis in [
         Axis::Inventory,
         Axis::Operational,
@@ -428,21 +424,12 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         };
         let r = radar.clone();
         let (js, subjects) = (r.js.clone(), r.subjects.clone());
-        tasks.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
+        shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let r = r.clone();
             async move { r.on_events(events).await }
         }));
     }
-    let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(
-        &mut radar
-            .metrics
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
-    tasks.spawn(fleet_bus::serve(
-        radar.nats.clone(),
+    shell.respond(
         radar.clone(),
         Route {
             name: "cmd",
@@ -453,13 +440,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
             concurrency: 16,
             deadline: Duration::from_secs(30),
         },
-        answers,
-        shutdown.stopped(),
-    ));
-    tasks.spawn(radar.clone().resync_loop(shutdown.clone()));
-    let stopped =
-        fleet_runtime::supervise("radar", tasks, shutdown, radar.common.shutdown.grace).await;
-    radar.nats.flush().await.ok();
-    tracing::info!("radar stopped");
-    stopped
+    );
+    shell.spawn(radar.clone().resync_loop(shutdown.clone()));
+    shell.run(radar.common.shutdown.grace).await
 }

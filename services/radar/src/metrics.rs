@@ -2,12 +2,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use fleet_runtime::metrics::{count, Labels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-
-type Labels = Vec<(String, String)>;
 
 #[derive(Clone)]
 pub struct RadarMetrics {
@@ -17,40 +16,21 @@ pub struct RadarMetrics {
     pub registry: Arc<Mutex<Registry>>,
 }
 
-impl Default for RadarMetrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl RadarMetrics {
     pub fn new() -> Self {
-        let m = RadarMetrics {
-            published: Family::default(),
-            status_events: Counter::default(),
-            devices: Gauge::default(),
-            registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_radar"))),
-        };
-        {
-            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
-            r.register(
+        let m = Metrics::new("fleet_radar");
+        RadarMetrics {
+            published: m.counters(
                 "published",
                 "Projections published, by kind (projection, tombstone)",
-                m.published.clone(),
-            );
-            r.register(
-                "status_events",
-                "STATUS events handled",
-                m.status_events.clone(),
-            );
-            r.register("devices", "Devices at the last rebuild", m.devices.clone());
+            ),
+            status_events: m.counter("status_events", "STATUS events handled"),
+            devices: m.gauge("devices", "Devices at the last rebuild"),
+            registry: m.registry(),
         }
-        m
     }
 
     pub fn published(&self, kind: &str) {
-        self.published
-            .get_or_create(&vec![("kind".to_string(), kind.to_string())])
-            .inc();
+        count(&self.published, &[("kind", kind)], 1);
     }
 }

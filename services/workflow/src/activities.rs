@@ -117,6 +117,57 @@ impl Site {
             .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
+    /// Whether the node carries `name`: the Placement resource provider's
+    /// traits at a site with Placement, the node's own at a standalone one.
+    pub async fn has_trait(
+        &self,
+        uuid: &str,
+        placement: bool,
+        name: &str,
+    ) -> Result<bool, CallError> {
+        let traits = if placement {
+            self.traits(uuid).await?.traits
+        } else {
+            self.ironic()
+                .traits(uuid)
+                .await
+                .map_err(|e| CallError::from_source(e, System::Ironic))?
+        };
+        Ok(traits.iter().any(|t| t == name))
+    }
+
+    /// Adds `name` to the node: under the resource provider's generation at
+    /// a site with Placement (a lost race is read again), on the node
+    /// itself at a standalone one.
+    pub async fn add_trait(
+        &self,
+        uuid: &str,
+        placement: bool,
+        name: &str,
+    ) -> Result<(), CallError> {
+        if !placement {
+            return self
+                .ironic()
+                .add_trait(uuid, name)
+                .await
+                .map_err(|e| CallError::from_source(e, System::Ironic));
+        }
+        let mut t = self.traits(uuid).await?;
+        if t.traits.iter().any(|x| x == name) {
+            return Ok(());
+        }
+        t.traits.push(name.to_string());
+        self.put_traits(uuid, &t).await
+    }
+
+    pub async fn power(&self, uuid: &str, target: &str) -> Result<(), CallError> {
+        let ironic = self.ironic();
+        ironic
+            .power(uuid, target)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Ironic))
+    }
+
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
         let ironic = self.ironic();
         ironic
@@ -177,6 +228,72 @@ impl Site {
             .map(|(i, k)| (i.to_string(), Value::String(k.clone())))
             .collect();
         json!({"target": "active", "configdrive": {"meta_data": {"public_keys": public_keys}}})
+    }
+}
+
+/// The NetBox a Release re-reads devices from.
+pub(crate) struct NetboxClient {
+    http: HttpClient,
+    base: reqwest::Url,
+    token: fleet_runtime::Credential,
+    scheme: fleet_netbox::AuthScheme,
+}
+
+impl NetboxClient {
+    /// `None` when `workflow.netbox.url` is empty.
+    pub fn new(c: &crate::config::NetboxConfig, timeouts: &Config) -> anyhow::Result<Option<Self>> {
+        if c.url.trim().is_empty() {
+            return Ok(None);
+        }
+        let base = fleet_connector::paginate::base_url("workflow.netbox.url", &c.url)?;
+        let scheme = fleet_netbox::AuthScheme::parse(&c.auth_scheme)
+            .map_err(|e| anyhow::anyhow!("configuration key workflow.netbox.auth_scheme: {e}"))?;
+        // Fail at start, not at the first hand-back, when the token cannot be read.
+        c.token.resolve("workflow.netbox.token")?;
+        let poll = PollConfig {
+            request_timeout: timeouts.request_timeout,
+            connect_timeout: timeouts.connect_timeout,
+            max_retries: 2,
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(2),
+            ..PollConfig::default()
+        };
+        let http = HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")
+            .map_err(|e| anyhow::anyhow!("workflow http client: {e}"))?;
+        Ok(Some(NetboxClient {
+            http,
+            base,
+            token: c.token.clone(),
+            scheme,
+        }))
+    }
+
+    /// The device's NetBox status now; `None` when NetBox has no such
+    /// device. An outage is `NETBOX_UNAVAILABLE`, never an inventory verdict.
+    pub async fn device_status(&self, id: i64) -> Result<Option<String>, CallError> {
+        let token = self
+            .token
+            .resolve("workflow.netbox.token")
+            .map_err(|e| CallError::Permanent(FailureCode::SiteNotConfigured, e.to_string()))?;
+        let authorization = token.map(|t| self.scheme.header(t.expose()));
+        let netbox = fleet_netbox::Netbox {
+            http: &self.http,
+            base: &self.base,
+            authorization: authorization.as_deref(),
+        };
+        match netbox.device(id).await {
+            Ok(d) => Ok(d.map(|d| d.status.value)),
+            Err(e @ (SourceError::Connect { .. } | SourceError::Timeout { .. })) => Err(
+                CallError::Transient(FailureCode::NetboxUnavailable, e.to_string()),
+            ),
+            Err(e @ SourceError::Status { status, .. }) if status >= 500 || status == 429 => Err(
+                CallError::Transient(FailureCode::NetboxUnavailable, e.to_string()),
+            ),
+            Err(e) => Err(CallError::Permanent(
+                FailureCode::NetboxUnavailable,
+                e.to_string(),
+            )),
+        }
     }
 }
 

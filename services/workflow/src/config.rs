@@ -59,8 +59,73 @@ pub struct Config {
     /// provider and its release restores (the one
     /// `connectors.openstack.customer_ready_trait` reads).
     pub customer_ready_trait: String,
+    /// The NetBox a Release re-reads each device from, immediately before a
+    /// customer handoff.
+    pub netbox: NetboxConfig,
+    /// The storm guard: how much of a site or pool a job or an impairment
+    /// cordon may take out of service before an operator must confirm it.
+    pub storm_guard: StormGuardConfig,
     /// Per site: how the workflows reach its systems.
     pub sites: BTreeMap<String, SiteConfig>,
+}
+
+/// `workflow.netbox`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetboxConfig {
+    /// NetBox base URL; empty: a fully managed Release fails with
+    /// `SITE_NOT_CONFIGURED` (it must re-read NetBox).
+    pub url: String,
+    pub token: fleet_runtime::Credential,
+    /// `auto`, `token` or `bearer` (as `connectors.netbox.auth_scheme`).
+    pub auth_scheme: String,
+}
+
+impl Default for NetboxConfig {
+    fn default() -> Self {
+        NetboxConfig {
+            url: String::new(),
+            token: Default::default(),
+            auth_scheme: "auto".into(),
+        }
+    }
+}
+
+/// `workflow.storm_guard`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StormGuardConfig {
+    /// `false` admits every job and event without counting.
+    pub enabled: bool,
+    /// More than this share of a scope's in-service devices out within the
+    /// window trips the guard...
+    pub max_share: f64,
+    /// ...but a scope may always take this many.
+    pub min_devices: usize,
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+}
+
+impl Default for StormGuardConfig {
+    fn default() -> Self {
+        StormGuardConfig {
+            enabled: true,
+            max_share: 0.10,
+            min_devices: 5,
+            window: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl StormGuardConfig {
+    /// The policy, or `None` when the guard is off.
+    pub fn policy(&self) -> Option<fleet_domain::storm::Policy> {
+        self.enabled.then_some(fleet_domain::storm::Policy {
+            max_share: self.max_share,
+            min_devices: self.min_devices,
+            window: self.window,
+        })
+    }
 }
 
 impl Default for Config {
@@ -84,6 +149,8 @@ impl Default for Config {
             ironic_api_version: "1.80".into(),
             placement_api_version: "1.18".into(),
             customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
+            netbox: NetboxConfig::default(),
+            storm_guard: StormGuardConfig::default(),
             sites: BTreeMap::new(),
         }
     }
@@ -101,6 +168,13 @@ impl Config {
             return Err(ConfigError::invalid(
                 "workflow.retry_max",
                 "must not be shorter than workflow.retry_initial",
+            ));
+        }
+        let g = &self.storm_guard;
+        if !(g.max_share > 0.0 && g.max_share <= 1.0) {
+            return Err(ConfigError::invalid(
+                "workflow.storm_guard.max_share",
+                "must be above 0 and at most 1",
             ));
         }
         if self.max_attempts == 0 {
@@ -127,4 +201,26 @@ pub struct SiteConfig {
     pub image_source: String,
     pub image_checksum: String,
     pub config_drive_public_keys: Vec<String>,
+    /// How Enrolment treats the site's nodes.
+    pub enrolment: EnrolmentConfig,
+}
+
+/// `workflow.sites.<site>.enrolment`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnrolmentConfig {
+    /// Power-cycle a node before inspecting it (through Ironic's power
+    /// interface); refused with `IRONIC_DRIVER_MISMATCH` for a node whose
+    /// driver is not `required_driver`.
+    pub power_cycle_before_inspect: bool,
+    pub required_driver: String,
+}
+
+impl Default for EnrolmentConfig {
+    fn default() -> Self {
+        EnrolmentConfig {
+            power_cycle_before_inspect: false,
+            required_driver: "ipmi".into(),
+        }
+    }
 }

@@ -31,6 +31,7 @@ use fleet_proto::{v1, ErrorCode, Message};
 
 use crate::activities::CallError;
 use crate::impairment_store as store;
+use crate::storm::{self, Work};
 use crate::{Workflow, OUTBOX};
 
 /// Which half of an event a unit of work belongs to (its `JOBS` subject's
@@ -123,6 +124,10 @@ impl Workflow {
                 let r = decode::<v1::CreateImpairmentRequest>(payload, "CreateImpairmentRequest")?;
                 self.create_impairment(r).await
             }
+            "confirm_impairment" => {
+                let r = decode::<v1::ConfirmRequest>(payload, "ConfirmRequest")?;
+                self.confirm_impairment(r).await
+            }
             _ => {
                 let r = decode::<v1::ClearImpairmentRequest>(payload, "ClearImpairmentRequest")?;
                 self.clear_impairment(r).await
@@ -186,14 +191,97 @@ impl Workflow {
         )
         .await
         .map_err(db)?;
-        self.queue(&mut tx, Phase::Cordon, &event_id, &ids).await?;
+        // The cordon takes hosts from their customers: the storm guard
+        // counts it like a job that takes devices out of service.
+        let trips = match self.config.storm_guard.policy() {
+            Some(policy) => {
+                let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+                storm::guard(&mut tx, &policy, Work::Impairment, &event_id, &candidates)
+                    .await
+                    .map_err(db)?
+            }
+            None => vec![],
+        };
+        if trips.is_empty() {
+            self.queue(&mut tx, Phase::Cordon, &event_id, &ids).await?;
+        } else {
+            store::hold(&mut tx, &event_id).await.map_err(db)?;
+        }
         tx.commit().await.map_err(db)?;
         self.wake_relay();
-        tracing::info!(event_id = %event_id, devices = ids.len(), created_by = %r.created_by, "impairment event accepted");
+        let storm_guard = (!trips.is_empty()).then(|| v1::StormGuard {
+            awaiting_confirmation: true,
+            trips: trips
+                .iter()
+                .map(|c| v1::StormTrip {
+                    scope_kind: c.scope_kind.as_str().into(),
+                    scope_id: c.scope_id.clone(),
+                    in_service: c.in_service as i32,
+                    taking: c.taking as i32,
+                    in_window: c.in_window as i32,
+                    limit: self
+                        .config
+                        .storm_guard
+                        .policy()
+                        .map_or(0, |p| p.limit(c.in_service) as i32),
+                })
+                .collect(),
+            ..Default::default()
+        });
+        if storm_guard.is_some() {
+            tracing::warn!(event_id = %event_id, devices = ids.len(), created_by = %r.created_by, "impairment event held by the storm guard: waiting for an operator's confirmation");
+        } else {
+            tracing::info!(event_id = %event_id, devices = ids.len(), created_by = %r.created_by, "impairment event accepted");
+        }
         Ok(v1::ImpairmentAccepted {
             event_id,
             status: EventStatus::Accepted.as_str().into(),
+            storm_guard,
         })
+    }
+
+    /// An operator confirms an event the storm guard holds: its cordon is
+    /// queued. Confirming twice answers the same; an event the guard never
+    /// held is refused.
+    async fn confirm_impairment(
+        &self,
+        r: v1::ConfirmRequest,
+    ) -> Result<v1::ImpairmentAccepted, Refusal> {
+        let (id, by, reason) = crate::service::confirmation(&r)?;
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let Some((status, awaiting, confirmed)) =
+            store::lock_for_confirm(&mut tx, id).await.map_err(db)?
+        else {
+            return Err(Refusal::new(
+                ErrorCode::NotFound,
+                format!("impairment event {id} not found"),
+            ));
+        };
+        let accepted = |storm_guard| v1::ImpairmentAccepted {
+            event_id: id.to_string(),
+            status: status.clone(),
+            storm_guard,
+        };
+        if confirmed {
+            return Ok(accepted(None));
+        }
+        if !awaiting {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("impairment event {id} is not held by the storm guard"),
+            ));
+        }
+        let ids = store::device_ids(&mut tx, id).await.map_err(db)?;
+        let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+        storm::admit(&mut tx, Work::Impairment, id, &candidates)
+            .await
+            .map_err(db)?;
+        store::confirm(&mut tx, id, by, reason).await.map_err(db)?;
+        self.queue(&mut tx, Phase::Cordon, id, &ids).await?;
+        tx.commit().await.map_err(db)?;
+        self.wake_relay();
+        tracing::warn!(event_id = %id, confirmed_by = %by, reason = %reason, devices = ids.len(), "storm guard: impairment event confirmed by an operator");
+        Ok(accepted(None))
     }
 
     /// Queues the release of every device not cleared yet.
@@ -203,7 +291,7 @@ impl Workflow {
     ) -> Result<v1::ImpairmentAccepted, Refusal> {
         let id = r.event_id.trim();
         let mut tx = self.pool.begin().await.map_err(db)?;
-        let status = store::lock_event(&mut tx, id)
+        let (status, awaiting) = store::lock_event(&mut tx, id)
             .await
             .map_err(db)?
             .ok_or_else(|| {
@@ -212,6 +300,12 @@ impl Workflow {
                     format!("impairment event {id} not found"),
                 )
             })?;
+        if awaiting {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("impairment event {id} is held by the storm guard: nothing was cordoned; confirm it first"),
+            ));
+        }
         let status = EventStatus::parse(&status)
             .map_err(|e| Refusal::unavailable("an impairment event has an unknown status", e))?;
         may_clear(status).map_err(|e| {
@@ -235,6 +329,7 @@ impl Workflow {
         Ok(v1::ImpairmentAccepted {
             event_id: id.to_string(),
             status: EventStatus::ReleasePending.as_str().into(),
+            storm_guard: None,
         })
     }
 

@@ -98,15 +98,73 @@ pub(crate) async fn insert_event(
     Ok(())
 }
 
-/// The event's status, locked for a clear.
+/// The event's status and whether the storm guard holds it, locked for a
+/// clear.
 pub(crate) async fn lock_event(
     tx: &mut Transaction<'_, Postgres>,
     id: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT status FROM impairment_events WHERE id = $1 FOR UPDATE")
+) -> Result<Option<(String, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, awaiting_confirmation FROM impairment_events WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// The storm guard holds the event until an operator confirms it.
+pub(crate) async fn hold(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE impairment_events SET awaiting_confirmation = true WHERE id = $1")
         .bind(id)
-        .fetch_optional(&mut **tx)
-        .await
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The event locked for a confirmation: `(status, awaiting_confirmation,
+/// confirmed)`.
+pub(crate) async fn lock_for_confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+) -> Result<Option<(String, bool, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, awaiting_confirmation, confirmed_at IS NOT NULL FROM impairment_events \
+         WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+pub(crate) async fn confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE impairment_events SET awaiting_confirmation = false, confirmed_by = $2, \
+         confirmed_at = now(), confirm_reason = $3, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(by)
+    .bind(reason)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The event's device ids.
+pub(crate) async fn device_ids(
+    tx: &mut Transaction<'_, Postgres>,
+    event: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT device_id FROM impairment_event_devices WHERE event_id = $1 ORDER BY device_id",
+    )
+    .bind(event)
+    .fetch_all(&mut **tx)
+    .await
 }
 
 /// Queues the release of every device not cleared yet; a pre-hold

@@ -22,12 +22,15 @@
 
 pub(crate) mod activities;
 mod config;
+pub(crate) mod flows;
 pub(crate) mod holds;
 pub(crate) mod impairment;
 pub(crate) mod impairment_store;
 pub(crate) mod metrics;
 pub(crate) mod service;
 pub(crate) mod store;
+pub(crate) mod storm;
+pub(crate) mod waits;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -38,7 +41,7 @@ use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-pub use config::{Config, SiteConfig};
+pub use config::{Config, SiteConfig, StormGuardConfig};
 pub use service::{run, run_with};
 
 /// The service's outbox: device work to `JOBS`.
@@ -60,6 +63,13 @@ pub struct Workflow {
     pub(crate) sites: activities::Sites,
     /// Impairment holds through the hub's `impairment_holds`, batched.
     pub(crate) holds: holds::Holds,
+    /// Every other write the workflows make to device state (proofs,
+    /// latches) goes through the hub's commands.
+    pub(crate) hub: fleet_hub_client::HubClient,
+    /// Runs waiting on what the hub derives, woken from STATUS.
+    pub(crate) waits: waits::Waits,
+    /// `workflow.netbox`, for Release's re-read.
+    pub(crate) netbox: Option<activities::NetboxClient>,
     relay_wake: Notify,
 }
 
@@ -68,6 +78,7 @@ impl Workflow {
     /// for the hub's `JOBS` stream.
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Workflow>> {
         let sites = activities::Sites::new(&config)?;
+        let netbox = activities::NetboxClient::new(&config.netbox, &config)?;
         let fleet_store::Deps {
             pool,
             nats,
@@ -81,7 +92,8 @@ impl Workflow {
             subjects.clone(),
             config.hub_timeout.max(std::time::Duration::from_secs(1)),
         );
-        let holds = holds::Holds::start(hub, config.hold_batch_max, config.hold_batch_linger);
+        let holds =
+            holds::Holds::start(hub.clone(), config.hold_batch_max, config.hold_batch_linger);
         Ok(Arc::new(Workflow {
             common,
             config,
@@ -93,6 +105,9 @@ impl Workflow {
             metrics: metrics::WorkflowMetrics::new(),
             sites,
             holds,
+            hub,
+            waits: Default::default(),
+            netbox,
             relay_wake: Notify::new(),
         }))
     }

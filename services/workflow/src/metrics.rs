@@ -3,12 +3,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use fleet_runtime::metrics::{count, Labels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-
-type Labels = Vec<(String, String)>;
 
 #[derive(Clone)]
 pub(crate) struct WorkflowMetrics {
@@ -16,53 +15,54 @@ pub(crate) struct WorkflowMetrics {
     finished: Family<Labels, Counter>,
     pub running: Gauge,
     pub external_writes: Family<Labels, Counter>,
+    /// Waiting runs woken by a STATUS event, and waits that ran out to the
+    /// backstop (should stay near 0 while the STATUS consumer is up).
+    pub woken: Counter,
+    pub backstop: Counter,
 }
 
 impl WorkflowMetrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("fleet_workflow");
-        let finished = Family::<Labels, Counter>::default();
-        let running = Gauge::default();
-        let external_writes = Family::<Labels, Counter>::default();
-        registry.register(
-            "device_runs_finished",
-            "Device runs finished, by workflow, status and failure code",
-            finished.clone(),
-        );
-        registry.register(
-            "device_runs_active",
-            "Device runs this replica is working on",
-            running.clone(),
-        );
-        registry.register(
-            "external_writes",
-            "Writes sent to an external system, by system and call",
-            external_writes.clone(),
-        );
+        let m = Metrics::new("fleet_workflow");
         WorkflowMetrics {
-            registry: Arc::new(Mutex::new(registry)),
-            finished,
-            running,
-            external_writes,
+            finished: m.counters(
+                "device_runs_finished",
+                "Device runs finished, by workflow, status and failure code",
+            ),
+            running: m.gauge(
+                "device_runs_active",
+                "Device runs this replica is working on",
+            ),
+            external_writes: m.counters(
+                "external_writes",
+                "Writes sent to an external system, by system and call",
+            ),
+            woken: m.counter(
+                "waits_woken",
+                "Runs waiting on the hub woken by a STATUS event",
+            ),
+            backstop: m.counter(
+                "waits_backstop",
+                "Runs waiting on the hub that read again after the backstop without a STATUS event",
+            ),
+            registry: m.registry(),
         }
     }
 
     pub fn finished(&self, workflow: &str, status: &str, code: &str) {
-        self.finished
-            .get_or_create(&vec![
-                ("workflow".into(), workflow.into()),
-                ("status".into(), status.into()),
-                ("failure_code".into(), code.into()),
-            ])
-            .inc();
+        let labels = [
+            ("workflow", workflow),
+            ("status", status),
+            ("failure_code", code),
+        ];
+        count(&self.finished, &labels, 1);
     }
 
     pub fn wrote(&self, system: &str, call: &str) {
-        self.external_writes
-            .get_or_create(&vec![
-                ("system".into(), system.into()),
-                ("call".into(), call.into()),
-            ])
-            .inc();
+        count(
+            &self.external_writes,
+            &[("system", system), ("call", call)],
+            1,
+        );
     }
 }

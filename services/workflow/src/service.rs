@@ -10,17 +10,25 @@ use std::time::Duration;
 use bytes::Bytes;
 use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
+use fleet_domain::release::{self, EngagementMode};
 use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
 use fleet_proto::{v1, ErrorCode, Message};
-use fleet_runtime::{http, Common, Shutdown};
+use fleet_runtime::{Common, Shutdown};
+use fleet_store::{Ops, Shell};
 
 use crate::Config;
 
+use crate::storm::{self, Work};
 use crate::{store, Workflow, OUTBOX};
 
 /// The workflows this build runs. Every other workflow of seed 002 is
 /// refused at creation, by name, instead of being accepted and never run.
-pub(crate) const RUNS: &[Kind] = &[Kind::ImageNode, Kind::UnimageNode];
+pub(crate) const RUNS: &[Kind] = &[
+    Kind::ImageNode,
+    Kind::UnimageNode,
+    Kind::Enrollment,
+    Kind::Release,
+];
 
 fn db(e: sqlx::Error) -> Refusal {
     Refusal::unavailable("the workflow service's database is unavailable", e)
@@ -28,6 +36,81 @@ fn db(e: sqlx::Error) -> Refusal {
 
 fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
     M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
+}
+
+/// A confirmation's job or event id, who confirms, and why (all required).
+pub(crate) fn confirmation(r: &v1::ConfirmRequest) -> Result<(&str, &str, &str), Refusal> {
+    let (id, by, reason) = (r.id.trim(), r.confirmed_by.trim(), r.reason.trim());
+    if id.is_empty() || by.is_empty() {
+        return Err(Refusal::invalid("id and confirmed_by are required"));
+    }
+    if reason.is_empty() {
+        return Err(Refusal::invalid(
+            "a confirmation needs a reason: why taking these devices out of service is right",
+        ));
+    }
+    if reason.chars().count() > 1024 {
+        return Err(Refusal::invalid("reason is longer than 1024 characters"));
+    }
+    Ok((id, by, reason))
+}
+
+/// The request's options.
+fn options_of(r: &v1::CreateJobRequest) -> Result<Options, Refusal> {
+    let mode = r.engagement_mode.trim();
+    let engagement_mode = (!mode.is_empty())
+        .then(|| EngagementMode::parse(mode))
+        .transpose()
+        .map_err(|e| Refusal::invalid(e.to_string()))?;
+    Ok(Options {
+        cordon_only: r.cordon_only,
+        force_reclaim: r.force_reclaim,
+        release_to_customer_pool: r.release_to_customer_pool,
+        simulate: r.simulate,
+        run_inspection: r.run_inspection,
+        engagement_mode,
+    })
+}
+
+/// Each device with its parameters. A parameter for a device the job does
+/// not name, or one the workflow does not take, is refused; the front-end
+/// VRF return needs the customer VRF of every device.
+fn params_of(
+    kind: Kind,
+    ids: &[String],
+    given: &HashMap<String, v1::DeviceParams>,
+) -> Result<Vec<(String, store::Params)>, Refusal> {
+    if let Some(stray) = given.keys().find(|d| !ids.iter().any(|i| i == d.trim())) {
+        return Err(Refusal::invalid(format!(
+            "params names device {stray}, which the job does not"
+        )));
+    }
+    let return_flip = kind == Kind::FrontendVrfReturn;
+    ids.iter()
+        .map(|id| {
+            let p = given
+                .iter()
+                .find(|(d, _)| d.trim() == id)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            let customer_vrf = p.customer_vrf.trim().to_string();
+            if !return_flip && !customer_vrf.is_empty() {
+                return Err(Refusal::invalid(format!(
+                    "{kind} does not take a customer_vrf (device {id})"
+                )));
+            }
+            if return_flip {
+                fleet_domain::inventory::check_id(
+                    &format!("params.{id}.customer_vrf"),
+                    &customer_vrf,
+                )
+                .map_err(|e| {
+                    Refusal::invalid(format!("{kind} needs each device's customer VRF: {e}"))
+                })?;
+            }
+            Ok((id.clone(), store::Params { customer_vrf }))
+        })
+        .collect()
 }
 
 /// A refused job: the reply carries every refusal, device by device.
@@ -63,11 +146,15 @@ impl Workflow {
                 tracing::info!(job_id = %r.job_id, requested_by = %r.requested_by, "job cancel requested");
                 R::Job(self.job(&r.job_id).await?)
             }
+            "confirm_job" => {
+                let r = decode::<v1::ConfirmRequest>(payload, "ConfirmRequest")?;
+                R::Job(self.confirm_job(r).await?)
+            }
             "list_jobs" => {
                 let r = decode::<v1::ListJobsRequest>(payload, "ListJobsRequest")?;
                 R::Page(self.list(r).await?)
             }
-            "create_impairment" | "clear_impairment" => {
+            "create_impairment" | "clear_impairment" | "confirm_impairment" => {
                 R::Impairment(self.impairment_request(verb, payload).await?)
             }
             other => return Err(Refusal::invalid(format!("unknown workflow verb {other:?}"))),
@@ -80,7 +167,12 @@ impl Workflow {
             .map_err(db)?
             .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
         let runs = store::runs(&self.pool, id).await.map_err(db)?;
-        Ok(job.to_proto(&runs))
+        let mut out = job.to_proto(&runs);
+        if out.storm_guard.is_some() {
+            let trips = storm::trips(&self.pool, Work::Job, id).await.map_err(db)?;
+            out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
+        }
+        Ok(out)
     }
 
     async fn list(&self, r: v1::ListJobsRequest) -> Result<v1::JobPage, Refusal> {
@@ -130,6 +222,13 @@ impl Workflow {
         if r.created_by.trim().is_empty() {
             return Err(Refusal::invalid("created_by is required"));
         }
+        let options = options_of(&r)?;
+        options.check(kind).map_err(Refusal::invalid)?;
+        if kind == Kind::Release {
+            release::path(options.release_to_customer_pool, options.engagement_mode)
+                .map_err(Refusal::invalid)?;
+        }
+        let params = params_of(kind, &ids, &r.params)?;
         let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
         if devices.len() != ids.len() {
             let missing: Vec<&str> = ids
@@ -170,18 +269,51 @@ impl Workflow {
             &job_id,
             kind.as_str(),
             r.created_by.trim(),
-            r.cordon_only,
-            &ids,
+            &options,
+            &params,
         )
         .await
         .map_err(db)?;
+        let held = match self.config.storm_guard.policy() {
+            Some(policy) if kind.takes_out_of_service() => {
+                let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+                let trips = storm::guard(&mut tx, &policy, Work::Job, &job_id, &candidates)
+                    .await
+                    .map_err(db)?;
+                !trips.is_empty()
+            }
+            _ => false,
+        };
+        if held {
+            store::hold(&mut tx, &job_id).await.map_err(db)?;
+        } else {
+            self.queue_job(&mut tx, kind, &job_id, &ids).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        self.wake_relay();
+        if held {
+            tracing::warn!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job held by the storm guard: waiting for an operator's confirmation");
+        } else {
+            tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
+        }
+        Ok(Ok(self.job(&job_id).await?))
+    }
+
+    /// One JOBS message per device, in the caller's transaction.
+    async fn queue_job(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        kind: Kind,
+        job_id: &str,
+        ids: &[String],
+    ) -> Result<(), Refusal> {
         let rows = ids
             .iter()
             .map(|d| fleet_outbox::Row {
-                subject: self.subjects.job(kind.as_str(), &job_id, d),
+                subject: self.subjects.job(kind.as_str(), job_id, d),
                 schema: fleet_proto::schema::<v1::JobDeviceWork>(),
                 payload: v1::JobDeviceWork {
-                    job_id: job_id.clone(),
+                    job_id: job_id.to_string(),
                     device_id: d.clone(),
                     workflow: kind.as_str().into(),
                 }
@@ -189,11 +321,56 @@ impl Workflow {
                 traceparent: None,
             })
             .collect();
-        OUTBOX.insert(&mut tx, rows).await.map_err(db)?;
+        OUTBOX.insert(tx, rows).await.map(|_| ()).map_err(db)
+    }
+
+    /// An operator confirms a job the storm guard holds: its devices go in
+    /// the ledger and its work is queued. Confirming twice answers the same
+    /// job; a cancelled job, or one the guard never held, is refused.
+    async fn confirm_job(&self, r: v1::ConfirmRequest) -> Result<v1::Job, Refusal> {
+        let (id, by, reason) = confirmation(&r)?;
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let Some((cancelled, awaiting, confirmed)) =
+            store::lock_for_confirm(&mut tx, id).await.map_err(db)?
+        else {
+            return Err(Refusal::new(
+                ErrorCode::NotFound,
+                format!("job {id} not found"),
+            ));
+        };
+        if confirmed {
+            drop(tx);
+            return self.job(id).await;
+        }
+        if cancelled {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("job {id} was cancelled; there is nothing to confirm"),
+            ));
+        }
+        if !awaiting {
+            return Err(Refusal::new(
+                ErrorCode::InvalidState,
+                format!("job {id} is not held by the storm guard"),
+            ));
+        }
+        let job = store::job(&self.pool, id)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
+        let kind = Kind::parse(&job.workflow)
+            .map_err(|e| Refusal::unavailable("a job has an unknown workflow", e))?;
+        let ids = store::device_ids(&mut tx, id).await.map_err(db)?;
+        let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
+        storm::admit(&mut tx, Work::Job, id, &candidates)
+            .await
+            .map_err(db)?;
+        store::confirm(&mut tx, id, by, reason).await.map_err(db)?;
+        self.queue_job(&mut tx, kind, id, &ids).await?;
         tx.commit().await.map_err(db)?;
         self.wake_relay();
-        tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
-        Ok(Ok(self.job(&job_id).await?))
+        tracing::warn!(job_id = %id, confirmed_by = %by, reason = %reason, devices = ids.len(), "storm guard: job confirmed by an operator");
+        self.job(id).await
     }
 
     /// The request's device ids, trimmed, de-duplicated and sorted: 1 to
@@ -215,7 +392,8 @@ impl Workflow {
         r: &v1::CreateJobRequest,
         devices: &[store::DeviceRow],
     ) -> Result<Vec<v1::DeviceRefusal>, Refusal> {
-        let policy = kind.policy();
+        let options = options_of(r)?;
+        let policy = kind.policy_with(options);
         let types: Vec<String> = policy
             .disqualifying_condition_types
             .iter()
@@ -232,9 +410,6 @@ impl Workflow {
                 conditions.insert((d, t), s);
             }
         }
-        let options = Options {
-            cordon_only: r.cordon_only,
-        };
         let mut out = vec![];
         for d in devices {
             let facts = DeviceFacts {
@@ -332,21 +507,14 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let addr = http::serve_ops(
-        &w.config.listen,
-        "workflow.listen",
-        w.metrics.registry.clone(),
-        w.nats.clone(),
-        fleet_store::ready_check(w.pool.clone()),
-        shutdown.clone(),
-    )
-    .await?;
+    let ops = Ops {
+        listen: &w.config.listen,
+        key: "workflow.listen",
+        registry: w.metrics.registry.clone(),
+    };
+    let (mut shell, addr) = Shell::start("workflow", ops, &w.nats, &w.pool, &shutdown).await?;
     tracing::info!(%addr, "workflow service running");
-    let answers = fleet_bus::ResponderMetrics::default();
-    answers.register(&mut w.metrics.registry.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(fleet_bus::serve(
-        w.nats.clone(),
+    shell.respond(
         w.clone(),
         Route {
             name: "cmd",
@@ -357,17 +525,12 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
             concurrency: w.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
         },
-        answers,
-        shutdown.stopped(),
-    ));
-    tasks.spawn(w.clone().work_loop(shutdown.clone()));
-    let relay = tokio::spawn(w.clone().relay_loop(shutdown.clone()));
-    let grace = w.common.shutdown.grace;
-    let stopped = fleet_runtime::supervise("workflow", tasks, shutdown, grace).await;
-    if tokio::time::timeout(grace, relay).await.is_err() {
-        tracing::warn!("the workflow relay did not finish within the grace period; the rest is published at the next start");
-    }
-    w.nats.flush().await.ok();
-    tracing::info!("workflow service stopped");
-    stopped
+    );
+    shell.spawn(w.clone().work_loop(shutdown.clone()));
+    shell.spawn(w.clone().status_loop(shutdown.clone()));
+    let wake = w.clone();
+    shell.relay(w.clone().relay_loop(shutdown.clone()), move || {
+        wake.wake_relay()
+    });
+    shell.run(w.common.shutdown.grace).await
 }

@@ -2,8 +2,10 @@
 //! reads of the devices (it never writes a device table).
 
 use chrono::{DateTime, Utc};
+use fleet_domain::eligibility::Options;
 use fleet_domain::jobs::{job_status, DeviceRunStatus, JobStatus};
 use fleet_proto::{timestamp, v1};
+use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, Transaction};
 
 /// What eligibility and the activities read of one device.
@@ -19,12 +21,14 @@ pub(crate) struct DeviceRow {
     pub ironic_maintenance: Option<bool>,
     pub ironic_provision_state: Option<String>,
     pub placement_enabled: bool,
+    pub netbox_id: Option<i64>,
 }
 
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \
-         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled \
+         d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled, \
+         d.netbox_id \
          FROM devices d JOIN sites s ON s.id = d.site_id \
          WHERE d.id = ANY($1) AND d.deleted_at IS NULL ORDER BY d.id",
     )
@@ -35,6 +39,31 @@ pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceR
 
 pub(crate) async fn device(pool: &PgPool, id: &str) -> Result<Option<DeviceRow>, sqlx::Error> {
     Ok(devices(pool, &[id.to_string()]).await?.pop())
+}
+
+/// What a customer-facing step re-reads of the device immediately before
+/// its write: its identity and proof, the two partition latches, its
+/// operational status (seed 002: "the proof is read by the mutation
+/// itself").
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct Preflight {
+    pub infrastructure_ref: Option<String>,
+    pub enrollment_validated_ref: Option<String>,
+    pub operational_status: String,
+    pub nvlink_latch: Option<String>,
+    pub backend_latch: Option<String>,
+}
+
+pub(crate) async fn preflight(pool: &PgPool, id: &str) -> Result<Option<Preflight>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.infrastructure_ref, d.enrollment_validated_ref, d.operational_status, \
+         (SELECT status FROM device_conditions c WHERE c.device_id = d.id AND c.type = 'NvLinkGpusInRepairPartition') AS nvlink_latch, \
+         (SELECT status FROM device_conditions c WHERE c.device_id = d.id AND c.type = 'BackendPortsInMaintenanceVrf') AS backend_latch \
+         FROM devices d WHERE d.id = $1 AND d.deleted_at IS NULL",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
 }
 
 /// `(device_id, type, status)` of the devices' conditions of `types`.
@@ -77,26 +106,54 @@ pub(crate) async fn busy(
     .await
 }
 
+/// What one device's run is given besides its own facts
+/// (`job_devices.params`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct Params {
+    /// The front-end VRF return: the customer VRF its ports go back into.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub customer_vrf: String,
+}
+
+/// What one step read back or did on one target (`job_devices.results`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct StepResult {
+    pub target: String,
+    pub detail: String,
+    pub applied: bool,
+    pub simulated: bool,
+}
+
 pub(crate) async fn insert_job(
     tx: &mut Transaction<'_, Postgres>,
     id: &str,
     workflow: &str,
     created_by: &str,
-    cordon_only: bool,
-    devices: &[String],
+    options: &Options,
+    devices: &[(String, Params)],
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO jobs (id, workflow, created_by, cordon_only) VALUES ($1, $2, $3, $4)")
-        .bind(id)
-        .bind(workflow)
-        .bind(created_by)
-        .bind(cordon_only)
-        .execute(&mut **tx)
-        .await?;
     sqlx::query(
-        "INSERT INTO job_devices (job_id, device_id) SELECT $1, d FROM unnest($2::text[]) AS d",
+        "INSERT INTO jobs (id, workflow, created_by, cordon_only, options) \
+         VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(id)
-    .bind(devices)
+    .bind(workflow)
+    .bind(created_by)
+    .bind(options.cordon_only)
+    .bind(Json(options))
+    .execute(&mut **tx)
+    .await?;
+    let ids: Vec<&str> = devices.iter().map(|(d, _)| d.as_str()).collect();
+    let params: Vec<Json<&Params>> = devices.iter().map(|(_, p)| Json(p)).collect();
+    sqlx::query(
+        "INSERT INTO job_devices (job_id, device_id, params) \
+         SELECT $1, d, p FROM unnest($2::text[], $3::jsonb[]) AS x(d, p)",
+    )
+    .bind(id)
+    .bind(&ids)
+    .bind(&params)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -108,8 +165,12 @@ pub(crate) struct JobRow {
     pub workflow: String,
     pub status: String,
     pub created_by: String,
-    pub cordon_only: bool,
+    pub options: Json<Options>,
     pub cancel_requested: bool,
+    pub awaiting_confirmation: bool,
+    pub confirmed_by: Option<String>,
+    pub confirmed_at: Option<DateTime<Utc>>,
+    pub confirm_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -123,6 +184,8 @@ pub(crate) struct RunRow {
     pub step: String,
     pub attempts: i32,
     pub pinned: serde_json::Value,
+    pub params: Json<Params>,
+    pub results: Json<Vec<StepResult>>,
     pub failure_code: Option<String>,
     pub failure_message: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
@@ -131,12 +194,13 @@ pub(crate) struct RunRow {
 }
 
 const JOB_COLUMNS: &str =
-    "j.id, j.workflow, j.status, j.created_by, j.cordon_only, j.cancel_requested, \
+    "j.id, j.workflow, j.status, j.created_by, j.options, j.cancel_requested, \
+    j.awaiting_confirmation, j.confirmed_by, j.confirmed_at, j.confirm_reason, \
     j.created_at, j.updated_at, j.finished_at, \
     (SELECT count(*) FROM job_devices x WHERE x.job_id = j.id) AS device_count";
 
 const RUN_COLUMNS: &str =
-    "device_id, status, step, attempts, pinned, failure_code, failure_message, \
+    "device_id, status, step, attempts, pinned, params, results, failure_code, failure_message, \
     started_at, finished_at, updated_at";
 
 pub(crate) async fn job(pool: &PgPool, id: &str) -> Result<Option<JobRow>, sqlx::Error> {
@@ -256,22 +320,24 @@ pub(crate) async fn start(
     Ok(status.as_deref() == Some("running"))
 }
 
-/// Records a completed step (and what the run pinned with it).
+/// Records a completed step, with what the run pinned and read back so far.
 pub(crate) async fn step(
     pool: &PgPool,
     job_id: &str,
     device_id: &str,
     step: &str,
     pinned: &serde_json::Value,
+    results: &[StepResult],
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE job_devices SET step = $3, pinned = $4, attempts = 0, updated_at = now() \
+        "UPDATE job_devices SET step = $3, pinned = $4, results = $5, attempts = 0, updated_at = now() \
          WHERE job_id = $1 AND device_id = $2 AND status = 'running'",
     )
     .bind(job_id)
     .bind(device_id)
     .bind(step)
     .bind(pinned)
+    .bind(Json(results))
     .execute(pool)
     .await?;
     Ok(())
@@ -321,6 +387,59 @@ pub(crate) async fn finish(
     tx.commit().await
 }
 
+/// The storm guard holds the job until an operator confirms it.
+pub(crate) async fn hold(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE jobs SET awaiting_confirmation = true WHERE id = $1")
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The job locked for a confirmation: `(cancel_requested,
+/// awaiting_confirmation, confirmed)`.
+pub(crate) async fn lock_for_confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+) -> Result<Option<(bool, bool, bool)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT cancel_requested, awaiting_confirmation, confirmed_at IS NOT NULL FROM jobs \
+         WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+pub(crate) async fn confirm(
+    tx: &mut Transaction<'_, Postgres>,
+    id: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE jobs SET awaiting_confirmation = false, confirmed_by = $2, confirmed_at = now(), \
+         confirm_reason = $3, updated_at = now() WHERE id = $1",
+    )
+    .bind(id)
+    .bind(by)
+    .bind(reason)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The job's device ids.
+pub(crate) async fn device_ids(
+    tx: &mut Transaction<'_, Postgres>,
+    job_id: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT device_id FROM job_devices WHERE job_id = $1 ORDER BY device_id")
+        .bind(job_id)
+        .fetch_all(&mut **tx)
+        .await
+}
+
 /// Cancel: devices not started become `cancelled` at once; running ones
 /// stop at their next step. Returns false when the job does not exist.
 pub(crate) async fn cancel(pool: &PgPool, job_id: &str) -> Result<bool, sqlx::Error> {
@@ -368,11 +487,33 @@ impl RunRow {
             started_at: self.started_at.map(timestamp),
             finished_at: self.finished_at.map(timestamp),
             updated_at: Some(timestamp(self.updated_at)),
+            results: self
+                .results
+                .iter()
+                .map(|r| v1::StepResult {
+                    target: r.target.clone(),
+                    detail: r.detail.clone(),
+                    applied: r.applied,
+                    simulated: r.simulated,
+                })
+                .collect(),
         }
     }
 }
 
 impl JobRow {
+    /// The storm guard's hold, when it ever held the job (`trips` are read
+    /// by the caller when it shows one job).
+    pub fn storm_guard(&self, trips: Vec<v1::StormTrip>) -> Option<v1::StormGuard> {
+        (self.awaiting_confirmation || self.confirmed_at.is_some()).then(|| v1::StormGuard {
+            awaiting_confirmation: self.awaiting_confirmation,
+            trips,
+            confirmed_by: self.confirmed_by.clone().unwrap_or_default(),
+            confirmed_at: self.confirmed_at.map(timestamp),
+            confirm_reason: self.confirm_reason.clone().unwrap_or_default(),
+        })
+    }
+
     pub fn to_proto(&self, runs: &[RunRow]) -> v1::Job {
         v1::Job {
             id: self.id.clone(),
@@ -380,12 +521,22 @@ impl JobRow {
             status: self.status.clone(),
             created_by: self.created_by.clone(),
             cancel_requested: self.cancel_requested,
-            cordon_only: self.cordon_only,
+            cordon_only: self.options.cordon_only,
+            force_reclaim: self.options.force_reclaim,
+            release_to_customer_pool: self.options.release_to_customer_pool,
+            simulate: self.options.simulate,
+            run_inspection: self.options.run_inspection,
+            engagement_mode: self
+                .options
+                .engagement_mode
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default(),
             created_at: Some(timestamp(self.created_at)),
             updated_at: Some(timestamp(self.updated_at)),
             finished_at: self.finished_at.map(timestamp),
             devices: runs.iter().map(RunRow::to_proto).collect(),
             device_count: self.device_count as i32,
+            storm_guard: self.storm_guard(vec![]),
         }
     }
 }

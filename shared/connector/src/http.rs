@@ -57,6 +57,12 @@ impl HttpClient {
         })
     }
 
+    /// A client with the default poll settings and metrics of its own
+    /// (configuration checks and tests).
+    pub fn with_defaults(source: &'static str) -> Result<Self, SourceError> {
+        Self::new(&PollConfig::default(), ConnectorMetrics::new(), source)
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -51,19 +51,55 @@ pub struct Runtime {
     pub ops_addr: SocketAddr,
 }
 
+/// One target per configured site, built by `target`; no site configured
+/// is a configuration error naming `connectors.<name>.sites`.
+pub fn per_site<S, T>(
+    name: &str,
+    sites: &std::collections::BTreeMap<String, S>,
+    target: impl FnMut((&String, &S)) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<T>> {
+    anyhow::ensure!(
+        !sites.is_empty(),
+        "configuration key connectors.{name}.sites: no site is configured"
+    );
+    sites.iter().map(target).collect()
+}
+
+/// What names a connector: its source, its configuration section
+/// (`connectors.<name>`), where its ops server listens and how it polls.
+pub struct Section<'a> {
+    pub source: Source,
+    pub name: &'a str,
+    pub listen: &'a str,
+    pub poll: &'a PollConfig,
+}
+
+impl<'a> Section<'a> {
+    pub fn new(source: Source, name: &'a str, listen: &'a str, poll: &'a PollConfig) -> Self {
+        Section {
+            source,
+            name,
+            listen,
+            poll,
+        }
+    }
+}
+
 /// A connector's whole life: starts the runtime (ops server, NATS, the
 /// hub's stream checked), builds its targets with an HTTP client made from
-/// `poll`, and polls them until shutdown. `name` is the configuration
-/// section (`connectors.<name>`).
+/// the section's poll settings, and polls them until shutdown.
 pub async fn serve<T: Target>(
     common: &Common,
-    source: Source,
-    name: &str,
-    listen: &str,
-    poll: &PollConfig,
+    section: Section<'_>,
     shutdown: Shutdown,
     targets: impl FnOnce(&HttpClient) -> anyhow::Result<Vec<T>>,
 ) -> anyhow::Result<()> {
+    let Section {
+        source,
+        name,
+        listen,
+        poll,
+    } = section;
     let rt = Runtime::start_named(common, source, name, listen, shutdown.clone())
         .await
         .with_context(|| format!("starting connector-{name}"))?;

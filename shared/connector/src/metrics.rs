@@ -3,14 +3,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fleet_runtime::metrics::{count, labels, Histograms, Labels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-
-type Labels = Vec<(String, String)>;
-type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn poll_buckets() -> Histogram {
     // 10 ms .. ~160 s
@@ -42,64 +40,39 @@ pub struct ConnectorMetrics {
     pub registry: Arc<Mutex<Registry>>,
 }
 
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 impl ConnectorMetrics {
     pub fn new() -> Self {
-        let m = ConnectorMetrics {
-            poll_duration: Family::new_with_constructor(poll_buckets),
-            devices_seen: Family::default(),
-            errors: Family::default(),
-            retries: Family::default(),
-            publish_latency: Family::new_with_constructor(publish_buckets),
-            published: Family::default(),
-            warnings: Family::default(),
-            registry: Arc::new(Mutex::new(Registry::with_prefix("fleet_connector"))),
-        };
-        {
-            let mut r = m.registry.lock().unwrap_or_else(|p| p.into_inner());
-            r.register(
+        let m = Metrics::new("fleet_connector");
+        ConnectorMetrics {
+            poll_duration: m.histograms(
                 "poll_duration_seconds",
                 "One poll (read, map, publish) by source, site and outcome",
-                m.poll_duration.clone(),
-            );
-            r.register(
+                poll_buckets,
+            ),
+            devices_seen: m.gauges(
                 "devices_seen",
                 "Devices in the last successful read of the source",
-                m.devices_seen.clone(),
-            );
-            r.register(
+            ),
+            errors: m.counters(
                 "errors",
                 "Failed reads and publishes by kind (connect, timeout, http_5xx, auth, malformed, publish, ...)",
-                m.errors.clone(),
-            );
-            r.register(
-                "request_retries",
-                "Requests retried within a poll, by kind",
-                m.retries.clone(),
-            );
-            r.register(
+            ),
+            retries: m.counters("request_retries", "Requests retried within a poll, by kind"),
+            publish_latency: m.histograms(
                 "publish_latency_seconds",
                 "From publish to JetStream PubAck, per observation",
-                m.publish_latency.clone(),
-            );
-            r.register(
+                publish_buckets,
+            ),
+            published: m.counters(
                 "published",
                 "Observations acknowledged by JetStream, by kind (observed, outage, vanished)",
-                m.published.clone(),
-            );
-            r.register(
+            ),
+            warnings: m.counters(
                 "mapping_warnings",
                 "Source input the mapping dropped or could not model, by kind",
-                m.warnings.clone(),
-            );
+            ),
+            registry: m.registry(),
         }
-        m
     }
 
     pub fn poll(&self, source: &str, site: &str, outcome: &str, took: Duration) {
@@ -119,19 +92,15 @@ impl ConnectorMetrics {
     }
 
     pub fn error(&self, source: &str, site: &str, kind: &str) {
-        self.errors
-            .get_or_create(&labels(&[
-                ("source", source),
-                ("site", site),
-                ("kind", kind),
-            ]))
-            .inc();
+        count(
+            &self.errors,
+            &[("source", source), ("site", site), ("kind", kind)],
+            1,
+        );
     }
 
     pub fn retry(&self, source: &str, kind: &str) {
-        self.retries
-            .get_or_create(&labels(&[("source", source), ("kind", kind)]))
-            .inc();
+        count(&self.retries, &[("source", source), ("kind", kind)], 1);
     }
 
     pub fn publish_latency(&self, source: &str, took: Duration) {
@@ -141,21 +110,15 @@ impl ConnectorMetrics {
     }
 
     pub fn published(&self, source: &str, site: &str, kind: &str, n: u64) {
-        if n > 0 {
-            self.published
-                .get_or_create(&labels(&[
-                    ("source", source),
-                    ("site", site),
-                    ("kind", kind),
-                ]))
-                .inc_by(n);
-        }
+        count(
+            &self.published,
+            &[("source", source), ("site", site), ("kind", kind)],
+            n,
+        );
     }
 
     pub fn warning(&self, source: &str, kind: &str) {
-        self.warnings
-            .get_or_create(&labels(&[("source", source), ("kind", kind)]))
-            .inc();
+        count(&self.warnings, &[("source", source), ("kind", kind)], 1);
     }
 
     /// The text exposition, for tests and debugging.

@@ -121,6 +121,24 @@ impl Workflow {
     }
 }
 
+impl Workflow {
+    /// The policy of a job with these options: Release's
+    /// `release_to_customer_pool` adds the partition latches (back-end:
+    /// "Admission refuses through the release_to_customer_pool gate";
+    /// NVLink is read "exactly as" back-end). The front-end latch is not
+    /// gated there: the seed records it "as unreachable rather than gated".
+    pub fn policy_with(self, options: Options) -> Policy {
+        let mut policy = self.policy();
+        if self == Workflow::Release && options.release_to_customer_pool {
+            policy.disqualifying_condition_types.extend([
+                ConditionType::NvLinkGpusInRepairPartition,
+                ConditionType::BackendPortsInMaintenanceVrf,
+            ]);
+        }
+        policy
+    }
+}
+
 /// The facts of one device the gates read.
 #[derive(Debug, Clone)]
 pub struct DeviceFacts<'a> {
@@ -133,13 +151,77 @@ pub struct DeviceFacts<'a> {
     pub ironic_provision_state: Option<&'a str>,
 }
 
-/// Per-job options that change the gates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A job's options: what it was asked to do besides its workflow. Each
+/// belongs to one workflow (or, `simulate`, to the fabric flips); naming
+/// it on another is refused ([`Options::check`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Options {
     /// Move to Test Cluster's `cordon_only`: "removes the customer-ready
     /// trait without adopting, so it stays runnable on an unproven
     /// customer node".
     pub cordon_only: bool,
+    /// Move to Test Cluster's `force_reclaim`: a node bound to a customer
+    /// instance is reclaimed instead of refused.
+    pub force_reclaim: bool,
+    /// Release's `release_to_customer_pool`.
+    pub release_to_customer_pool: bool,
+    /// A fabric flip that plans and reads back every switch and writes
+    /// nothing: its per-switch results say `simulated`, and no latch is
+    /// ever written for it.
+    pub simulate: bool,
+    /// Enrolment's `run_inspection` (absent: `true`); `false` is a
+    /// diagnostic run, which proves nothing.
+    pub run_inspection: Option<bool>,
+    /// Release's `engagement_mode`, injected by the caller.
+    pub engagement_mode: Option<crate::release::EngagementMode>,
+}
+
+impl Options {
+    /// Refuses an option `workflow` does not take, by name.
+    pub fn check(&self, workflow: Workflow) -> Result<(), String> {
+        use Workflow as W;
+        let fabric = matches!(
+            workflow,
+            W::FrontendVrfIsolate
+                | W::FrontendVrfReturn
+                | W::NvlinkRepairMove
+                | W::BackendVrfIsolate
+                | W::BackendVrfReturn
+        );
+        let taken = [
+            (
+                "cordon_only",
+                self.cordon_only,
+                workflow == W::MoveToTestCluster,
+            ),
+            (
+                "force_reclaim",
+                self.force_reclaim,
+                workflow == W::MoveToTestCluster,
+            ),
+            (
+                "release_to_customer_pool",
+                self.release_to_customer_pool,
+                workflow == W::Release,
+            ),
+            ("simulate", self.simulate, fabric),
+            (
+                "run_inspection",
+                self.run_inspection.is_some(),
+                workflow == W::Enrollment,
+            ),
+            (
+                "engagement_mode",
+                self.engagement_mode.is_some(),
+                workflow == W::Release,
+            ),
+        ];
+        match taken.iter().find(|(_, set, takes)| *set && !*takes) {
+            Some((name, _, _)) => Err(format!("{workflow} does not take {name}")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Seed 002: "refuses a device unless enrollment_validated_ref is non-empty
@@ -168,7 +250,7 @@ pub fn check(
         refuse(Refusal::DeviceInventoryOnly, "inventory-only device".into());
         return out;
     }
-    let policy = workflow.policy();
+    let policy = workflow.policy_with(options);
     let reclaim = CUSTODY_RECLAIM.contains(&facts.operational_status);
     // A custody hold other than the reclaim statuses (`drained`) admits
     // only the workflows that allowlist it: seed 002 names `drained` in the
@@ -234,6 +316,27 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_option_another_workflow_takes_is_refused_by_name() {
+        let force = Options {
+            force_reclaim: true,
+            ..Options::default()
+        };
+        assert!(force.check(Workflow::MoveToTestCluster).is_ok());
+        let e = force.check(Workflow::ImageNode).unwrap_err();
+        assert!(
+            e.contains("image_node") && e.contains("force_reclaim"),
+            "{e}"
+        );
+        let simulate = Options {
+            simulate: true,
+            ..Options::default()
+        };
+        assert!(simulate.check(Workflow::FrontendVrfReturn).is_ok());
+        assert!(simulate.check(Workflow::Release).is_err());
+        assert!(Options::default().check(Workflow::Release).is_ok());
+    }
     use ConditionStatus as S;
     use ConditionType as C;
     use OperationalStatus as O;
@@ -325,7 +428,11 @@ mod tests {
             ..facts()
         };
         // "cordon_only is exempt"
-        assert!(refusals(w, Options { cordon_only: true }, &unproven, &[]).is_empty());
+        let cordon_only = Options {
+            cordon_only: true,
+            ..Options::default()
+        };
+        assert!(refusals(w, cordon_only, &unproven, &[]).is_empty());
         // "Enrollment itself never requires proof (it produces it), and
         // burn-in and Image Node stay proof-exempt."
         for w in [

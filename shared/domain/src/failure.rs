@@ -51,6 +51,14 @@ vocab!(
     PlacementRequestRefused => "PLACEMENT_REQUEST_REFUSED",
     HubUnavailable => "HUB_UNAVAILABLE",
     ImpairmentHoldRefused => "IMPAIRMENT_HOLD_REFUSED",
+    EnrollmentIdentityMismatch => "ENROLLMENT_IDENTITY_MISMATCH",
+    IronicInspectionFailed => "IRONIC_INSPECTION_FAILED",
+    EnrollmentProofWriteRefused => "ENROLLMENT_PROOF_WRITE_REFUSED",
+    ReleaseInventoryNotActive => "RELEASE_INVENTORY_NOT_ACTIVE",
+    NetboxUnavailable => "NETBOX_UNAVAILABLE",
+    ReleaseNvlinkLatchRefused => "RELEASE_NVLINK_LATCH_REFUSED",
+    ReleaseNotObserved => "RELEASE_NOT_OBSERVED",
+    IronicLesseeUnexpected => "IRONIC_LESSEE_UNEXPECTED",
 });
 
 /// One row of the taxonomy.
@@ -239,6 +247,58 @@ impl FailureCode {
                 "The hub refused the impairment hold: the device is gone, or it already \
                  carries another event's hold (one hold per device).",
                 O::Operations,
+                false,
+            ),
+            F::EnrollmentIdentityMismatch => (
+                "The Ironic node Enrolment found is not the device's infrastructure_ref, or \
+                 changed under the run: the identity is not trustworthy, nothing is proven \
+                 (fix the device's infrastructure_ref or the node, then enrol again).",
+                O::Operations,
+                false,
+            ),
+            F::IronicInspectionFailed => (
+                "Ironic's inspection of the node failed for a reason other than a missing \
+                 agent image: last_error carries Ironic's own message.",
+                O::BareMetal,
+                false,
+            ),
+            F::ReleaseInventoryNotActive => (
+                "The NetBox re-read immediately before a customer handoff found the device \
+                 missing or not active (moved to rma, offline, ... after the job was admitted): \
+                 nothing customer-facing was written by that step.",
+                O::Operations,
+                false,
+            ),
+            F::NetboxUnavailable => (
+                "NetBox could not be read immediately before a customer handoff (an outage, \
+                 5xx): never an inventory verdict, re-run the job.",
+                O::FleetManager,
+                true,
+            ),
+            F::ReleaseNvlinkLatchRefused => (
+                "The NVLink repair-partition latch read True or Unknown immediately before the \
+                 hand-back: the GPUs are (or may be) in the repair partition; move them back \
+                 and record it before releasing.",
+                O::NvlinkFabric,
+                false,
+            ),
+            F::ReleaseNotObserved => (
+                "The hand-back was written (lease cleared, customer-ready trait added) and the \
+                 hub did not derive available within workflow.step_timeout.",
+                O::FleetManager,
+                true,
+            ),
+            F::IronicLesseeUnexpected => (
+                "The node is leased to a project other than the site's maintenance project \
+                 (workflow.sites.<site>.openstack.maintenance_project_id): a hand-back clears \
+                 only the maintenance lease.",
+                O::Operations,
+                false,
+            ),
+            F::EnrollmentProofWriteRefused => (
+                "The hub did not record the enrolled proof the run established (it refused \
+                 the command, or its reply does not carry the proven reference).",
+                O::FleetManager,
                 false,
             ),
         };

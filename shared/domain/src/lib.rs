@@ -7,6 +7,7 @@ pub mod commands;
 pub mod derivation;
 pub mod drift;
 pub mod eligibility;
+pub mod enrolment;
 pub mod error;
 pub mod failure;
 pub mod hardware;
@@ -18,8 +19,10 @@ pub mod jobs;
 pub mod limits;
 pub mod predicates;
 pub mod provision;
+pub mod release;
 pub mod slurm;
 pub mod state;
+pub mod storm;
 pub mod vocab;
 
 pub use catalogue::ConditionType;

@@ -37,6 +37,19 @@ pub struct Node {
     pub last_error: Option<String>,
     #[serde(default)]
     pub instance_info: Value,
+    /// The project the node is leased to (microversion 1.65 or later).
+    #[serde(default)]
+    pub lessee: Option<String>,
+    #[serde(default)]
+    pub driver: Option<String>,
+    #[serde(default)]
+    pub power_state: Option<String>,
+    /// Set while a power transition is in flight.
+    #[serde(default)]
+    pub target_power_state: Option<String>,
+    /// When the node's last inspection completed.
+    #[serde(default)]
+    pub inspection_finished_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Ironic at one site, at one API microversion.
@@ -76,6 +89,45 @@ impl Ironic<'_> {
         let headers = self.headers();
         self.session
             .send(Method::PATCH, &url, &headers, Some(ops))
+            .await
+            .map(|_| ())
+    }
+
+    /// `GET /v1/nodes/{ident}/traits` (microversion 1.37 or later): the
+    /// node's own traits, which carry customer-ready at a standalone site.
+    pub async fn traits(&self, ident: &str) -> Result<Vec<String>, SourceError> {
+        #[derive(Deserialize)]
+        struct NodeTraits {
+            traits: Vec<String>,
+        }
+        let url = self.node_url(ident, "traits").await?;
+        let headers = self.headers();
+        let t: NodeTraits = self.session.get_json(&url, &headers).await?;
+        Ok(t.traits)
+    }
+
+    /// `PUT /v1/nodes/{ident}/traits/{name}`: adds one trait (idempotent).
+    pub async fn add_trait(&self, ident: &str, name: &str) -> Result<(), SourceError> {
+        let mut url = self.node_url(ident, "traits").await?;
+        let shown = url.to_string();
+        url.path_segments_mut()
+            .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
+            .push(name);
+        let headers = self.headers();
+        self.session
+            .send(Method::PUT, &url, &headers, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// `PUT /v1/nodes/{ident}/states/power` with `{"target": <target>}`
+    /// (`rebooting`, `power on`, ...): accepted, not done.
+    pub async fn power(&self, ident: &str, target: &str) -> Result<(), SourceError> {
+        let url = self.node_url(ident, "states/power").await?;
+        let headers = self.headers();
+        let body = serde_json::json!({ "target": target });
+        self.session
+            .send(Method::PUT, &url, &headers, Some(&body))
             .await
             .map(|_| ())
     }

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod http;
+pub mod metrics;
 pub mod pace;
 pub mod process;
 pub mod shutdown;

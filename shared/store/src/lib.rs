@@ -4,8 +4,10 @@
 
 pub mod deps;
 pub mod drift;
+pub mod shell;
 
 pub use deps::Deps;
+pub use shell::{Ops, Shell};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;

@@ -131,6 +131,12 @@ impl WorkflowClient {
         Self::job(self.call("cancel_job", r.encode_to_vec()).await?)
     }
 
+    /// Confirms a job the storm guard holds (`reason`: why taking its
+    /// devices out of service is right).
+    pub async fn confirm_job(&self, r: &v1::ConfirmRequest) -> Result<v1::Job, WorkflowError> {
+        Self::job(self.call("confirm_job", r.encode_to_vec()).await?)
+    }
+
     pub async fn list_jobs(&self, r: &v1::ListJobsRequest) -> Result<v1::JobPage, WorkflowError> {
         match self.call("list_jobs", r.encode_to_vec()).await? {
             v1::workflow_reply::Result::Page(p) => Ok(p),
@@ -168,5 +174,14 @@ impl WorkflowClient {
             requested_by: requested_by.to_string(),
         };
         Self::impairment(self.call("clear_impairment", r.encode_to_vec()).await?)
+    }
+
+    /// Confirms an impairment event the storm guard holds: its cordon is
+    /// queued.
+    pub async fn confirm_impairment(
+        &self,
+        r: &v1::ConfirmRequest,
+    ) -> Result<v1::ImpairmentAccepted, WorkflowError> {
+        Self::impairment(self.call("confirm_impairment", r.encode_to_vec()).await?)
     }
 }

@@ -197,6 +197,12 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.hub.cmd.write_condition", true),
                 Pub("fleet.job.image.j1", true),
                 Pub("$JS.API.CONSUMER.INFO.JOBS.workflow", true),
+                Pub(
+                    "$JS.API.CONSUMER.MSG.NEXT.STATUS.workflow-operational",
+                    true,
+                ),
+                Pub("$JS.API.CONSUMER.DELETE.STATUS.workflow-operational", false),
+                Pub("$JS.API.CONSUMER.MSG.NEXT.STATUS.placer-operational", false),
                 Pub("fleet.status.operational.s1.d1", false),
                 Pub("fleet.obs.slurm.0.name-a", false),
                 Pub("$JS.API.STREAM.UPDATE.JOBS", false),

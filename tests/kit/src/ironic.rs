@@ -147,6 +147,21 @@ impl RealIronic {
         uuid
     }
 
+    /// A fake-hardware node left in `enroll` (with `extra` fields); returns
+    /// its uuid.
+    pub async fn enroll_node(&self, name: &str, extra: Value) -> String {
+        let mut body = json!({"name": name, "driver": "fake-hardware", "resource_class": "gpu"});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        let (s, v) = self.call(reqwest::Method::POST, "/nodes", Some(body)).await;
+        assert_eq!(s, 201, "create node {name}: {v}");
+        let uuid = v["uuid"].as_str().expect("node uuid").to_string();
+        self.made.lock().unwrap().push(uuid.clone());
+        self.wait_state(&uuid, "enroll").await;
+        uuid
+    }
+
     /// Removes every node this test made (undeploying what is deployed).
     pub async fn cleanup(&self) {
         let made: Vec<String> = std::mem::take(&mut *self.made.lock().unwrap());
@@ -250,19 +265,32 @@ pub fn start_openstack_connector(
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    start_openstack_connector_with(env, ironic, every_secs, |_| {})
+}
+
+/// [`start_openstack_connector`] with `f` adjusting the site (its
+/// maintenance project, ...).
+pub fn start_openstack_connector_with(
+    env: &crate::TestEnv,
+    ironic: &RealIronic,
+    every_secs: f64,
+    f: impl FnOnce(&mut fleet_openstack::SiteConfig),
+) -> (
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let mut c = fleet_connector_openstack::Config::default();
     c.listen = "127.0.0.1:0".into();
     c.poll.resync_interval = Duration::from_secs_f64(every_secs);
     c.poll.jitter = 0.0;
     c.poll.resync_spread = 0.0;
-    c.sites.insert(
-        "s1".into(),
-        fleet_openstack::SiteConfig {
-            ironic_url: ironic.url.clone(),
-            placement_enabled: false,
-            ..Default::default()
-        },
-    );
+    let mut site = fleet_openstack::SiteConfig {
+        ironic_url: ironic.url.clone(),
+        placement_enabled: false,
+        ..Default::default()
+    };
+    f(&mut site);
+    c.sites.insert("s1".into(), site);
     let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let task = tokio::spawn(fleet_connector_openstack::run(
         env.common.clone(),

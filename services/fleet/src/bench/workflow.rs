@@ -276,6 +276,18 @@ async fn bench(config: &mut FleetConfig, args: &WorkflowBench) -> anyhow::Result
                 Err(e) => anyhow::bail!("create_impairment: {e}"),
             }
         };
+        // A cordon over more than the storm guard's share of the site
+        // waits for an operator: the benchmark confirms it, as one would.
+        if a.storm_guard.is_some_and(|g| g.awaiting_confirmation) {
+            client
+                .confirm_impairment(&v1::ConfirmRequest {
+                    id: a.event_id.clone(),
+                    confirmed_by: "bench".into(),
+                    reason: "fleet bench workflow".into(),
+                })
+                .await
+                .map_err(|e| anyhow::anyhow!("confirm_impairment: {e}"))?;
+        }
         events.push(a.event_id);
     }
     let accepted = started.elapsed();

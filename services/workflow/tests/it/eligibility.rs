@@ -63,7 +63,9 @@ async fn a_refused_device_refuses_the_job_and_writes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e:?}");
-    let e = create(&env, "release", &[ok.clone()]).await.unwrap_err();
+    let e = create(&env, "move_to_test_cluster", &[ok.clone()])
+        .await
+        .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidArgument, "{e:?}");
     assert!(e.to_string().contains("not run by this build"), "{e}");
     let e = create(&env, "image_node", &[]).await.unwrap_err();

@@ -24,6 +24,7 @@ pub fn site_config(ironic: &RealIronic) -> fleet_workflow::SiteConfig {
         config_drive_public_keys: vec![
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAItest fleet@test".into()
         ],
+        ..Default::default()
     }
 }
 
@@ -59,7 +60,7 @@ pub async fn create(
             workflow: workflow.into(),
             device_ids: devices.to_vec(),
             created_by: "test".into(),
-            cordon_only: false,
+            ..Default::default()
         })
         .await
 }

@@ -1,0 +1,227 @@
+//! The run loop every workflow shares, and each workflow's step. A step is
+//! one fresh read of the external system, one pure decision (in
+//! `fleet_domain`), and at most one external write; the step's name, what
+//! the run pinned and what it read back are committed before the next
+//! step, so a worker killed anywhere resumes the device from a fresh read
+//! and never repeats a write the system already shows.
+
+pub(crate) mod enrolment;
+pub(crate) mod ironic_direct;
+pub(crate) mod release;
+
+use std::time::{Duration, Instant};
+
+use fleet_domain::eligibility::Workflow as Kind;
+use fleet_domain::failure::FailureCode;
+use serde_json::{Map, Value};
+
+use crate::activities::CallError;
+use crate::store::{self, DeviceRow, JobRow, Params, RunRow, StepResult};
+use crate::worker::Outcome;
+use crate::Workflow;
+
+/// What a device's run works from.
+pub(crate) struct Run<'a> {
+    pub kind: Kind,
+    pub job: &'a JobRow,
+    pub device: &'a DeviceRow,
+    pub params: &'a Params,
+}
+
+/// What a run carries from step to step, committed with each step.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    /// Identities the run chose before writing them (an `instance_uuid`,
+    /// a revision), so a resumed run writes the same ones.
+    pub pinned: Map<String, Value>,
+    /// What the run read back per target.
+    pub results: Vec<StepResult>,
+}
+
+impl Carried {
+    pub fn pinned_str(&self, key: &str) -> Option<&str> {
+        self.pinned.get(key).and_then(Value::as_str)
+    }
+
+    pub fn pin(&mut self, key: &str, value: impl Into<String>) {
+        self.pinned.insert(key.into(), Value::String(value.into()));
+    }
+}
+
+/// What one step did.
+pub(crate) enum Taken {
+    /// A step completed: record it and take the next.
+    Step(&'static str),
+    /// The external system is not there yet: read it again after the poll
+    /// interval (until `workflow.step_timeout`).
+    Wait,
+    /// The hub has not derived what the run waits for: read again when a
+    /// STATUS event of the device comes (or the backstop), until
+    /// `workflow.step_timeout`.
+    WaitHub,
+    Done,
+    Failed(FailureCode, String),
+}
+
+/// The code a device fails with when a wait outlasts `workflow.step_timeout`.
+fn timeout_code(kind: Kind) -> FailureCode {
+    match kind {
+        Kind::ImageNode | Kind::UnimageNode | Kind::Enrollment => FailureCode::IronicTimeout,
+        Kind::Release => FailureCode::ReleaseNotObserved,
+        _ => FailureCode::WorkflowInternalError,
+    }
+}
+
+impl Workflow {
+    /// Steps one device to a terminal outcome. `Err` only when PostgreSQL
+    /// is away (nothing is decided without being recorded).
+    pub(crate) async fn drive(&self, job: &JobRow, run: &RunRow) -> Result<Outcome, sqlx::Error> {
+        let device_id = run.device_id.as_str();
+        let kind = match Kind::parse(&job.workflow) {
+            Ok(k) if crate::service::RUNS.contains(&k) => k,
+            _ => {
+                return Ok(Outcome::Failed(
+                    FailureCode::WorkflowInternalError,
+                    format!("workflow {} is not run by this build", job.workflow),
+                ))
+            }
+        };
+        let Some(device) = store::device(&self.pool, device_id).await? else {
+            return Ok(Outcome::Failed(
+                FailureCode::IronicNodeNotFound,
+                format!("device {device_id} no longer exists"),
+            ));
+        };
+        let r = Run {
+            kind,
+            job,
+            device: &device,
+            params: &run.params,
+        };
+        let mut carried = Carried {
+            pinned: run.pinned.as_object().cloned().unwrap_or_default(),
+            results: run.results.0.clone(),
+        };
+        let woken = self.waits.register(device_id);
+        let outcome = self.step_loop(&r, &mut carried, run.attempts, woken).await;
+        self.waits.forget(device_id);
+        outcome
+    }
+
+    async fn step_loop(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+        run_attempts: i32,
+        woken: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Result<Outcome, sqlx::Error> {
+        let (job_id, device_id, kind) = (r.job.id.as_str(), r.device.id.as_str(), r.kind);
+        let device = r.device;
+        let c = &self.config;
+        let poll = c.poll_interval.max(Duration::from_millis(10));
+        let timeout = c.step_timeout.max(Duration::from_secs(1));
+        let mut attempts: u32 = run_attempts.max(0) as u32;
+        let mut waiting_since: Option<Instant> = None;
+        loop {
+            if store::cancel_requested(&self.pool, job_id).await? {
+                return Ok(Outcome::Cancelled);
+            }
+            let next = match self.step(r, carried).await {
+                Ok(next) => {
+                    attempts = 0;
+                    next
+                }
+                Err(CallError::Permanent(code, message)) => {
+                    return Ok(Outcome::Failed(code, message))
+                }
+                Err(CallError::Transient(code, message)) => {
+                    attempts += 1;
+                    store::attempt(&self.pool, job_id, device_id, attempts).await?;
+                    if attempts >= c.max_attempts.max(1) {
+                        return Ok(Outcome::Failed(
+                            code,
+                            format!("{message} (after {attempts} attempts)"),
+                        ));
+                    }
+                    let wait = self.backoff(attempts);
+                    tracing::info!(job_id, device_id, attempts, wait_ms = wait.as_millis() as u64, error = %message, "step failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            };
+            match next {
+                Taken::Done => return Ok(Outcome::Succeeded),
+                Taken::Failed(code, message) => return Ok(Outcome::Failed(code, message)),
+                Taken::Wait => {
+                    let since = *waiting_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > timeout {
+                        return Ok(Outcome::Failed(
+                            timeout_code(kind),
+                            format!(
+                                "device {} did not settle within {} s",
+                                device.name,
+                                timeout.as_secs()
+                            ),
+                        ));
+                    }
+                    tokio::time::sleep(poll).await;
+                }
+                Taken::WaitHub => {
+                    let since = *waiting_since.get_or_insert_with(Instant::now);
+                    let left = timeout.saturating_sub(since.elapsed());
+                    if left.is_zero() {
+                        return Ok(Outcome::Failed(
+                            timeout_code(kind),
+                            format!(
+                                "the hub did not derive what {kind} waits for on device {} within {} s",
+                                device.name,
+                                timeout.as_secs()
+                            ),
+                        ));
+                    }
+                    tokio::select! {
+                        _ = woken.notified() => {}
+                        _ = tokio::time::sleep(crate::waits::BACKSTOP.min(left)) => {
+                            self.metrics.backstop.inc();
+                        }
+                    }
+                }
+                Taken::Step(name) => {
+                    waiting_since = None;
+                    let pinned = Value::Object(carried.pinned.clone());
+                    store::step(
+                        &self.pool,
+                        job_id,
+                        device_id,
+                        name,
+                        &pinned,
+                        &carried.results,
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+
+    /// The back-off before try `attempts + 1` of a step: doubling from
+    /// `retry_initial` up to `retry_max`.
+    pub(crate) fn backoff(&self, attempts: u32) -> Duration {
+        let c = &self.config;
+        c.retry_initial
+            .saturating_mul(1 << attempts.min(16))
+            .min(c.retry_max.max(c.retry_initial))
+    }
+
+    /// One step of the run's workflow.
+    async fn step(&self, r: &Run<'_>, carried: &mut Carried) -> Result<Taken, CallError> {
+        match r.kind {
+            Kind::ImageNode | Kind::UnimageNode => self.ironic_direct(r, carried).await,
+            Kind::Enrollment => self.enrolment(r, carried).await,
+            Kind::Release => self.release(r).await,
+            other => Ok(Taken::Failed(
+                FailureCode::WorkflowInternalError,
+                format!("workflow {other} has no steps in this build"),
+            )),
+        }
+    }
+}

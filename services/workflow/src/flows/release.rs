@@ -1,0 +1,148 @@
+//! Release (seed 002): the internal Release waits for the hub's
+//! `validation`; the fully managed hand-back to a customer pool clears the
+//! maintenance lease and then adds the customer-ready trait, each write
+//! preceded, with nothing in between, by a NetBox re-read requiring
+//! `active`, a re-read of the enrollment proof bound to the node it
+//! resolved, and a re-read of the NVLink and back-end partition latches
+//! (`fleet_domain::release`).
+
+use fleet_domain::failure::FailureCode;
+use fleet_domain::release::{self, handoff_verdict, r1_next, Handoff, Path, R1Next, R1Read};
+use fleet_domain::{ConditionStatus, OperationalStatus};
+use serde_json::json;
+
+use super::{Run, Taken};
+use crate::activities::CallError;
+use crate::store;
+use crate::Workflow;
+
+/// A latch row's status.
+fn status(s: Option<&str>) -> Option<ConditionStatus> {
+    s.and_then(|s| ConditionStatus::parse(s).ok())
+}
+
+impl Workflow {
+    pub(super) async fn release(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+        let o = r.job.options.0;
+        let path = match release::path(o.release_to_customer_pool, o.engagement_mode) {
+            Ok(p) => p,
+            Err(m) => return Ok(Taken::Failed(FailureCode::WorkflowInternalError, m)),
+        };
+        match path {
+            // "internal Release (release_to_customer_pool=false) returns to
+            // no customer": done once the hub has the device validated in
+            // the maintenance pool.
+            Path::Internal => {
+                let p = self.preflight(&r.device.id).await?;
+                Ok(
+                    if p.operational_status == OperationalStatus::Validation.as_str() {
+                        Taken::Done
+                    } else {
+                        Taken::WaitHub
+                    },
+                )
+            }
+            Path::FullyManagedPool => self.hand_back(r).await,
+        }
+    }
+
+    async fn preflight(&self, device: &str) -> Result<store::Preflight, CallError> {
+        // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead ...
+        // so an API outage never reads as an identity verdict".
+        match store::preflight(&self.pool, device).await {
+            Ok(Some(p)) => Ok(p),
+            Ok(None) => Err(CallError::Permanent(
+                FailureCode::EnrollmentProofMissing,
+                format!("device {device} no longer exists"),
+            )),
+            Err(e) => Err(CallError::Transient(
+                FailureCode::EnrollmentProofUnavailable,
+                format!("the proof and latches could not be read: {e}"),
+            )),
+        }
+    }
+
+    async fn hand_back(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+        let device = r.device;
+        let Some(site) = self.sites.get(&device.site_id) else {
+            return Ok(Taken::Failed(
+                FailureCode::SiteNotConfigured,
+                format!("workflow.sites.{} is not configured", device.site_id),
+            ));
+        };
+        let ident = device
+            .infrastructure_ref
+            .clone()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| device.name.clone());
+        let node = site.node(&ident).await?;
+        let trait_name = self.config.customer_ready_trait.trim();
+        let placement = device.placement_enabled;
+        let trait_present = site.has_trait(&node.uuid, placement, trait_name).await?;
+        let p = self.preflight(&device.id).await?;
+        let read = R1Read {
+            node: &node.uuid,
+            provision_state: node.provision_state.as_deref().unwrap_or(""),
+            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+            lessee: node.lessee.as_deref(),
+            maintenance_project: site.config.openstack.maintenance_project_id.trim(),
+            trait_present,
+            operational_status: OperationalStatus::parse(&p.operational_status)
+                .unwrap_or(OperationalStatus::Unknown),
+        };
+        Ok(match r1_next(&read) {
+            R1Next::ClearLessee => {
+                self.handoff_checks(r, &node.uuid).await?;
+                site.patch(&node.uuid, &json!([{"op": "remove", "path": "/lessee"}]))
+                    .await?;
+                self.metrics.wrote("ironic", "clear_lessee");
+                Taken::Step("maintenance_lease_cleared")
+            }
+            R1Next::AddTrait => {
+                self.handoff_checks(r, &node.uuid).await?;
+                site.add_trait(&node.uuid, placement, trait_name).await?;
+                self.metrics.wrote(
+                    if placement { "placement" } else { "ironic" },
+                    "add_customer_ready_trait",
+                );
+                Taken::Step("customer_ready_trait_added")
+            }
+            R1Next::WaitAvailable => Taken::WaitHub,
+            R1Next::Done => Taken::Done,
+            R1Next::Fail { code, message } => Taken::Failed(code, message),
+        })
+    }
+
+    /// The checks of a customer-facing step, immediately before its write:
+    /// NetBox re-read, then the proof and the latches re-read, then the
+    /// verdict (nothing waits between them and the write).
+    async fn handoff_checks(&self, r: &Run<'_>, resolved: &str) -> Result<(), CallError> {
+        let netbox_status = self.netbox_status(r).await?;
+        let p = self.preflight(&r.device.id).await?;
+        let h = Handoff {
+            netbox_status: netbox_status.as_deref(),
+            infrastructure_ref: p.infrastructure_ref.as_deref(),
+            enrollment_validated_ref: p.enrollment_validated_ref.as_deref(),
+            resolved_node: resolved,
+            nvlink_latch: status(p.nvlink_latch.as_deref()),
+            backend_latch: status(p.backend_latch.as_deref()),
+        };
+        handoff_verdict(&h).map_err(|(code, message)| CallError::Permanent(code, message))
+    }
+
+    /// NetBox's status of the device now: `None` when NetBox has no such
+    /// device (or the device has no NetBox id to look it up by).
+    async fn netbox_status(&self, r: &Run<'_>) -> Result<Option<String>, CallError> {
+        let Some(netbox) = &self.netbox else {
+            return Err(CallError::Permanent(
+                FailureCode::SiteNotConfigured,
+                "workflow.netbox.url is not configured: a hand-back must re-read NetBox".into(),
+            ));
+        };
+        let Some(id) = r.device.netbox_id else {
+            return Ok(None);
+        };
+        netbox.device_status(id).await
+    }
+}

@@ -1,0 +1,313 @@
+//! Issue 16: Release (seed 002) against the real Ironic, at a standalone
+//! site (the lessee and the customer-ready trait are the node's own), with
+//! a NetBox of the test's own: the fully managed hand-back clears the
+//! maintenance lease and adds the trait, each write preceded by a NetBox
+//! re-read requiring `active`, the proof and the partition latches; the
+//! internal Release writes nothing.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use fleet_latch::{Latch, LatchWrite, LatchWriter};
+use fleet_proto::v1;
+use serde_json::json;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::support::*;
+
+const MAINT: &str = "maint-project";
+const READY: &str = "CUSTOM_CUSTOMER_READY";
+const WITHIN: Duration = Duration::from_secs(60);
+
+struct Release {
+    ironic: RealIronic,
+    env: TestEnv,
+    netbox: MockServer,
+    stops: Vec<(
+        fleet_runtime::shutdown::ShutdownTrigger,
+        tokio::task::JoinHandle<()>,
+    )>,
+}
+
+impl Release {
+    /// The real Ironic read by connector-openstack, the hub, and the
+    /// workflow service with the site's maintenance project and NetBox.
+    async fn start() -> Release {
+        let ironic = RealIronic::connect().await;
+        let env = TestEnv::new().await;
+        standalone_site(&env).await;
+        let netbox = MockServer::start().await;
+        let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+        let (os_trigger, os_task) =
+            fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |s| {
+                s.maintenance_project_id = MAINT.into()
+            });
+        let os_task = tokio::spawn(async move {
+            os_task.await.unwrap().expect("connector-openstack runs");
+        });
+        let mut site = site_config(&ironic);
+        site.openstack.maintenance_project_id = MAINT.into();
+        let url = netbox.uri();
+        let (_w, trigger, task) = start_workflow(&env, |c| {
+            c.sites.insert("s1".into(), site);
+            c.netbox.url = url;
+            c.netbox.token.value =
+                fleet_runtime::config::Secret::new("0123456789abcdef0123456789abcdef01234567");
+            c.step_timeout = Duration::from_secs(30);
+        })
+        .await;
+        Release {
+            ironic,
+            env,
+            netbox,
+            stops: vec![
+                (trigger, task),
+                (os_trigger, os_task),
+                (hub_trigger, hub_task),
+            ],
+        }
+    }
+
+    /// An available node leased to the maintenance project, its device
+    /// (NetBox id `netbox_id`) with the enrollment proof for it.
+    async fn proven_device(&self, prefix: &str, netbox_id: i64) -> (String, String) {
+        let name = unique(prefix);
+        let uuid = self.ironic.available_node(&name).await;
+        self.ironic
+            .patch(
+                &uuid,
+                json!([{"op": "add", "path": "/lessee", "value": MAINT}]),
+            )
+            .await;
+        let reply = self
+            .env
+            .command(
+                "create_device",
+                0,
+                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
+                    site: "s1".into(),
+                    name: name.clone(),
+                    infrastructure_ref: uuid.clone(),
+                    netbox_id,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        assert!(reply.error.is_none(), "{:?}", reply.error);
+        let device = device_of(&reply).id;
+        let proof = self
+            .env
+            .command(
+                "enrollment_proof",
+                0,
+                v1::hub_command::Command::EnrollmentProof(v1::EnrollmentProof {
+                    device_id: device.clone(),
+                    outcome: "enrolled".into(),
+                    result_ref: uuid.clone(),
+                    proof_source: "enrollment:test".into(),
+                    pinned_infrastructure_ref: uuid.clone(),
+                }),
+            )
+            .await;
+        assert!(proof.error.is_none(), "{:?}", proof.error);
+        (device, uuid)
+    }
+
+    async fn netbox_says(&self, id: i64, status: &str, delay: Duration) {
+        Mock::given(method("GET"))
+            .and(path(format!("/api/dcim/devices/{id}/")))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"id": id, "name": "n", "status": {"value": status, "label": status}}))
+                    .set_delay(delay),
+            )
+            .mount(&self.netbox)
+            .await;
+    }
+
+    async fn release(
+        &self,
+        devices: &[String],
+        to_pool: bool,
+    ) -> Result<v1::Job, fleet_workflow_client::WorkflowError> {
+        workflow_client(&self.env)
+            .create_job(&v1::CreateJobRequest {
+                workflow: "release".into(),
+                device_ids: devices.to_vec(),
+                created_by: "test".into(),
+                release_to_customer_pool: to_pool,
+                engagement_mode: if to_pool {
+                    "fully_managed".into()
+                } else {
+                    String::new()
+                },
+                ..Default::default()
+            })
+            .await
+    }
+
+    async fn lessee_and_traits(&self, uuid: &str) -> (serde_json::Value, Vec<String>) {
+        let n = self.ironic.node(uuid).await;
+        let traits = n["traits"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (n["lessee"].clone(), traits)
+    }
+
+    async fn latch(&self, device: &str, latch: Latch, reason: &str) {
+        let writer = LatchWriter::new(self.env.nats.clone(), self.env.subjects.clone(), "test");
+        let key = v1::DeviceKey {
+            site: String::new(),
+            kind: "device_id".into(),
+            key: device.into(),
+        };
+        let w = LatchWrite::new(
+            latch,
+            key,
+            reason,
+            "test",
+            fleet_testkit::micros(Utc::now()),
+        )
+        .unwrap();
+        writer.write(&w).await.expect("latch written");
+    }
+
+    async fn stop(self) {
+        for (trigger, task) in self.stops {
+            trigger.trigger();
+            task.await.unwrap();
+        }
+        self.ironic.cleanup().await;
+        self.env.cleanup().await;
+    }
+}
+
+/// The fully managed hand-back end to end: the maintenance lease cleared,
+/// then the customer-ready trait added, then the hub derives `available`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fully_managed_release_clears_the_lease_adds_the_trait_and_is_available() {
+    let r = Release::start().await;
+    let (device, uuid) = r.proven_device("rel", 501).await;
+    r.netbox_says(501, "active", Duration::ZERO).await;
+    let job = r
+        .release(std::slice::from_ref(&device), true)
+        .await
+        .unwrap();
+    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    assert!(lessee.is_null(), "lease cleared: {lessee}");
+    assert!(traits.iter().any(|t| t == READY), "{traits:?}");
+    assert_eq!(
+        r.env.device_field(&device, "operational_status").await,
+        "available"
+    );
+    // NetBox was read immediately before each of the two writes.
+    let reads = r.netbox.received_requests().await.unwrap_or_default();
+    assert!(reads.len() >= 2, "{} NetBox reads", reads.len());
+    r.stop().await;
+}
+
+/// "the final handoff activity therefore re-reads NetBox and requires
+/// active ... This closes the window where NetBox can move a device to rma
+/// after the release job was admitted."
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_netbox_moved_to_rma_after_admission_is_not_handed_back() {
+    let r = Release::start().await;
+    let (device, uuid) = r.proven_device("rma", 502).await;
+    r.netbox_says(502, "rma", Duration::ZERO).await;
+    let job = r
+        .release(std::slice::from_ref(&device), true)
+        .await
+        .unwrap();
+    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    assert_eq!(job.status, "failed");
+    assert_eq!(job.devices[0].failure_code, "RELEASE_INVENTORY_NOT_ACTIVE");
+    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    assert_eq!(lessee, MAINT, "the lease is untouched");
+    assert!(!traits.iter().any(|t| t == READY), "no trait: {traits:?}");
+    r.stop().await;
+}
+
+/// NVLink: "The handoff reads the durable latch immediately before each
+/// customer-facing mutation ... True and Unknown refuse the handoff". The
+/// latch goes Unknown after admission, while the step reads NetBox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nvlink_latch_written_after_admission_refuses_the_hand_back() {
+    let r = Release::start().await;
+    let (device, uuid) = r.proven_device("nvl", 503).await;
+    r.netbox_says(503, "active", Duration::from_secs(2)).await;
+    let job = r
+        .release(std::slice::from_ref(&device), true)
+        .await
+        .unwrap();
+    // Admitted on absence; the move starts while the step waits on NetBox.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    r.latch(&device, Latch::NvlinkPartition, "MoveInProgress")
+        .await;
+    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    assert_eq!(job.status, "failed", "{:?}", job.devices);
+    assert_eq!(job.devices[0].failure_code, "RELEASE_NVLINK_LATCH_REFUSED");
+    let (lessee, traits) = r.lessee_and_traits(&uuid).await;
+    assert_eq!(lessee, MAINT);
+    assert!(!traits.iter().any(|t| t == READY), "{traits:?}");
+    r.stop().await;
+}
+
+/// Back-end: "Admission refuses through the release_to_customer_pool gate";
+/// an internal Release (no customer) is admitted all the same and writes
+/// nothing customer-facing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_back_end_latch_refuses_a_customer_release_at_admission_not_an_internal_one() {
+    let r = Release::start().await;
+    let (device, uuid) = r.proven_device("bkv", 504).await;
+    r.latch(&device, Latch::BackendVrf, "IsolateVerified").await;
+    let refused = r
+        .release(std::slice::from_ref(&device), true)
+        .await
+        .unwrap_err();
+    match refused {
+        fleet_workflow_client::WorkflowError::Ineligible { refusals, .. } => {
+            assert_eq!(refusals.len(), 1, "{refusals:?}");
+            assert_eq!(refusals[0].refusal, "condition_disqualifier_asserted");
+            assert_eq!(refusals[0].detail, "BackendPortsInMaintenanceVrf");
+        }
+        other => panic!("expected INELIGIBLE, got {other:?}"),
+    }
+    // The internal Release waits for validation, which a leased node in
+    // the maintenance pool with SLURM healthy reaches.
+    let job = r
+        .release(std::slice::from_ref(&device), false)
+        .await
+        .unwrap();
+    let name = r.env.device_field(&device, "name").await;
+    let at = Utc::now();
+    r.env
+        .publish_snapshot(&snapshot(
+            "slurm",
+            "s1",
+            "name",
+            &name,
+            at,
+            vec![
+                cond("SlurmRegistered", "True", "Registered"),
+                cond("SlurmNodeHealthy", "True", "Healthy"),
+            ],
+        ))
+        .await;
+    // InMaintenancePool comes from connector-openstack reading the lessee.
+    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    let _ = uuid;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    let (lessee, _) = r
+        .lessee_and_traits(&r.env.device_field(&device, "infrastructure_ref").await)
+        .await;
+    assert_eq!(lessee, MAINT, "an internal Release writes nothing");
+    r.stop().await;
+}
