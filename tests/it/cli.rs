@@ -1,7 +1,14 @@
-//! Issue 18, terminal hygiene: an ordinary error is one line with its
-//! causes and exit status 1, never a backtrace, and names what to run.
+//! The `fleet` binary's commands. Issue 18, terminal hygiene: an ordinary
+//! error is one line with its causes and exit status 1, never a backtrace,
+//! and names what to run. The operator CLI against the API (devices,
+//! impairments, inventory, allocations and pools) and `fleet token create`.
 
+use std::net::SocketAddr;
 use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
 
 #[test]
 fn a_missing_database_says_fleet_migrate_in_one_line() {
@@ -83,19 +90,14 @@ fn errors_are_json_under_output_json() {
 /// against the API, reading the API's own types: tables and JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn devices_and_impairments_through_the_cli() {
-    use crate::allocations::cli;
-    use crate::api::{start_api, token};
-    use crate::support::TestEnv;
-    use fleet_api::Scope;
-
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     // A standalone-Ironic site: the cordon is the hub's hold alone.
     sqlx::query("UPDATE sites SET placement_enabled = false WHERE id = 's1'")
         .execute(&env.pool)
         .await
         .unwrap();
-    let (_w, w_trigger, w_task) = crate::support::start_workflow(&env, |_| {}).await;
+    let (_w, w_trigger, w_task) = start_workflow(&env, |_| {}).await;
     let id = env.create_device("s1", "gpu-cli-01").await;
     let (addr, api_trigger) = start_api(&env.common, &Default::default()).await;
     let t = token(
@@ -170,13 +172,8 @@ async fn devices_and_impairments_through_the_cli() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sites_tenants_and_pools_through_the_cli() {
-    use crate::allocations::cli;
-    use crate::api::{start_api, token};
-    use crate::support::TestEnv;
-    use fleet_api::Scope;
-
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = crate::support::start_hub(&env).await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     let (addr, api_trigger) = start_api(&env.common, &Default::default()).await;
     let t = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
 
@@ -246,7 +243,198 @@ async fn sites_tenants_and_pools_through_the_cli() {
     assert!(!ok && err.contains("NOT_FOUND"), "{err}");
 
     api_trigger.trigger();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
+    env.cleanup().await;
+}
+
+/// A command line's words (none of them with a space inside).
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+fn fleet_cli(addr: SocketAddr, t: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fleet"))
+        .args(args)
+        .env("FLEET_API_URL", format!("http://{addr}"))
+        .env("FLEET_TOKEN", t)
+        .env("FLEET__LOG__FILTER", "warn")
+        .output()
+        .expect("fleet runs")
+}
+
+pub async fn cli(addr: SocketAddr, t: &str, args: &[&str]) -> (bool, String, String) {
+    let (t, args): (String, Vec<String>) =
+        (t.to_string(), args.iter().map(|a| a.to_string()).collect());
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fleet_cli(addr, &t, &args)
+    })
+    .await
+    .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// `fleet allocations create|show|list|release` and `fleet pools
+/// capacity` against the API, table and JSON, and their errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_cli_commands() {
+    let env = TestEnv::new().await;
+    seed_pool(&env, "p1", 2, 8).await;
+    let (_placer, placer_trigger, placer_task) = start_placer(&env).await;
+    let (addr, api_trigger) = start_api(&env.common, &api_config()).await;
+    let t = token(&env, &[Scope::DeviceRead, Scope::OperationsWrite]).await;
+    let read = token(&env, &[Scope::DeviceRead]).await;
+
+    let (ok, out, err) = cli(
+        addr,
+        &t,
+        &words("allocations create --pool p1 --tenant t1 --gpus 3 -o json"),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let a: Value = serde_json::from_str(&out).unwrap();
+    let id = a["id"].as_str().unwrap().to_string();
+    assert_eq!(a["atoms"].as_array().unwrap().len(), 3);
+
+    let (ok, out, err) = cli(addr, &t, &["pools", "capacity", "p1"]).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("pool p1 (2 devices)\n"), "{out}");
+    assert!(out.contains("schedulable_available  13\n"), "{out}");
+    assert!(out.contains("schedulable_allocated  3\n"), "{out}");
+    assert!(out.contains("total                  16\n"), "{out}");
+    let (ok, out, _) = cli(addr, &t, &words("pools capacity p1 -o json")).await;
+    assert!(ok);
+    let c: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (c["schedulable_allocated"].as_i64(), c["total"].as_i64()),
+        (Some(3), Some(16))
+    );
+
+    let (ok, out, err) = cli(addr, &t, &["allocations", "show", &id]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("id               {id}\n")), "{out}");
+    assert!(out.contains("status           active\n"), "{out}");
+    assert!(out.contains("DEVICE"), "{out}");
+
+    let (ok, out, err) = cli(addr, &t, &words("allocations list --tenant t1")).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("ID"), "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[1].starts_with(&id) && lines[1].contains("active"),
+        "{out}"
+    );
+    assert!(err.contains("1 allocations"), "{err}");
+
+    // Errors name the code, the HTTP status and what to do.
+    let (ok, _, err) = cli(
+        addr,
+        &t,
+        &words("allocations create --pool p1 --tenant t1 --gpus 14"),
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("INSUFFICIENT_CAPACITY (HTTP 409)"), "{err}");
+    assert!(err.contains("fleet pools capacity"), "{err}");
+    let (ok, _, err) = cli(addr, &t, &["pools", "capacity", "nope"]).await;
+    assert!(!ok);
+    assert!(err.contains("NOT_FOUND (HTTP 404)"), "{err}");
+    let (ok, _, err) = cli(addr, &read, &["allocations", "release", &id]).await;
+    assert!(!ok);
+    assert!(err.contains("FORBIDDEN (HTTP 403)"), "{err}");
+    let (ok, _, err) = cli(addr, &t, &words("allocations list --status gone")).await;
+    assert!(!ok);
+    assert!(err.contains("INVALID_ARGUMENT (HTTP 400)"), "{err}");
+
+    let (ok, out, err) = cli(
+        addr,
+        &t,
+        &words(&format!("allocations release {id} --tenant t1 -o json")),
+    )
+    .await;
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["status"], "released");
+    let (ok, out, _) = cli(addr, &t, &words("allocations list --status active -o json")).await;
+    assert!(ok);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!([]));
+
+    // The placer gone: UNAVAILABLE with the hint.
+    stop(placer_trigger, placer_task).await;
+    let (ok, _, err) = cli(addr, &t, &["pools", "capacity", "p1"]).await;
+    assert!(!ok);
+    assert!(
+        err.contains("UNAVAILABLE (HTTP 503)") && err.contains("placer"),
+        "{err}"
+    );
+
+    api_trigger.trigger();
+    env.cleanup().await;
+}
+
+/// `fleet token create` prints a token once and stores only its hash;
+/// an unknown scope is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_token_command_creates_a_hashed_token() {
+    let env = TestEnv::new().await;
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fleet"))
+            .args(args)
+            .env("FLEET__DATABASE__URL", &env.common.database.url)
+            .env("FLEET__LOG__FILTER", "warn")
+            .output()
+            .expect("fleet runs")
+    };
+    let out = run(&[
+        "token",
+        "create",
+        "--scopes",
+        "device:read,operations:write",
+        "--description",
+        "ops",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (scopes, description): (Vec<String>, String) =
+        sqlx::query_as("SELECT scopes, description FROM api_tokens WHERE token_sha256 = $1")
+            .bind(fleet_api::auth::hash_token(&token))
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(scopes, vec!["device:read", "operations:write"]);
+    assert_eq!(description, "ops");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens WHERE token_sha256 = $1")
+        .bind(&token)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "the token itself is never stored");
+    let (addr, trigger) = start_api(&env.common, &api_config()).await;
+    assert_eq!(get(addr, "/api/v1/devices/", &token).await.status, 200);
+    assert_eq!(
+        send(
+            addr,
+            "POST",
+            "/api/v1/devices/x/cordon",
+            &token,
+            json!({"version": 1, "reason": "r"})
+        )
+        .await
+        .status,
+        403
+    );
+    trigger.trigger();
+    let bad = run(&["token", "create", "--scopes", "root"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown scope"));
     env.cleanup().await;
 }

@@ -2,7 +2,9 @@
 //! from `cargo metadata` (normal dependencies; tests and builds aside):
 //! no service crate depends on another (the `fleet` binary and the `fleet
 //! dev` harness compose them, nothing else does), no shared crate depends on
-//! a service, and no connector links sqlx.
+//! a service, no connector (nor the simulated agent) links sqlx, and test
+//! support (the test kit, wiremock, the simulated agent in the gateway)
+//! stays out of what ships.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -182,6 +184,7 @@ fn no_service_crate_depends_on_another_and_connectors_do_not_link_sqlx() {
             "fleet-domain",
             "fleet-proto",
             "fleet-bus",
+            "fleet-agent-sim",
         ]
         .map(|n| g.id(n)),
     );
@@ -193,6 +196,44 @@ fn no_service_crate_depends_on_another_and_connectors_do_not_link_sqlx() {
     assert!(
         wrong.is_empty(),
         "the dependency graph:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The crates that ship (every service and shared crate, the binary) link
+/// no test support: not the test kit, not wiremock; and the production
+/// gateway does not link the simulated node agent (the binary's `fleet dev`
+/// and `fleet sim agents` do, and the gateway's tests).
+#[test]
+fn shipped_crates_link_no_test_support() {
+    let g = graph();
+    let test_only: BTreeSet<&str> = g
+        .packages
+        .iter()
+        .filter(|(_, (n, _))| n == "fleet-testkit" || n == "wiremock")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(
+        test_only.len(),
+        2,
+        "the kit and wiremock are in the graph (the tests link them)"
+    );
+    let shipped: Vec<&str> = [g.members("services/"), g.members("shared/")].concat();
+    assert!(shipped.contains(&g.id("fleet-agent-sim")));
+    let mut wrong = vec![];
+    for s in shipped {
+        for t in g.links(s).intersection(&test_only) {
+            wrong.push(format!("{} links {}", g.name(s), g.name(t)));
+        }
+    }
+    if g.links(g.id("fleet-gateway"))
+        .contains(g.id("fleet-agent-sim"))
+    {
+        wrong.push("fleet-gateway links the simulated agent".into());
+    }
+    assert!(
+        wrong.is_empty(),
+        "test support in shipped crates:\n{}",
         wrong.join("\n")
     );
 }

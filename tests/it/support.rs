@@ -1,6 +1,9 @@
 //! The integration tests' support: the shared test kit (`tests/kit`), a
-//! fresh database and subject root per test, and a hub to run.
+//! fresh database and subject root per test, the services and the API to
+//! run.
 
+pub use fleet_testkit::api::*;
+pub use fleet_testkit::gateway::start_gateway;
 pub use fleet_testkit::*;
 
 /// The whole configuration of this test's environment, as the `fleet`

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/peers/ironic.sh: the real OpenStack Ironic 39.0.0 (PyPI) that the workflow service's
-# integration test drives (tests/it/workflow/ironic_real.rs); like slurm.sh and prometheus.sh, for
+# integration test drives (services/workflow/tests/it/ironic_real.rs); like slurm.sh and prometheus.sh, for
 # tests/run to call (`start`) before cargo test. One all-in-one `ironic` process (API + conductor),
 # bound to 127.0.0.1:
 #   ironic  http://127.0.0.1:6385/v1, auth_strategy=noauth, SQLite ($DIR/ironic.sqlite),

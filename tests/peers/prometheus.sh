@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/peers/prometheus.sh: the real Prometheus 2.42 (Debian 12 package) that connector-health's
-# integration test reads (tests/it/connectors/health_real.rs). tests/run calls it (`start`) before
+# integration test reads (services/connector-health/tests/it/health_real.rs). tests/run calls it (`start`) before
 # cargo test. Everything binds to 127.0.0.1:
 #   prometheus 127.0.0.1:9090, scraping the textfile below every 1 s (job gpu-textfile, honor_labels);
 #              also --web.enable-remote-write-receiver (POST /api/v1/write), --web.enable-admin-api,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/peers/slurm.sh: the real SLURM 22.05 that connector-slurm's integration test reads
-# (tests/it/connectors/slurm_real.rs). tests/run calls it (`start`) before cargo test.
+# (services/connector-slurm/tests/it/slurm_real.rs). tests/run calls it (`start`) before cargo test.
 # A single-machine cluster, all on 127.0.0.1, Debian 12 packages, run as root:
 #   munged     unix socket $DIR/munge/run/munge.socket (own key, not the system munged)
 #   slurmctld  127.0.0.1:6817

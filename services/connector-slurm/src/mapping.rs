@@ -16,7 +16,9 @@ pub const LISTED: &str = "NodeListed";
 pub const STATE_HEALTHY: &str = "StateHealthy";
 pub const NO_STATE: &str = "NoStateReported";
 
-pub use fleet_slurm::{Node, NodesResponse};
+pub use fleet_slurm::Node;
+#[cfg(test)]
+use fleet_slurm::NodesResponse;
 
 /// A state token the vocabulary does not model: dropped, logged by the
 /// caller with the node and the token.

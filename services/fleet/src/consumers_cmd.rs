@@ -127,14 +127,15 @@ pub async fn sim(config: FleetConfig, what: SimCommand) -> anyhow::Result<()> {
             let nats = fleet_bus::connect_now(&config.nats, "fleet-sim").await?;
             let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
             let (_trigger, shutdown) = Shutdown::from_signals();
-            let opts = fleet::dev::agent_sim::SimOptions {
+            let opts = fleet_agent_sim::SimOptions {
                 count,
                 join_token,
                 prefix,
                 gpus,
                 concurrency: 32,
             };
-            fleet::dev::agent_sim::run_agents(nats, subjects, opts, shutdown).await
+            fleet_agent_sim::run_agents(nats, subjects, opts, shutdown).await;
+            Ok(())
         }
     }
 }

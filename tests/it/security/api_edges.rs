@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::api::{get, send, start_api, token};
 use crate::support::*;
 
 /// Sends a request whose body the server may refuse before reading it all:
@@ -43,7 +42,7 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     // Random methods from an unauthenticated client: one `other` label.
     for i in 0..40 {
         let m = format!("M{i}X");
-        let _ = crate::api::http_raw(addr, &m, "/api/v1/devices/", None, None, b"").await;
+        let _ = http_raw(addr, &m, "/api/v1/devices/", None, None, b"").await;
     }
     let metrics = get(addr, "/metrics", &t).await.body;
     let methods: std::collections::BTreeSet<&str> = metrics
@@ -97,7 +96,7 @@ async fn the_api_bounds_labels_and_bodies_and_says_what_it_did_not_do() {
     env.database_reachable(false).await;
     let r = tokio::time::timeout(
         fleet_store::READY_TIMEOUT * 4,
-        crate::api::http_raw(addr, "GET", "/readyz", None, None, b""),
+        http_raw(addr, "GET", "/readyz", None, None, b""),
     )
     .await
     .expect("/readyz answers at once while PostgreSQL is away");

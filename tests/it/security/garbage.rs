@@ -7,7 +7,6 @@ use std::time::Duration;
 use fleet_proto::{v1, Message};
 use rand::{Rng, SeedableRng};
 
-use crate::gateway::start_gateway;
 use crate::support::start_hub;
 use crate::support::*;
 

@@ -238,19 +238,55 @@ impl TestEnv {
 
     /// Creates a device through the hub; returns its id.
     pub async fn create_device(&self, site: &str, name: &str) -> String {
+        self.create_device_with(v1::CreateDevice {
+            site: site.into(),
+            name: name.into(),
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Creates a device with these fields (a serial, an infrastructure
+    /// reference, a pool) through the hub; returns its id.
+    pub async fn create_device_with(&self, device: v1::CreateDevice) -> String {
         let reply = self
             .command(
                 "create_device",
                 0,
-                v1::hub_command::Command::CreateDevice(v1::CreateDevice {
-                    site: site.into(),
-                    name: name.into(),
-                    ..Default::default()
-                }),
+                v1::hub_command::Command::CreateDevice(device),
             )
             .await;
         assert!(reply.error.is_none(), "create_device: {:?}", reply.error);
         device_of(&reply).id
+    }
+
+    /// Writes a `device_conditions` row directly (no hub): reason `R`, its
+    /// times all `at`, for tests of the queries that read them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn insert_condition(
+        &self,
+        device: &str,
+        t: &str,
+        status: &str,
+        message: &str,
+        source: &str,
+        durable: bool,
+        at: DateTime<Utc>,
+    ) {
+        sqlx::query(
+            "INSERT INTO device_conditions (device_id, type, status, reason, message, source, condition_of, durable, observed_at, received_at, last_transition_at) \
+             VALUES ($1, $2, $3, 'R', $4, $5, 'none', $6, $7, $7, $7)",
+        )
+        .bind(device)
+        .bind(t)
+        .bind(status)
+        .bind(message)
+        .bind(source)
+        .bind(durable)
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .unwrap();
     }
 
     pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
@@ -343,13 +379,34 @@ impl ConnectAdmin for sqlx::postgres::PgConnection {
     }
 }
 
-/// Polls `check` until it returns `Some` or the time runs out.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+/// Polls `check` every 50 ms until it returns `Some` or 20 s have passed.
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    eventually_within(
+        what,
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        check,
+    )
+    .await
+}
+
+/// Polls `check` every `every` until it returns `Some` or `within` has
+/// passed (a thousand agents on 2 cores want longer than `eventually`).
+pub async fn eventually_within<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         if let Some(v) = check().await {
             return v;
@@ -357,7 +414,7 @@ where
         if tokio::time::Instant::now() > deadline {
             panic!("timed out waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -518,6 +575,39 @@ impl Drop for Reaped {
     }
 }
 
+/// Runs a service's `run_with(shutdown)` as a task until the returned
+/// trigger fires; the task panics (failing the test) when `what` fails.
+pub fn spawn_service<F, E>(
+    what: &'static str,
+    run: impl FnOnce(fleet_runtime::Shutdown) -> F,
+) -> (
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+)
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Debug,
+{
+    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
+    let running = run(shutdown);
+    let task = tokio::spawn(async move {
+        if let Err(e) = running.await {
+            panic!("{what} failed: {e:?}");
+        }
+    });
+    (trigger, task)
+}
+
+/// Stops a service a `start_*` function started: fires its trigger and
+/// waits for its task to end (a panic in it fails the test).
+pub async fn stop(
+    trigger: fleet_runtime::shutdown::ShutdownTrigger,
+    task: tokio::task::JoinHandle<()>,
+) {
+    trigger.trigger();
+    task.await.expect("the service stops cleanly");
+}
+
 /// Runs a hub against the environment until its trigger fires.
 pub async fn start_hub(
     env: &TestEnv,
@@ -529,11 +619,8 @@ pub async fn start_hub(
     let hub = fleet_hub::Hub::connect(env.common.clone(), env.hub.clone())
         .await
         .expect("hub connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let h = hub.clone();
-    let task = tokio::spawn(async move {
-        fleet_hub::run_with(h, shutdown).await.expect("hub runs");
-    });
+    let (trigger, task) = spawn_service("the hub", |s| fleet_hub::run_with(h, s));
     (hub, trigger, task)
 }
 
@@ -577,13 +664,8 @@ pub async fn start_placer(
     let placer = fleet_placer::Placer::connect(env.common.clone(), config)
         .await
         .expect("placer connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let p = placer.clone();
-    let task = tokio::spawn(async move {
-        fleet_placer::run_with(p, shutdown)
-            .await
-            .expect("placer runs");
-    });
+    let (trigger, task) = spawn_service("the placer", |s| fleet_placer::run_with(p, s));
     // Answering (even NOT_FOUND) means the request subscription is live.
     let c = client(env);
     eventually("the placer answers", || async {
@@ -640,6 +722,9 @@ pub async fn seed_pool(env: &TestEnv, pool: &str, n: i32, gpus: i32) {
     .unwrap();
 }
 
+pub mod api;
+pub mod connector;
+pub mod gateway;
 pub mod ironic;
 pub mod placement;
 pub mod slurm;
@@ -666,13 +751,8 @@ pub async fn start_workflow(
     let w = fleet_workflow::Workflow::connect(env.common.clone(), config)
         .await
         .expect("workflow service connects");
-    let (trigger, shutdown) = fleet_runtime::Shutdown::new();
     let x = w.clone();
-    let task = tokio::spawn(async move {
-        fleet_workflow::run_with(x, shutdown)
-            .await
-            .expect("workflow service runs");
-    });
+    let (trigger, task) = spawn_service("the workflow service", |s| fleet_workflow::run_with(x, s));
     let c = workflow_client(env);
     eventually("the workflow service answers", || async {
         (!matches!(

@@ -1,4 +1,4 @@
-//! A Placement of the test's own: resource providers with traits and a
+//! A Placement of the test's own (wiremock): resource providers with traits and a
 //! generation, `GET`/`PUT /placement/resource_providers/{uuid}/traits` as
 //! the real one answers them (404 for an unknown provider, 409 when the
 //! generation moved on, the `errors` body), and faults on demand: the next
@@ -9,12 +9,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use crate::connector::{header, json_body};
 
 #[derive(Default)]
 struct Inner {
@@ -29,123 +28,110 @@ pub struct FakePlacement {
     /// The Placement endpoint (`.../placement`).
     pub url: String,
     inner: Arc<Mutex<Inner>>,
-    task: Arc<tokio::task::JoinHandle<()>>,
+    /// Served while any clone lives.
+    _server: Arc<MockServer>,
 }
 
-fn error(status: StatusCode, detail: &str) -> Response {
-    (
-        status,
-        Json(json!({"errors": [{"status": status.as_u16(), "title": status.canonical_reason(), "detail": detail}]})),
-    )
-        .into_response()
+fn error(status: u16, detail: &str) -> ResponseTemplate {
+    let title = http_reason(status);
+    ResponseTemplate::new(status)
+        .set_body_json(json!({"errors": [{"status": status, "title": title, "detail": detail}]}))
 }
 
-type S = State<Arc<Mutex<Inner>>>;
-
-fn versioned(h: &HeaderMap) -> bool {
-    let v = h
-        .get("openstack-api-version")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    // Traits need placement 1.6 or later.
-    v.strip_prefix("placement 1.")
-        .and_then(|m| m.parse::<u32>().ok())
-        .is_some_and(|m| m >= 6)
-}
-
-async fn read(State(s): S, Path(uuid): Path<String>, h: HeaderMap) -> Response {
-    if !versioned(&h) {
-        return error(StatusCode::NOT_FOUND, "traits need placement 1.6");
+fn http_reason(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        404 => "Not Found",
+        409 => "Conflict",
+        503 => "Service Unavailable",
+        _ => "Error",
     }
-    let mut s = s.lock().unwrap();
-    if s.unavailable > 0 {
-        s.unavailable -= 1;
-        return error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage");
-    }
-    match s.providers.get(&uuid) {
-        None => error(
-            StatusCode::NOT_FOUND,
-            &format!("No resource provider with uuid {uuid} found"),
-        ),
-        Some((traits, generation)) => {
-            Json(json!({"traits": traits, "resource_provider_generation": generation}))
-                .into_response()
+}
+
+/// `GET` and `PUT /placement/resource_providers/{uuid}/traits`.
+struct Traits(Arc<Mutex<Inner>>);
+
+impl Respond for Traits {
+    fn respond(&self, r: &Request) -> ResponseTemplate {
+        // Traits need placement 1.6 or later.
+        let versioned = header(r, "openstack-api-version")
+            .strip_prefix("placement 1.")
+            .and_then(|m| m.parse::<u32>().ok())
+            .is_some_and(|m| m >= 6);
+        if !versioned {
+            return error(404, "traits need placement 1.6");
+        }
+        let uuid = r.url.path().split('/').nth(3).unwrap_or_default();
+        let mut s = self.0.lock().unwrap();
+        if s.unavailable > 0 {
+            s.unavailable -= 1;
+            return error(503, "simulated outage");
+        }
+        if r.method.as_str() == "PUT" {
+            return s.write(uuid, r);
+        }
+        match s.providers.get(uuid) {
+            None => error(404, &format!("No resource provider with uuid {uuid} found")),
+            Some((traits, generation)) => ResponseTemplate::new(200).set_body_json(
+                json!({"traits": traits, "resource_provider_generation": generation}),
+            ),
         }
     }
 }
 
-async fn write(
-    State(s): S,
-    Path(uuid): Path<String>,
-    h: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    if !versioned(&h) {
-        return error(StatusCode::NOT_FOUND, "traits need placement 1.6");
-    }
-    let mut s = s.lock().unwrap();
-    if s.unavailable > 0 {
-        s.unavailable -= 1;
-        return error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage");
-    }
-    let (Some(traits), Some(generation)) = (
-        body["traits"].as_array(),
-        body["resource_provider_generation"].as_i64(),
-    ) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "traits and resource_provider_generation are required",
-        );
-    };
-    let traits: Vec<String> = traits
-        .iter()
-        .filter_map(|t| t.as_str().map(str::to_string))
-        .collect();
-    let lose = s.conflicts > 0;
-    if lose {
-        s.conflicts -= 1;
-    }
-    let Some(p) = s.providers.get_mut(&uuid) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("No resource provider with uuid {uuid} found"),
-        );
-    };
-    if lose {
-        // A concurrent writer got there first.
+impl Inner {
+    fn write(&mut self, uuid: &str, r: &Request) -> ResponseTemplate {
+        let body = match json_body(r) {
+            Ok(b) => b,
+            Err(refused) => return refused,
+        };
+        let (Some(traits), Some(generation)) = (
+            body["traits"].as_array(),
+            body["resource_provider_generation"].as_i64(),
+        ) else {
+            return error(400, "traits and resource_provider_generation are required");
+        };
+        let traits: Vec<String> = traits
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect();
+        let lose = self.conflicts > 0;
+        if lose {
+            self.conflicts -= 1;
+        }
+        let Some(p) = self.providers.get_mut(uuid) else {
+            return error(404, &format!("No resource provider with uuid {uuid} found"));
+        };
+        if lose {
+            // A concurrent writer got there first.
+            p.1 += 1;
+        }
+        if p.1 != generation {
+            return error(409, "resource provider generation conflict");
+        }
+        p.0 = traits;
         p.1 += 1;
+        let out = json!({"traits": p.0, "resource_provider_generation": p.1});
+        self.writes += 1;
+        ResponseTemplate::new(200).set_body_json(out)
     }
-    if p.1 != generation {
-        return error(
-            StatusCode::CONFLICT,
-            "resource provider generation conflict",
-        );
-    }
-    p.0 = traits;
-    p.1 += 1;
-    let out = json!({"traits": p.0, "resource_provider_generation": p.1});
-    s.writes += 1;
-    Json(out).into_response()
 }
 
 impl FakePlacement {
     pub async fn start() -> FakePlacement {
         let inner = Arc::new(Mutex::new(Inner::default()));
-        let app = Router::new()
-            .route(
-                "/placement/resource_providers/{uuid}/traits",
-                get(read).put(write),
-            )
-            .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/placement", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.ok();
-        });
+        let server = MockServer::start().await;
+        for verb in ["GET", "PUT"] {
+            Mock::given(method(verb))
+                .and(path_regex("^/placement/resource_providers/[^/]+/traits$"))
+                .respond_with(Traits(inner.clone()))
+                .mount(&server)
+                .await;
+        }
         FakePlacement {
-            url,
+            url: format!("{}/placement", server.uri()),
             inner,
-            task: Arc::new(task),
+            _server: Arc::new(server),
         }
     }
 
@@ -193,14 +179,6 @@ impl FakePlacement {
                 ..Default::default()
             },
             ..Default::default()
-        }
-    }
-}
-
-impl Drop for FakePlacement {
-    fn drop(&mut self) {
-        if Arc::strong_count(&self.task) == 1 {
-            self.task.abort();
         }
     }
 }

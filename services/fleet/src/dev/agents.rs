@@ -1,5 +1,5 @@
 //! Simulated node agents for the gateway the mesh runs: one
-//! [`crate::dev::agent_sim::SimAgent`] per device the scenario gave an agent,
+//! [`fleet_agent_sim::SimAgent`] per device the scenario gave an agent,
 //! speaking the real agent protocol over NATS. Each machine's hardware
 //! identifiers are generated from its number, its system serial the one
 //! NetBox lists. An agent joins once NetBox brought its device in (the
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::dev::agent_sim::{SimAgent, SimSpec};
+use fleet_agent_sim::{SimAgent, SimSpec};
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{hardware_key, HardwareIds};
 use fleet_domain::Trust;

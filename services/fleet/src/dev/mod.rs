@@ -6,7 +6,6 @@
 //! with its own shutdown signal. [`DevMesh::shutdown`] stops them in order,
 //! joins them and removes what the run made.
 
-pub mod agent_sim;
 pub mod agents;
 pub mod engine;
 pub mod fabric;

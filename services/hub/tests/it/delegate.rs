@@ -45,7 +45,6 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
         )
         .await;
     let id = device_of(&reply).id;
-    let version = env.device_field(&id, "version").await;
 
     // Refusals: typed INVALID_STATE, nothing written.
     for (pinned, netbox, why) in [
