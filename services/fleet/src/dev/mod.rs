@@ -202,6 +202,8 @@ async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Res
             name: format!("simulated site {s}"),
             inventory_only: false,
             placement_enabled: true,
+            // The simulated back-end switches take real flips.
+            backend_vrf_flip_allowed: true,
             created_at: None,
         }));
         commands.push(C::CreatePool(v1::Pool {
