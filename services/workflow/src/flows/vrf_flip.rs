@@ -161,11 +161,8 @@ impl Workflow {
                     " no longer lists switch {switch} of the run's plan"
                 ));
             };
-            let interfaces = fabric
-                .nvue
-                .interfaces(base, "operational")
-                .await
-                .map_err(|e| fabric_error(e, failed))?;
+            // The revision first: once it reads applied, the ports read
+            // after it show what it applied.
             let revision = match p.revisions.get(switch) {
                 None => None,
                 Some(rev) => Some(
@@ -180,6 +177,11 @@ impl Workflow {
                     },
                 ),
             };
+            let interfaces = fabric
+                .nvue
+                .interfaces(base, "operational")
+                .await
+                .map_err(|e| fabric_error(e, failed))?;
             let mode = if simulate_all || fabric.simulated(switch) {
                 SwitchMode::Simulated
             } else {
