@@ -266,7 +266,7 @@ pub async fn create_site(
         name: b.name,
         inventory_only: b.inventory_only,
         placement_enabled: b.placement_enabled,
-        created_at: None,
+        ..Default::default()
     });
     let s = command(&app, &caller, c)
         .await?
@@ -294,6 +294,7 @@ pub async fn update_site(
         id,
         name: b.name,
         placement_enabled: b.placement_enabled,
+        ..Default::default()
     });
     let s = command(&app, &caller, c)
         .await?

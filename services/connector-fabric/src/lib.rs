@@ -6,92 +6,64 @@
 //! (`BackendPortsObservedInMaintenanceVrf`) and `nvlink-fabric`
 //! (`NvLinkGpusObservedInRepairPartition`). Observations only: the durable
 //! latches are written by workflows after verified flips, never from here.
-//! The contracts read are documented in [`netbox`], [`nvue`] and [`nmx`].
+//! The contracts read are documented in [`fleet_fabric`]'s `netbox`,
+//! `nvue` and `nmx`, the clients this connector reads through (the
+//! workflow service writes through the same ones).
 
 mod config;
 pub use config::{Config, SiteConfig};
 pub(crate) mod mapping;
-pub(crate) mod netbox;
-pub(crate) mod nmx;
-pub mod nvue;
+pub use fleet_fabric::nvue;
+pub(crate) use fleet_fabric::{netbox, nmx};
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, collect_pages, join};
+use fleet_connector::paginate::base_url;
 use fleet_connector::PollConfig;
 use fleet_connector::{ConnectorMetrics, HttpClient, PollContext, Runtime, SourceError, Target};
 use fleet_domain::Source;
+use fleet_fabric::netbox::{netbox_auth, Netbox};
+use fleet_fabric::nmx::Nmx;
+use fleet_fabric::nvue::Nvue;
 use fleet_proto::v1;
-use fleet_runtime::config::Credential;
 use fleet_runtime::{Common, Shutdown};
-use reqwest::{RequestBuilder, Url};
-use serde::de::DeserializeOwned;
+use reqwest::Url;
 use serde_json::{Map, Value};
 
 use crate::mapping::{
     map_nvlink, map_plane, nvlink_vanished, plane_vanished, NameMatcher, Plane, PortRead,
     NETBOX_UNREACHABLE, NMX_UNREACHABLE,
 };
-use crate::netbox::{port_links, InterfacePage, PortLink};
-
-/// `Authorization` for a NetBox token: `Bearer` for v2 (`nbt_`) tokens or
-/// when configured, `Token` otherwise.
-pub(crate) fn netbox_auth(scheme: &str, token: &str) -> Result<String, String> {
-    let bearer = match scheme.trim().to_ascii_lowercase().as_str() {
-        "" | "auto" => token.starts_with("nbt_"),
-        "token" => false,
-        "bearer" => true,
-        other => return Err(format!("{other:?} is not auto, token or bearer")),
-    };
-    Ok(if bearer {
-        format!("Bearer {token}")
-    } else {
-        format!("Token {token}")
-    })
-}
-
-/// The NetBox interfaces of one plane's switches.
-pub(crate) struct NetboxCables {
-    interfaces_url: Url,
-    slug: String,
-    token: Credential,
-    scheme: String,
-    page_size: u32,
-    max_pages: u32,
-}
+use crate::netbox::PortLink;
 
 /// One plane of one site.
 pub(crate) struct PlaneSite {
     plane: Plane,
     site: String,
-    netbox: NetboxCables,
+    netbox: Netbox,
+    /// The NetBox site slug.
+    slug: String,
     /// Switch (NetBox name) -> `<nvue>/nvue_v1/interface?rev=...`.
     switches: BTreeMap<String, Url>,
-    nvue_username: String,
-    nvue_password: Credential,
+    nvue: Nvue,
     matcher: NameMatcher,
     /// Far ends that are not devices (spines).
     excluded: NameMatcher,
-    http: HttpClient,
 }
 
 /// One site's NMX-M.
 pub(crate) struct NvlinkSite {
     site: String,
-    base: Url,
-    username: String,
-    password: Credential,
-    token: Credential,
+    nmx: Nmx,
     repair_partition: String,
-    http: HttpClient,
 }
 
 /// Every target a fabric site has: a plane per switch set, NVLink with an
 /// NMX-M.
 pub(crate) enum FabricTarget {
-    Plane(PlaneSite),
+    Plane(Box<PlaneSite>),
     Nvlink(NvlinkSite),
 }
 
@@ -101,64 +73,15 @@ impl PlaneSite {
     }
 
     async fn read_links(&self) -> Result<Vec<PortLink>, SourceError> {
-        let auth = self
-            .netbox
-            .token
-            .resolve("connectors.fabric.netbox_token")
-            .map_err(|e| SourceError::Config(e.to_string()))?
-            .map(|t| netbox_auth(&self.netbox.scheme, t.expose()))
-            .transpose()
-            .map_err(|e| {
-                SourceError::Config(format!(
-                    "configuration key connectors.fabric.netbox_auth_scheme: {e}"
-                ))
-            })?;
-        let mut first = self.netbox.interfaces_url.clone();
-        {
-            let mut q = first.query_pairs_mut();
-            q.append_pair("site", &self.netbox.slug)
-                .append_pair("cabled", "true");
-            for s in self.switches.keys() {
-                q.append_pair("device", s);
-            }
-            q.append_pair("limit", &self.netbox.page_size.to_string());
-        }
-        let interfaces = collect_pages(first, self.netbox.max_pages, |url: Url| {
-            let auth = auth.clone();
-            async move {
-                let page: InterfacePage = self
-                    .http
-                    .json(url.as_str(), |c| {
-                        let r = c.get(url.clone()).header("Accept", "application/json");
-                        match &auth {
-                            Some(a) => r.header("Authorization", a),
-                            None => r,
-                        }
-                    })
-                    .await?;
-                Ok((page.results, page.next))
-            }
-        })
-        .await?;
-        Ok(port_links(&interfaces, &self.switch_names(), |d| {
-            self.excluded.matches(d)
-        }))
+        self.netbox
+            .switch_links(&self.slug, &self.switch_names(), |d| {
+                self.excluded.matches(d)
+            })
+            .await
     }
 
     async fn read_switch(&self, url: &Url) -> Result<Map<String, Value>, SourceError> {
-        let password = self
-            .nvue_password
-            .resolve("connectors.fabric.nvue_password")
-            .map_err(|e| SourceError::Config(e.to_string()))?;
-        let body: Value = self
-            .http
-            .json(url.as_str(), |c| {
-                c.get(url.clone())
-                    .header("Accept", "application/json")
-                    .basic_auth(&self.nvue_username, password.as_ref().map(|p| p.expose()))
-            })
-            .await?;
-        nvue::interfaces(body).map_err(|m| SourceError::malformed(url.as_str(), m))
+        self.nvue.read(url).await
     }
 
     async fn poll_plane(
@@ -213,48 +136,11 @@ impl PlaneSite {
 }
 
 impl NvlinkSite {
-    fn auth(
-        &self,
-        r: RequestBuilder,
-        token: Option<&str>,
-        password: Option<&str>,
-    ) -> RequestBuilder {
-        match token {
-            Some(t) => r.bearer_auth(t),
-            None if !self.username.is_empty() => r.basic_auth(&self.username, password),
-            None => r,
-        }
-    }
-
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, SourceError> {
-        let key = format!("connectors.fabric.sites.{}", self.site);
-        let token = self
-            .token
-            .resolve(&format!("{key}.nmx_token"))
-            .map_err(|e| SourceError::Config(e.to_string()))?;
-        let password = self
-            .password
-            .resolve(&format!("{key}.nmx_password"))
-            .map_err(|e| SourceError::Config(e.to_string()))?;
-        let url = join(&self.base, path);
-        self.http
-            .json(url.as_str(), |c| {
-                self.auth(
-                    c.get(url.clone()).header("Accept", "application/json"),
-                    token.as_ref().map(|t| t.expose()),
-                    password.as_ref().map(|p| p.expose()),
-                )
-            })
-            .await
-    }
-
     async fn poll_nvlink(
         &mut self,
         ctx: &PollContext<'_>,
     ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
-        let partitions: Vec<nmx::Partition> = self.get("nmx/v1/partitions").await?;
-        let gpus: Vec<nmx::Gpu> = self.get("nmx/v1/gpus").await?;
-        let nodes: Vec<nmx::ComputeNode> = self.get("nmx/v1/compute-nodes").await?;
+        let (partitions, gpus, nodes) = self.nmx.lists().await?;
         let read = nmx::membership(&partitions, &gpus, &nodes, &self.repair_partition);
         let source = Source::NvlinkFabric.as_str();
         if read.repair_partition_id.is_none() {
@@ -380,32 +266,40 @@ pub(crate) fn site_targets(
             c.netbox_token.resolve("connectors.fabric.netbox_token")?;
         }
         let netbox = base_url("connectors.fabric.netbox_url", &c.netbox_url)?;
+        let http = client(&c.poll, metrics, plane.source())?;
         let mut urls = BTreeMap::new();
         for (name, url) in switches {
             let base = base_url(&format!("{key}.{field}.{name}"), url)?;
-            let mut u = join(&base, "nvue_v1/interface");
-            u.query_pairs_mut().append_pair("rev", revision);
-            urls.insert(name.trim().to_string(), u);
+            urls.insert(
+                name.trim().to_string(),
+                nvue::interfaces_url(&base, revision),
+            );
         }
-        out.push(FabricTarget::Plane(PlaneSite {
+        let mut netbox = Netbox::new(
+            http.clone(),
+            &netbox,
+            c.netbox_token.clone(),
+            "connectors.fabric.netbox_token",
+            &c.netbox_auth_scheme,
+        );
+        netbox.page_size = c.netbox_page_size.clamp(1, 1000);
+        netbox.max_pages = c.poll.max_pages;
+        out.push(FabricTarget::Plane(Box::new(PlaneSite {
             plane,
             site: site.to_string(),
-            netbox: NetboxCables {
-                interfaces_url: join(&netbox, "api/dcim/interfaces/"),
-                slug: s.netbox_site.trim().to_string(),
-                token: c.netbox_token.clone(),
-                scheme: c.netbox_auth_scheme.clone(),
-                page_size: c.netbox_page_size.clamp(1, 1000),
-                max_pages: c.poll.max_pages,
-            },
+            netbox,
+            slug: s.netbox_site.trim().to_string(),
             switches: urls,
-            nvue_username: c.nvue_username.trim().to_string(),
-            nvue_password: c.nvue_password.clone(),
+            nvue: Nvue {
+                http,
+                username: c.nvue_username.trim().to_string(),
+                password: c.nvue_password.clone(),
+                password_key: "connectors.fabric.nvue_password".into(),
+            },
             matcher,
             excluded: NameMatcher::new(&s.exclude_peers)
                 .map_err(|e| anyhow::anyhow!("configuration key {key}.exclude_peers: {e}"))?,
-            http: client(&c.poll, metrics, plane.source())?,
-        }));
+        })));
     }
     if !s.nmx_url.trim().is_empty() {
         anyhow::ensure!(
@@ -426,12 +320,15 @@ pub(crate) fn site_targets(
         }
         out.push(FabricTarget::Nvlink(NvlinkSite {
             site: site.to_string(),
-            base: base_url(&format!("{key}.nmx_url"), &s.nmx_url)?,
-            username: s.nmx_username.trim().to_string(),
-            password: s.nmx_password.clone(),
-            token: s.nmx_token.clone(),
+            nmx: Nmx {
+                http: client(&c.poll, metrics, Source::NvlinkFabric)?,
+                base: base_url(&format!("{key}.nmx_url"), &s.nmx_url)?,
+                username: s.nmx_username.trim().to_string(),
+                password: s.nmx_password.clone(),
+                token: s.nmx_token.clone(),
+                key: key.clone(),
+            },
             repair_partition: s.repair_partition.trim().to_string(),
-            http: client(&c.poll, metrics, Source::NvlinkFabric)?,
         }));
     }
     anyhow::ensure!(
@@ -467,7 +364,7 @@ pub async fn run(common: Common, c: Config, shutdown: Shutdown) -> anyhow::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleet_runtime::config::Secret;
+    use fleet_runtime::config::{Credential, Secret};
 
     fn secret(s: &str) -> Credential {
         Credential {
@@ -569,13 +466,5 @@ mod tests {
             ),
             _ => panic!("the back-end plane"),
         }
-    }
-
-    #[test]
-    fn netbox_auth_schemes() {
-        assert_eq!(netbox_auth("auto", "nbt_k.s").unwrap(), "Bearer nbt_k.s");
-        assert_eq!(netbox_auth("", "0123").unwrap(), "Token 0123");
-        assert_eq!(netbox_auth("bearer", "0123").unwrap(), "Bearer 0123");
-        assert!(netbox_auth("basic", "x").is_err());
     }
 }

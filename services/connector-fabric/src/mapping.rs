@@ -357,14 +357,18 @@ mod tests {
     /// (leaf02 unreachable, then readable).
     #[test]
     fn frontend_from_the_samples() {
-        let page: InterfacePage =
-            serde_json::from_str(include_str!("../testdata/netbox-interfaces-cabled.json"))
-                .unwrap();
+        let page: InterfacePage = serde_json::from_str(include_str!(
+            "../../../shared/fabric/testdata/netbox-interfaces-cabled.json"
+        ))
+        .unwrap();
         let switches: BTreeSet<String> = ["leaf01", "leaf02"].map(String::from).into();
         let spines = NameMatcher::new(&["spine*".into()]).unwrap();
         let links = port_links(&page.results, &switches, |d| spines.matches(d));
         let leaf01 = interfaces(
-            serde_json::from_str(include_str!("../testdata/nvue-interface-leaf01.json")).unwrap(),
+            serde_json::from_str(include_str!(
+                "../../../shared/fabric/testdata/nvue-interface-leaf01.json"
+            ))
+            .unwrap(),
         )
         .unwrap();
         let matcher = NameMatcher::non_empty(&["cust-*".into()]).unwrap();
@@ -485,11 +489,18 @@ mod tests {
 
     #[test]
     fn nvlink_from_the_samples() {
-        let p: Vec<Partition> =
-            serde_json::from_str(include_str!("../testdata/nmx-partitions.json")).unwrap();
-        let g: Vec<Gpu> = serde_json::from_str(include_str!("../testdata/nmx-gpus.json")).unwrap();
-        let n: Vec<ComputeNode> =
-            serde_json::from_str(include_str!("../testdata/nmx-compute-nodes.json")).unwrap();
+        let p: Vec<Partition> = serde_json::from_str(include_str!(
+            "../../../shared/fabric/testdata/nmx-partitions.json"
+        ))
+        .unwrap();
+        let g: Vec<Gpu> = serde_json::from_str(include_str!(
+            "../../../shared/fabric/testdata/nmx-gpus.json"
+        ))
+        .unwrap();
+        let n: Vec<ComputeNode> = serde_json::from_str(include_str!(
+            "../../../shared/fabric/testdata/nmx-compute-nodes.json"
+        ))
+        .unwrap();
         let out = map_nvlink("s1", &membership(&p, &g, &n, "repair"), "repair", at());
         assert_eq!(
             out.iter().map(one).collect::<Vec<_>>(),

@@ -102,7 +102,7 @@ pub async fn ensure_site(
         name: slug.to_string(),
         inventory_only,
         placement_enabled: true,
-        created_at: None,
+        ..Default::default()
     });
     match hub.call(ACTOR, 0, command).await {
         Ok(_) => {

@@ -25,6 +25,7 @@ fn site(r: SiteRow) -> Record {
         name: r.name,
         inventory_only: r.inventory_only,
         placement_enabled: r.placement_enabled,
+        backend_vrf_flip_allowed: r.backend_vrf_flip_allowed,
         created_at: ts(r.created_at),
     })
 }
@@ -90,6 +91,7 @@ impl Hub {
                     s.name.trim(),
                     s.inventory_only,
                     s.placement_enabled,
+                    s.backend_vrf_flip_allowed,
                 )
                 .await?
                 .map(site)
@@ -105,6 +107,7 @@ impl Hub {
                     &s.id,
                     s.name.as_deref().map(str::trim),
                     s.placement_enabled,
+                    s.backend_vrf_flip_allowed,
                 )
                 .await?
                 .map(site)

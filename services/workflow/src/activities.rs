@@ -104,25 +104,39 @@ impl CallError {
 
 /// One site's systems and settings.
 pub(crate) struct Site {
-    session: Session,
+    pub name: String,
+    /// Keystone, Ironic and Placement; `None` at a site configured for the
+    /// fabric workflows only.
+    session: Option<Session>,
     /// The site's slurmrestd, when configured (it caches the version it
     /// detects, so calls take turns).
     pub slurm: Option<tokio::sync::Mutex<fleet_slurm::Slurmrestd>>,
     pub config: SiteConfig,
+    /// The site's switches and NMX-M; `None` without fabric configuration.
+    pub fabric: Option<crate::fabric::FabricSite>,
     ironic_version: String,
     placement_version: String,
 }
 
 impl Site {
-    fn ironic(&self) -> Ironic<'_> {
-        Ironic {
-            session: &self.session,
+    fn session(&self) -> Result<&Session, CallError> {
+        self.session.as_ref().ok_or_else(|| {
+            CallError::Permanent(
+                FailureCode::SiteNotConfigured,
+                format!("workflow.sites.{}.openstack is not configured", self.name),
+            )
+        })
+    }
+
+    fn ironic(&self) -> Result<Ironic<'_>, CallError> {
+        Ok(Ironic {
+            session: self.session()?,
             version: &self.ironic_version,
-        }
+        })
     }
 
     pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
-        let ironic = self.ironic();
+        let ironic = self.ironic()?;
         ironic
             .node(ident)
             .await
@@ -130,7 +144,7 @@ impl Site {
     }
 
     pub async fn patch(&self, uuid: &str, ops: &Value) -> Result<(), CallError> {
-        let ironic = self.ironic();
+        let ironic = self.ironic()?;
         ironic
             .patch(uuid, ops)
             .await
@@ -148,7 +162,7 @@ impl Site {
         let traits = if placement {
             self.traits(uuid).await?.traits
         } else {
-            self.ironic()
+            self.ironic()?
                 .traits(uuid)
                 .await
                 .map_err(|e| CallError::from_source(e, System::Ironic))?
@@ -167,7 +181,7 @@ impl Site {
     ) -> Result<(), CallError> {
         if !placement {
             return self
-                .ironic()
+                .ironic()?
                 .add_trait(uuid, name)
                 .await
                 .map_err(|e| CallError::from_source(e, System::Ironic));
@@ -191,7 +205,7 @@ impl Site {
     ) -> Result<(), CallError> {
         if !placement {
             return self
-                .ironic()
+                .ironic()?
                 .remove_trait(uuid, name)
                 .await
                 .map_err(|e| CallError::from_source(e, System::Ironic));
@@ -205,7 +219,7 @@ impl Site {
     }
 
     pub async fn power(&self, uuid: &str, target: &str) -> Result<(), CallError> {
-        let ironic = self.ironic();
+        let ironic = self.ironic()?;
         ironic
             .power(uuid, target)
             .await
@@ -213,23 +227,23 @@ impl Site {
     }
 
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
-        let ironic = self.ironic();
+        let ironic = self.ironic()?;
         ironic
             .provision(uuid, body)
             .await
             .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
-    fn placement(&self) -> Placement<'_> {
-        Placement {
-            session: &self.session,
+    fn placement(&self) -> Result<Placement<'_>, CallError> {
+        Ok(Placement {
+            session: self.session()?,
             version: &self.placement_version,
-        }
+        })
     }
 
     /// The resource provider's traits with their generation.
     pub async fn traits(&self, uuid: &str) -> Result<Traits, CallError> {
-        let placement = self.placement();
+        let placement = self.placement()?;
         placement
             .traits(uuid)
             .await
@@ -239,7 +253,7 @@ impl Site {
     /// Replaces the provider's traits under the generation they were read
     /// at (a 409 is transient: the caller reads again).
     pub async fn put_traits(&self, uuid: &str, t: &Traits) -> Result<(), CallError> {
-        let placement = self.placement();
+        let placement = self.placement()?;
         placement
             .put_traits(uuid, t)
             .await
@@ -387,7 +401,18 @@ impl Sites {
         let mut by_site = HashMap::new();
         for (site, sc) in &c.sites {
             let key = format!("workflow.sites.{site}.openstack");
-            let session = Session::new(site, &key, &sc.openstack, http.clone())?;
+            let os = &sc.openstack;
+            let fabric = crate::fabric::FabricSite::new(site, c, sc, &http)?;
+            // A site configured for the fabric workflows alone needs no
+            // OpenStack.
+            let session = if fabric.is_some()
+                && os.ironic_url.trim().is_empty()
+                && os.auth_url.trim().is_empty()
+            {
+                None
+            } else {
+                Some(Session::new(site, &key, os, http.clone())?)
+            };
             let slurm = if sc.slurm.url.trim().is_empty() {
                 None
             } else {
@@ -398,8 +423,10 @@ impl Sites {
             by_site.insert(
                 site.clone(),
                 Arc::new(Site {
+                    name: site.clone(),
                     session,
                     slurm,
+                    fabric,
                     config: sc.clone(),
                     ironic_version: c.ironic_api_version.trim().to_string(),
                     placement_version: format!("placement {}", c.placement_api_version.trim()),

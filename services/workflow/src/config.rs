@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fleet_runtime::ConfigError;
+use fleet_runtime::{ConfigError, Credential};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,6 +65,9 @@ pub struct Config {
     /// The storm guard: how much of a site or pool a job or an impairment
     /// cordon may take out of service before an operator must confirm it.
     pub storm_guard: StormGuardConfig,
+    /// What the fabric workflows reach at every site: NetBox (the cable
+    /// map) and the switches' NVUE credentials.
+    pub fabric: FabricConfig,
     /// Per site: how the workflows reach its systems.
     pub sites: BTreeMap<String, SiteConfig>,
 }
@@ -87,6 +90,33 @@ impl Default for NetboxConfig {
             url: String::new(),
             token: Default::default(),
             auth_scheme: "auto".into(),
+        }
+    }
+}
+
+/// `workflow.fabric`: the same keys as `connectors.fabric`'s.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FabricConfig {
+    /// NetBox, whose cables map a device to its switch ports.
+    pub netbox_url: String,
+    pub netbox_token: Credential,
+    /// `auto`, `token` or `bearer`.
+    pub netbox_auth_scheme: String,
+    /// HTTP basic credentials of the switches' NVUE REST API (a user that
+    /// may create and apply revisions).
+    pub nvue_username: String,
+    pub nvue_password: Credential,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            netbox_url: String::new(),
+            netbox_token: Credential::default(),
+            netbox_auth_scheme: "auto".into(),
+            nvue_username: String::new(),
+            nvue_password: Credential::default(),
         }
     }
 }
@@ -151,6 +181,7 @@ impl Default for Config {
             customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
             netbox: NetboxConfig::default(),
             storm_guard: StormGuardConfig::default(),
+            fabric: FabricConfig::default(),
             sites: BTreeMap::new(),
         }
     }
@@ -211,6 +242,60 @@ pub struct SiteConfig {
     /// runs (its slurmd registers the node), and its checksum.
     pub slurm_image_source: String,
     pub slurm_image_checksum: String,
+    /// The site's switches and NMX-M, for the VRF flips and the NVLink
+    /// repair-partition move.
+    pub fabric: SiteFabricConfig,
+}
+
+/// `workflow.sites.<site>.fabric`: the switch and NMX-M keys of
+/// `connectors.fabric.sites.<site>`, and what the flips move ports into.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiteFabricConfig {
+    /// The NetBox site slug of the site's devices and switches.
+    pub netbox_site: String,
+    /// Front-end switch (its NetBox device name) -> its NVUE API base URL.
+    pub frontend_switches: BTreeMap<String, String>,
+    /// RoCE back-end switch -> its NVUE API base URL.
+    pub backend_switches: BTreeMap<String, String>,
+    /// Switches (names or `prefix*`) the flips plan and read but never
+    /// write: their per-switch results say `simulated`, and a flip with one
+    /// of them records no verified latch.
+    pub simulated_switches: Vec<String>,
+    /// The VRF the front-end isolate moves ports into.
+    pub isolate_vrf: String,
+    /// The VRF the back-end isolate moves ports into (the maintenance VRF
+    /// `BackendPortsInMaintenanceVrf` names).
+    pub maintenance_vrf: String,
+    /// The VRF the back-end return moves ports back into.
+    pub tenant_backend_vrf: String,
+    /// NVIDIA NMX-M; empty: no NVLink move at this site.
+    pub nmx_url: String,
+    /// NMX-M HTTP basic credentials (a read-write user), or a bearer token.
+    pub nmx_username: String,
+    pub nmx_password: Credential,
+    pub nmx_token: Credential,
+    /// The name of the NVLink repair partition. Required with `nmx_url`.
+    pub repair_partition: String,
+}
+
+impl Default for SiteFabricConfig {
+    fn default() -> Self {
+        SiteFabricConfig {
+            netbox_site: String::new(),
+            frontend_switches: BTreeMap::new(),
+            backend_switches: BTreeMap::new(),
+            simulated_switches: Vec::new(),
+            isolate_vrf: "isolate".into(),
+            maintenance_vrf: String::new(),
+            tenant_backend_vrf: String::new(),
+            nmx_url: String::new(),
+            nmx_username: String::new(),
+            nmx_password: Credential::default(),
+            nmx_token: Credential::default(),
+            repair_partition: String::new(),
+        }
+    }
 }
 
 /// `workflow.sites.<site>.enrolment`.

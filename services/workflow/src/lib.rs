@@ -22,6 +22,7 @@
 
 pub(crate) mod activities;
 mod config;
+pub(crate) mod fabric;
 pub(crate) mod flows;
 pub(crate) mod holds;
 pub(crate) mod impairment;
@@ -41,7 +42,7 @@ use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-pub use config::{Config, SiteConfig, StormGuardConfig};
+pub use config::{Config, FabricConfig, SiteConfig, SiteFabricConfig, StormGuardConfig};
 pub use service::{run, run_with};
 
 /// The service's outbox: device work to `JOBS`.

@@ -29,6 +29,12 @@ pub(crate) const RUNS: &[Kind] = &[
     Kind::Enrollment,
     Kind::Release,
     Kind::MoveToTestCluster,
+    Kind::FrontendVrfIsolate,
+    Kind::FrontendVrfReturn,
+    Kind::BackendVrfIsolate,
+    Kind::BackendVrfReturn,
+    Kind::NvlinkRepairMove,
+    Kind::NvlinkRepairReturn,
 ];
 
 fn db(e: sqlx::Error) -> Refusal {
@@ -432,10 +438,22 @@ impl Workflow {
                 refusal: x.refusal.as_str().into(),
                 detail: x.detail,
             }));
+            if d.inventory_only {
+                continue;
+            }
+            // The fabric workflows need the site's switches (or NMX-M) in
+            // this service's configuration.
+            if let Some(missing) = self.fabric_missing(kind, &d.site_id) {
+                out.push(v1::DeviceRefusal {
+                    device_id: d.id.clone(),
+                    refusal: eligibility::Refusal::BackendNotRun.as_str().into(),
+                    detail: format!("workflow.sites.{}.fabric has no {missing}", d.site_id),
+                });
+            }
             // The Ironic-direct arm is the one this build runs: a site with
             // Nova and Placement needs the Nova arm (seed 002, "The backend
             // is chosen from the site's current capability").
-            if !d.inventory_only && d.placement_enabled && kind.has_nova_arm() {
+            if d.placement_enabled && kind.has_nova_arm() {
                 out.push(v1::DeviceRefusal {
                     device_id: d.id.clone(),
                     refusal: eligibility::Refusal::BackendNotRun.as_str().into(),
@@ -447,6 +465,28 @@ impl Workflow {
             }
         }
         Ok(out)
+    }
+
+    /// What a fabric workflow needs of the site's configuration and it
+    /// lacks (`None`: nothing, or not a fabric workflow).
+    fn fabric_missing(&self, kind: Kind, site: &str) -> Option<&'static str> {
+        use fleet_domain::fabric_flip::Plane;
+        let need = match kind {
+            Kind::NvlinkRepairMove | Kind::NvlinkRepairReturn => None,
+            k => Some(crate::flows::vrf_flip::flip_of(k)?.0),
+        };
+        let fabric = self.sites.get(site).and_then(|s| {
+            s.fabric.as_ref().map(|f| match need {
+                None => f.nmx.is_some(),
+                Some(plane) => f.netbox.is_some() && !f.switches(plane).is_empty(),
+            })
+        });
+        match (fabric, need) {
+            (Some(true), _) => None,
+            (_, None) => Some("nmx_url"),
+            (_, Some(Plane::Frontend)) => Some("frontend_switches"),
+            (_, Some(Plane::Backend)) => Some("backend_switches"),
+        }
     }
 
     /// Publishes device work to JOBS until shutdown (`fleet_outbox`'s loop).

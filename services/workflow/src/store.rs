@@ -22,13 +22,17 @@ pub(crate) struct DeviceRow {
     pub ironic_provision_state: Option<String>,
     pub placement_enabled: bool,
     pub netbox_id: Option<i64>,
+    /// Borneo's custody state, when the device is listed.
+    pub custody: Option<String>,
+    /// The device's site lets the back-end flips write its switches.
+    pub backend_vrf_flip_allowed: bool,
 }
 
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \
          d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled, \
-         d.netbox_id \
+         d.netbox_id, d.custody, s.backend_vrf_flip_allowed \
          FROM devices d JOIN sites s ON s.id = d.site_id \
          WHERE d.id = ANY($1) AND d.deleted_at IS NULL ORDER BY d.id",
     )
@@ -336,6 +340,28 @@ pub(crate) async fn step(
     .bind(job_id)
     .bind(device_id)
     .bind(step)
+    .bind(pinned)
+    .bind(Json(results))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// What a run pinned and read back, recorded when it ends (its last read
+/// is its evidence: a simulated flip's per-switch results).
+pub(crate) async fn carried(
+    pool: &PgPool,
+    job_id: &str,
+    device_id: &str,
+    pinned: &serde_json::Value,
+    results: &[StepResult],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE job_devices SET pinned = $3, results = $4, updated_at = now() \
+         WHERE job_id = $1 AND device_id = $2 AND status = 'running'",
+    )
+    .bind(job_id)
+    .bind(device_id)
     .bind(pinned)
     .bind(Json(results))
     .execute(pool)

@@ -19,6 +19,7 @@ vocab!(
     FrontendVrfIsolate => "frontend_vrf_isolate",
     FrontendVrfReturn => "frontend_vrf_return",
     NvlinkRepairMove => "nvlink_repair_move",
+    NvlinkRepairReturn => "nvlink_repair_return",
     BackendVrfIsolate => "backend_vrf_isolate",
     BackendVrfReturn => "backend_vrf_return",
 });
@@ -115,6 +116,7 @@ impl Workflow {
             | Workflow::Release
             | Workflow::FrontendVrfIsolate
             | Workflow::NvlinkRepairMove
+            | Workflow::NvlinkRepairReturn
             | Workflow::BackendVrfIsolate
             | Workflow::BackendVrfReturn => Policy::default(),
         }
@@ -199,6 +201,7 @@ impl Options {
             W::FrontendVrfIsolate
                 | W::FrontendVrfReturn
                 | W::NvlinkRepairMove
+                | W::NvlinkRepairReturn
                 | W::BackendVrfIsolate
                 | W::BackendVrfReturn
         );

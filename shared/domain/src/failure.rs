@@ -67,6 +67,12 @@ vocab!(
     SlurmNodeDrainedByOperator => "SLURM_NODE_DRAINED_BY_OPERATOR",
     MtcValidationTimeout => "MTC_VALIDATION_TIMEOUT",
     ReleaseHandbackRefused => "RELEASE_HANDBACK_REFUSED",
+    FabricPortMapMissing => "FABRIC_PORT_MAP_MISSING",
+    FabricFlipPartiallySimulated => "FABRIC_FLIP_PARTIALLY_SIMULATED",
+    BackendVrfFlipFailed => "BACKEND_VRF_FLIP_FAILED",
+    NvlinkMoveFailed => "NVLINK_MOVE_FAILED",
+    NvlinkCustodyRefused => "NVLINK_CUSTODY_REFUSED",
+    NvlinkDrift => "NVLINK_DRIFT",
 });
 
 /// One row of the taxonomy.
@@ -115,7 +121,10 @@ impl FailureCode {
                 true,
             ),
             F::SwitchVrfFlipFailed => (
-                "The front-end VRF flip did not apply on every switch: the ports did not move.",
+                "The front-end VRF flip did not apply or verify on every switch (NVUE unreachable, \
+                 the revision's apply failed, a port reads back in another VRF, or the in-progress \
+                 latch could not be recorded before the first switch write): the ports did not \
+                 all move, and the latch says Unknown if any switch was written. Re-run the flip.",
                 O::Network,
                 true,
             ),
@@ -277,12 +286,6 @@ impl FailureCode {
                 O::Operations,
                 false,
             ),
-            F::NetboxUnavailable => (
-                "NetBox could not be read immediately before a customer handoff (an outage, \
-                 5xx): never an inventory verdict, re-run the job.",
-                O::FleetManager,
-                true,
-            ),
             F::ReleaseNvlinkLatchRefused => (
                 "The NVLink repair-partition latch read True or Unknown immediately before the \
                  hand-back: the GPUs are (or may be) in the repair partition; move them back \
@@ -358,6 +361,57 @@ impl FailureCode {
                  the command, or its reply does not carry the proven reference).",
                 O::FleetManager,
                 false,
+            ),
+            F::FabricPortMapMissing => (
+                "NetBox lists no cabled port of the device on the plane's configured switches \
+                 (workflow.sites.<site>.fabric): there is nothing to flip. Fix the cabling \
+                 records or the switch list.",
+                O::Network,
+                false,
+            ),
+            F::FabricFlipPartiallySimulated => (
+                "Some of the device's switches are real and some simulated (the site's \
+                 simulated_switches, or a back-end site without backend_vrf_flip_allowed): the \
+                 real ones were written, the run verified only part of the ports, and the latch \
+                 is left Unknown. Clear the switches for real writes, then re-run.",
+                O::Network,
+                false,
+            ),
+            F::BackendVrfFlipFailed => (
+                "The back-end VRF isolate or return did not apply or verify on every switch \
+                 (NVUE unreachable, the revision's apply failed, a port reads back in another \
+                 VRF): the latch stays Unknown from the apply that began. Re-run the job.",
+                O::Network,
+                true,
+            ),
+            F::NetboxUnavailable => (
+                "NetBox could not be read (unreachable, 5xx, or it refused the workflow's \
+                 token) immediately before a customer hand-back, or to map a device to its \
+                 switch ports (its cables): an outage, never an inventory verdict; re-run.",
+                O::FleetManager,
+                true,
+            ),
+            F::NvlinkMoveFailed => (
+                "The NVLink repair-partition move or return did not complete: NMX-M could not be \
+                 read or refused the partition update, its operation failed, or the read-back \
+                 still misses GPUs of the host. Nothing is recorded as verified; a written \
+                 MoveInProgress latch stays Unknown until a re-run records the membership.",
+                O::NvlinkFabric,
+                true,
+            ),
+            F::NvlinkCustodyRefused => (
+                "The tray is in customer custody (delegated, pending_handover or Borneo \
+                 GOOGLE_OWNED) at the move's custody check: no NMX-M write and no latch were \
+                 made.",
+                O::Operations,
+                false,
+            ),
+            F::NvlinkDrift => (
+                "The repair partition's membership changed between planning and the final \
+                 drift check, again after a re-plan (another move in flight): nothing was \
+                 written. Re-run when the other move is done.",
+                O::NvlinkFabric,
+                true,
             ),
         };
         Entry {

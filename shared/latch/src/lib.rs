@@ -66,7 +66,14 @@ impl Latch {
     pub fn reasons(self) -> &'static [(&'static str, ConditionStatus)] {
         use ConditionStatus::{False as F, True as T, Unknown as U};
         match self {
-            Latch::FrontendVrf => &[("CustomerVrfFlipVerified", T), ("IsolateFlipVerified", F)],
+            // `FlipInProgress` (Unknown): written before the first switch
+            // write of a front-end flip (an addition to the seed, which
+            // names the Unknown-before-write only for the other two).
+            Latch::FrontendVrf => &[
+                ("CustomerVrfFlipVerified", T),
+                ("IsolateFlipVerified", F),
+                ("FlipInProgress", U),
+            ],
             Latch::BackendVrf => &[
                 ("IsolateVerified", T),
                 ("ReturnVerified", F),
@@ -489,7 +496,7 @@ mod tests {
         assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
         assert!(
             e.to_string()
-                .contains("CustomerVrfFlipVerified, IsolateFlipVerified"),
+                .contains("CustomerVrfFlipVerified, IsolateFlipVerified, FlipInProgress"),
             "{e}"
         );
         assert!(LatchWrite::new(

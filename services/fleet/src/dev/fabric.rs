@@ -1,8 +1,13 @@
-//! The simulated fabric, in the contracts connector-fabric reads (README
-//! "Fabric contracts"): NetBox cables (`GET /api/dcim/interfaces/`, on the
-//! simulated NetBox), each leaf's NVUE (`GET /<switch>/nvue_v1/interface`,
-//! HTTP basic) and each site's NMX-M (`GET /<site>/nmx/v1/partitions`,
-//! `/gpus`, `/compute-nodes`, HTTP basic).
+//! The simulated fabric, in the contracts connector-fabric reads and the
+//! workflow service writes (`fleet_fabric`): NetBox cables (`GET
+//! /api/dcim/interfaces/`, on the simulated NetBox, switch-side or
+//! device-side), each leaf's NVUE (`GET /<switch>/nvue_v1/interface`, and
+//! its revision cycle: `POST .../revision`, `PATCH .../interface?rev=`,
+//! `PATCH`/`GET .../revision/<rev>`; HTTP basic) and each site's NMX-M
+//! (`GET /<site>/nmx/v1/partitions`, `/gpus`, `/compute-nodes`, `PUT
+//! .../partitions/<id>`, `GET .../operations/<op>`; HTTP basic). A revision
+//! applies on the scenario's devices, a partition update moves their GPUs:
+//! the ground truth follows the writes.
 //!
 //! Every rack has a front-end leaf `fe-<rack>` and a back-end leaf
 //! `be-<rack>`; device `k` of the rack is cabled to `swp<k+1>` of both
@@ -18,13 +23,13 @@ use std::collections::BTreeSet;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Map, Value};
 
 use crate::dev::engine::{
-    switch_port, SimDevice, CUSTOMER_VRF_PREFIX, DEFAULT_PARTITION_ID, GPUS_PER_DEVICE, RACK_SIZE,
-    REPAIR_PARTITION, REPAIR_PARTITION_ID,
+    backend_switch, frontend_switch, switch_port, SimDevice, CUSTOMER_VRF_PREFIX,
+    DEFAULT_PARTITION_ID, GPUS_PER_DEVICE, RACK_SIZE, REPAIR_PARTITION, REPAIR_PARTITION_ID,
 };
 use crate::dev::servers::{basic, body, header, netbox_auth, App};
 
@@ -102,6 +107,20 @@ pub(crate) async fn netbox_interfaces(
         .collect();
     let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
     let mut all = Vec::new();
+    // Device-side: a device's own cabled interfaces, far ends on its leaves.
+    let mut device_side = vec![];
+    for name in switches.iter().filter(|n| leaf(n).is_none()) {
+        if let Some(d) = s.by_name(name) {
+            if site.is_empty() || d.site == site {
+                for (dport, sw) in [
+                    (FRONTEND_PORT, frontend_switch(&d.rack)),
+                    (BACKEND_PORT, backend_switch(&d.rack)),
+                ] {
+                    device_side.push((d.name.clone(), dport.to_string(), sw, switch_port(d)));
+                }
+            }
+        }
+    }
     for sw in &switches {
         let Some((rack, frontend)) = leaf(sw) else {
             continue;
@@ -128,14 +147,21 @@ pub(crate) async fn netbox_interfaces(
         }
     }
     // Interface ids: the position in this (stable) listing.
+    let listed = all.len() + device_side.len();
     let results: Vec<Value> = all
         .iter()
+        .map(|(sw, port, dev, dport)| (sw.to_string(), port, dev, dport))
+        .chain(
+            device_side
+                .iter()
+                .map(|(dev, dport, sw, port)| (dev.clone(), dport, sw, port)),
+        )
         .enumerate()
         .skip(offset)
         .take(limit)
-        .map(|(k, (sw, port, dev, dport))| cabled(2 * k + 1, sw, port, dev, dport))
+        .map(|(k, (owner, port, far, far_port))| cabled(2 * k + 1, &owner, port, far, far_port))
         .collect();
-    let next = (offset + limit < all.len()).then(|| {
+    let next = (offset + limit < listed).then(|| {
         let mut u = format!(
             "{}/api/dcim/interfaces/?site={site}&cabled=true&limit={limit}&offset={}",
             app.base,
@@ -148,7 +174,7 @@ pub(crate) async fn netbox_interfaces(
     });
     body(
         StatusCode::OK,
-        json!({"count": all.len(), "next": next, "previous": null, "results": results}),
+        json!({"count": listed, "next": next, "previous": null, "results": results}),
     )
 }
 
@@ -156,8 +182,155 @@ pub(crate) async fn netbox_interfaces(
 
 pub(crate) fn nvue_router(app: App) -> Router {
     Router::new()
-        .route("/{switch}/nvue_v1/interface", get(nvue_interfaces))
+        .route(
+            "/{switch}/nvue_v1/interface",
+            get(nvue_interfaces).patch(nvue_stage),
+        )
+        .route("/{switch}/nvue_v1/revision", post(nvue_create_revision))
+        .route(
+            "/{switch}/nvue_v1/revision/{rev}",
+            get(nvue_revision).patch(nvue_apply),
+        )
         .with_state(app)
+}
+
+/// The leaf is answering, and the caller has its credentials.
+fn nvue_refusal(app: &App, switch: &str, h: &HeaderMap) -> Option<Response> {
+    if header(h, "authorization") != basic(NVUE_USER, NVUE_PASSWORD) {
+        return Some(unauthorized());
+    }
+    let (rack, frontend) = leaf(switch)?;
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    s.switch_out(rack, frontend).then(|| {
+        body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": 503, "title": "Service Unavailable", "detail": "simulated outage: nvued is not running"}),
+        )
+    })
+}
+
+fn no_such(what: &str) -> Response {
+    body(
+        StatusCode::NOT_FOUND,
+        json!({"status": 404, "title": "Not Found", "detail": format!("no such {what}")}),
+    )
+}
+
+/// `POST /<switch>/nvue_v1/revision`: a new pending revision.
+async fn nvue_create_revision(
+    State(app): State<App>,
+    Path(switch): Path<String>,
+    h: HeaderMap,
+) -> Response {
+    if let Some(r) = nvue_refusal(&app, &switch, &h) {
+        return r;
+    }
+    if leaf(&switch).is_none() {
+        return no_such("switch");
+    }
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let id = format!("changeset/fleet/{}", s.revisions.len() + 1);
+    s.revisions
+        .insert(id.clone(), (switch, Vec::new(), "pending"));
+    body(
+        StatusCode::OK,
+        json!({ id: {"state": "pending", "transition": {"issue": {}, "progress": ""}} }),
+    )
+}
+
+/// `PATCH /<switch>/nvue_v1/interface?rev=<rev>`: stage port VRFs
+/// (`{"<port>": {"ip": {"vrf": "<vrf>"}}}`).
+async fn nvue_stage(
+    State(app): State<App>,
+    Path(switch): Path<String>,
+    Query(q): Query<RevQuery>,
+    h: HeaderMap,
+    axum::Json(changes): axum::Json<Map<String, Value>>,
+) -> Response {
+    if let Some(r) = nvue_refusal(&app, &switch, &h) {
+        return r;
+    }
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(rev) = q.rev.and_then(|r| s.revisions.get_mut(&r)) else {
+        return no_such("revision");
+    };
+    if rev.0 != switch || rev.2 != "pending" {
+        return body(
+            StatusCode::BAD_REQUEST,
+            json!({"status": 400, "title": "Bad Request", "detail": "the revision is not pending on this switch"}),
+        );
+    }
+    for (port, v) in changes {
+        let Some(vrf) = v.pointer("/ip/vrf").and_then(Value::as_str) else {
+            return body(
+                StatusCode::BAD_REQUEST,
+                json!({"status": 400, "title": "Bad Request", "detail": format!("{port}: only ip.vrf is simulated")}),
+            );
+        };
+        rev.1.push((port, vrf.to_string()));
+    }
+    body(StatusCode::OK, json!({}))
+}
+
+/// `PATCH /<switch>/nvue_v1/revision/<rev>` with `{"state": "apply"}`:
+/// applied at once on the scenario (`apply_fail` when the scenario refuses
+/// a change).
+async fn nvue_apply(
+    State(app): State<App>,
+    Path((switch, rev)): Path<(String, String)>,
+    h: HeaderMap,
+    axum::Json(req): axum::Json<Value>,
+) -> Response {
+    if let Some(r) = nvue_refusal(&app, &switch, &h) {
+        return r;
+    }
+    if req.get("state").and_then(Value::as_str) != Some("apply") {
+        return body(
+            StatusCode::BAD_REQUEST,
+            json!({"status": 400, "title": "Bad Request", "detail": "only state apply is simulated"}),
+        );
+    }
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((sw, changes, state)) = s.revisions.get(&rev).cloned() else {
+        return no_such("revision");
+    };
+    if sw != switch {
+        return no_such("revision");
+    }
+    if state == "pending" {
+        let applied = s.apply_vrfs(&switch, &changes);
+        if let Err(e) = &applied {
+            tracing::warn!(switch = %switch, revision = %rev, error = %e, "simulated NVUE: apply failed");
+        }
+        if let Some(r) = s.revisions.get_mut(&rev) {
+            r.2 = if applied.is_ok() {
+                "applied"
+            } else {
+                "apply_fail"
+            };
+        }
+    }
+    let state = s.revisions.get(&rev).map(|r| r.2).unwrap_or("pending");
+    body(StatusCode::OK, json!({"state": state}))
+}
+
+/// `GET /<switch>/nvue_v1/revision/<rev>`.
+async fn nvue_revision(
+    State(app): State<App>,
+    Path((switch, rev)): Path<(String, String)>,
+    h: HeaderMap,
+) -> Response {
+    if let Some(r) = nvue_refusal(&app, &switch, &h) {
+        return r;
+    }
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    match s.revisions.get(&rev) {
+        Some((sw, _, state)) if *sw == switch => body(
+            StatusCode::OK,
+            json!({"state": state, "transition": {"issue": {}, "progress": ""}}),
+        ),
+        _ => no_such("revision"),
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -248,9 +421,74 @@ async fn nvue_interfaces(
 pub(crate) fn nmx_router(app: App) -> Router {
     Router::new()
         .route("/{site}/nmx/v1/partitions", get(nmx_partitions))
+        .route(
+            "/{site}/nmx/v1/partitions/{id}",
+            axum::routing::put(nmx_update_partition),
+        )
+        .route("/{site}/nmx/v1/operations/{op}", get(nmx_operation))
         .route("/{site}/nmx/v1/gpus", get(nmx_gpus))
         .route("/{site}/nmx/v1/compute-nodes", get(nmx_nodes))
         .with_state(app)
+}
+
+/// `PUT /<site>/nmx/v1/partitions/<id>` with `{"members": {"ids": [...]}}`
+/// (the whole member list): applied at once, its operation completed.
+async fn nmx_update_partition(
+    State(app): State<App>,
+    Path((site, id)): Path<(String, u32)>,
+    h: HeaderMap,
+    axum::Json(req): axum::Json<Value>,
+) -> Response {
+    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
+        return unauthorized();
+    }
+    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.nmx_out(&site) {
+        return nmx_down();
+    }
+    if id != REPAIR_PARTITION_ID && id != DEFAULT_PARTITION_ID {
+        return body(StatusCode::NOT_FOUND, json!({"error": "no such partition"}));
+    }
+    let Some(ids) = req.pointer("/members/ids").and_then(Value::as_array) else {
+        return body(
+            StatusCode::BAD_REQUEST,
+            json!({"error": "members.ids (GPU ids) is required"}),
+        );
+    };
+    let members: BTreeSet<String> = ids
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    s.set_partition(&site, id, &members);
+    let op = format!("op-{}", s.nmx_operations);
+    let mut r = body(StatusCode::ACCEPTED, json!({"operationId": op}));
+    if let Ok(v) = format!("/nmx/v1/operations/{op}").parse() {
+        r.headers_mut().insert("location", v);
+    }
+    r
+}
+
+/// `GET /<site>/nmx/v1/operations/<op>`: every operation completed.
+async fn nmx_operation(
+    State(app): State<App>,
+    Path((site, op)): Path<(String, String)>,
+    h: HeaderMap,
+) -> Response {
+    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
+        return unauthorized();
+    }
+    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if s.nmx_out(&site) {
+        return nmx_down();
+    }
+    let known = op
+        .strip_prefix("op-")
+        .and_then(|n| n.parse::<u64>().ok())
+        .is_some_and(|n| n >= 1 && n <= s.nmx_operations);
+    if !known {
+        return body(StatusCode::NOT_FOUND, json!({"error": "no such operation"}));
+    }
+    body(StatusCode::OK, json!({"id": op, "status": "completed"}))
 }
 
 fn gpu_id(d: &SimDevice, k: u8) -> String {
@@ -304,9 +542,11 @@ async fn nmx_gpus(State(app): State<App>, Path(site): Path<String>, h: HeaderMap
         .flat_map(|d| {
             (0..GPUS_PER_DEVICE).map(move |k| {
                 let p = if k < d.gpus_in_repair {
-                    REPAIR_PARTITION_ID
+                    Some(REPAIR_PARTITION_ID)
+                } else if d.gpus_released {
+                    None
                 } else {
-                    DEFAULT_PARTITION_ID
+                    Some(DEFAULT_PARTITION_ID)
                 };
                 json!({"ID": gpu_id(d, k), "PartitionID": p, "Health": "HEALTHY"})
             })

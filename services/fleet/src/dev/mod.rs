@@ -9,7 +9,7 @@
 pub mod agents;
 pub mod engine;
 pub mod fabric;
-pub mod handover;
+pub mod flips;
 pub mod infra;
 pub mod partner;
 pub mod servers;
@@ -201,6 +201,8 @@ async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Res
             name: format!("simulated site {s}"),
             inventory_only: false,
             placement_enabled: true,
+            // The simulated back-end switches take real flips.
+            backend_vrf_flip_allowed: true,
             created_at: None,
         }));
         commands.push(C::CreatePool(v1::Pool {
@@ -478,10 +480,12 @@ impl DevMesh {
             spawn("radar", &mut tasks, false, |c, s| {
                 Box::pin(fleet_radar::run(c.common(), c.radar, s))
             });
-            spawn("workflow", &mut tasks, false, |c, s| {
-                Box::pin(fleet_workflow::run(c.common(), c.workflow, s))
-            });
         }
+        // The workflow service runs the handover's front-end flips, so it
+        // runs without the other consumers too.
+        spawn("workflow", &mut tasks, false, |c, s| {
+            Box::pin(fleet_workflow::run(c.common(), c.workflow, s))
+        });
         spawn("connector-netbox", &mut tasks, false, |c, s| {
             Box::pin(fleet_connector_netbox::run(
                 c.common(),
@@ -524,23 +528,25 @@ impl DevMesh {
                 s,
             ))
         });
-        // The handover workflow writes latches through the hub.
+        // The handover's front-end flips are jobs of the workflow service.
         let nats = fleet_bus::connect(&config.nats, "fleet-dev-handover")
             .await
-            .context("connecting the simulated handover workflow to NATS")?;
+            .context("connecting the handover flips to NATS")?;
         let subjects = fleet_bus::Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
         sim_tasks.push(tokio::spawn(
-            handover::Workflow::new(
-                scenario.clone(),
-                pool.clone(),
-                endpoints.nvue.clone(),
-                nats.clone(),
-                subjects.clone(),
-                paused.clone(),
-                held.clone(),
-                busy.clone(),
-            )
+            flips::Flips {
+                scenario: scenario.clone(),
+                pool: pool.clone(),
+                workflow: fleet_workflow_client::WorkflowClient::new(
+                    nats.clone(),
+                    subjects.clone(),
+                    Duration::from_secs(10),
+                ),
+                paused: paused.clone(),
+                held: held.clone(),
+                busy: busy.clone(),
+            }
             .run(),
         ));
         let agents_busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -577,7 +583,7 @@ impl DevMesh {
         })
     }
 
-    /// Stops the scenario engine's evolution and the handover workflow
+    /// Stops the scenario engine's evolution and the handover flips
     /// (waiting for a round in progress) and ends any outage, so the ground
     /// truth holds still; `resume` lets it go on.
     pub async fn pause(&self) {

@@ -262,19 +262,7 @@ pub(crate) async fn http_ok(url: &str) -> bool {
     matches!(http_get_full(url).await, Ok((200, _)))
 }
 
-/// A plain HTTP/1.0 GET with an `Authorization` header; the body of a
-/// 200, an error otherwise.
-pub(crate) async fn http_get_auth(url: &str, authorization: &str) -> anyhow::Result<String> {
-    let (status, body) = http_request(url, Some(authorization)).await?;
-    anyhow::ensure!(status == 200, "GET {url}: HTTP {status}");
-    Ok(body)
-}
-
 async fn http_get_full(url: &str) -> anyhow::Result<(u16, String)> {
-    http_request(url, None).await
-}
-
-async fn http_request(url: &str, authorization: Option<&str>) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url
         .strip_prefix("http://")
@@ -285,10 +273,7 @@ async fn http_request(url: &str, authorization: Option<&str>) -> anyhow::Result<
         tokio::net::TcpStream::connect(host),
     )
     .await??;
-    let auth = authorization
-        .map(|a| format!("Authorization: {a}\r\n"))
-        .unwrap_or_default();
-    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n{auth}\r\n").as_bytes())
+    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
     tokio::time::timeout(std::time::Duration::from_secs(2), s.read_to_end(&mut buf)).await??;

@@ -168,6 +168,37 @@ pub(crate) fn wire_connectors(
         })
         .collect();
 
+    // The workflow service flips the same simulated switches and moves the
+    // same NMX-M's partitions (the handover's front-end flips are its jobs).
+    let wf = &mut config.workflow;
+    wf.fabric.netbox_url = e.netbox.clone();
+    wf.fabric.netbox_token = config.connectors.fabric.netbox_token.clone();
+    wf.fabric.netbox_auth_scheme = "token".into();
+    wf.fabric.nvue_username = fabric::NVUE_USER.into();
+    wf.fabric.nvue_password = config.connectors.fabric.nvue_password.clone();
+    // Flips are waited on every quarter second and retried quickly: the
+    // handover waits for them.
+    wf.poll_interval = Duration::from_millis(250);
+    wf.retry_initial = Duration::from_millis(200);
+    wf.retry_max = Duration::from_secs(2);
+    for (s, f) in &config.connectors.fabric.sites {
+        if let Some(site) = wf.sites.get_mut(s) {
+            site.fabric = fleet_workflow::SiteFabricConfig {
+                netbox_site: f.netbox_site.clone(),
+                frontend_switches: f.frontend_switches.clone(),
+                backend_switches: f.backend_switches.clone(),
+                isolate_vrf: engine::ISOLATE_VRF.into(),
+                maintenance_vrf: engine::MAINTENANCE_VRF.into(),
+                tenant_backend_vrf: engine::TENANT_BACKEND_VRF.into(),
+                nmx_url: f.nmx_url.clone(),
+                nmx_username: f.nmx_username.clone(),
+                nmx_password: f.nmx_password.clone(),
+                repair_partition: f.repair_partition.clone(),
+                ..Default::default()
+            };
+        }
+    }
+
     let sl = &mut config.connectors.slurm;
     sl.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
     sl.poll = fast_poll(resync);

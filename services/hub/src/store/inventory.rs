@@ -12,6 +12,7 @@ pub struct SiteRow {
     pub name: String,
     pub inventory_only: bool,
     pub placement_enabled: bool,
+    pub backend_vrf_flip_allowed: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -33,6 +34,9 @@ pub struct PoolRow {
     pub created_at: DateTime<Utc>,
 }
 
+const SITE_COLUMNS: &str =
+    "id, name, inventory_only, placement_enabled, backend_vrf_flip_allowed, created_at";
+
 /// `None`: a site with that id exists.
 pub async fn insert_site(
     tx: &mut Tx<'_>,
@@ -40,15 +44,17 @@ pub async fn insert_site(
     name: &str,
     inventory_only: bool,
     placement_enabled: bool,
+    backend_vrf_flip_allowed: bool,
 ) -> Result<Option<SiteRow>, sqlx::Error> {
-    sqlx::query_as(
-        "INSERT INTO sites (id, name, inventory_only, placement_enabled) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (id) DO NOTHING RETURNING id, name, inventory_only, placement_enabled, created_at",
-    )
+    sqlx::query_as(&format!(
+        "INSERT INTO sites (id, name, inventory_only, placement_enabled, backend_vrf_flip_allowed) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING RETURNING {SITE_COLUMNS}"
+    ))
     .bind(id)
     .bind(name)
     .bind(inventory_only)
     .bind(placement_enabled)
+    .bind(backend_vrf_flip_allowed)
     .fetch_optional(&mut **tx)
     .await
 }
@@ -59,14 +65,17 @@ pub async fn update_site(
     id: &str,
     name: Option<&str>,
     placement_enabled: Option<bool>,
+    backend_vrf_flip_allowed: Option<bool>,
 ) -> Result<Option<SiteRow>, sqlx::Error> {
-    sqlx::query_as(
-        "UPDATE sites SET name = COALESCE($2, name), placement_enabled = COALESCE($3, placement_enabled) \
-         WHERE id = $1 RETURNING id, name, inventory_only, placement_enabled, created_at",
-    )
+    sqlx::query_as(&format!(
+        "UPDATE sites SET name = COALESCE($2, name), placement_enabled = COALESCE($3, placement_enabled), \
+         backend_vrf_flip_allowed = COALESCE($4, backend_vrf_flip_allowed) \
+         WHERE id = $1 RETURNING {SITE_COLUMNS}"
+    ))
     .bind(id)
     .bind(name)
     .bind(placement_enabled)
+    .bind(backend_vrf_flip_allowed)
     .fetch_optional(&mut **tx)
     .await
 }
@@ -173,12 +182,10 @@ pub async fn set_profile(
 }
 
 pub async fn site(tx: &mut Tx<'_>, id: &str) -> Result<Option<SiteRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, name, inventory_only, placement_enabled, created_at FROM sites WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await
+    sqlx::query_as(&format!("SELECT {SITE_COLUMNS} FROM sites WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await
 }
 
 pub async fn tenant(tx: &mut Tx<'_>, id: &str) -> Result<Option<TenantRow>, sqlx::Error> {

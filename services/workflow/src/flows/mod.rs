@@ -8,7 +8,9 @@
 pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
 pub(crate) mod mtc;
+pub(crate) mod nvlink;
 pub(crate) mod release;
+pub(crate) mod vrf_flip;
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +74,9 @@ fn timeout_code(kind: Kind) -> FailureCode {
     match kind {
         Kind::ImageNode | Kind::UnimageNode | Kind::Enrollment => FailureCode::IronicTimeout,
         Kind::Release => FailureCode::ReleaseNotObserved,
+        Kind::FrontendVrfIsolate | Kind::FrontendVrfReturn => FailureCode::SwitchVrfFlipFailed,
+        Kind::BackendVrfIsolate | Kind::BackendVrfReturn => FailureCode::BackendVrfFlipFailed,
+        Kind::NvlinkRepairMove | Kind::NvlinkRepairReturn => FailureCode::NvlinkMoveFailed,
         _ => FailureCode::WorkflowInternalError,
     }
 }
@@ -155,8 +160,17 @@ impl Workflow {
                 }
             };
             match next {
-                Taken::Done => return Ok(Outcome::Succeeded),
-                Taken::Failed(code, message) => return Ok(Outcome::Failed(code, message)),
+                Taken::Done | Taken::Failed(..) => {
+                    // The last read is the run's evidence (a simulated
+                    // flip's per-switch results): record it with the end.
+                    let pinned = Value::Object(carried.pinned.clone());
+                    store::carried(&self.pool, job_id, device_id, &pinned, &carried.results)
+                        .await?;
+                    return Ok(match next {
+                        Taken::Failed(code, message) => Outcome::Failed(code, message),
+                        _ => Outcome::Succeeded,
+                    });
+                }
                 Taken::Wait => {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > timeout {
@@ -225,10 +239,57 @@ impl Workflow {
             Kind::Enrollment => self.enrolment(r, carried).await,
             Kind::Release => self.release(r).await,
             Kind::MoveToTestCluster => self.move_to_test_cluster(r, carried).await,
+            Kind::FrontendVrfIsolate
+            | Kind::FrontendVrfReturn
+            | Kind::BackendVrfIsolate
+            | Kind::BackendVrfReturn => self.vrf_flip(r, carried).await,
+            Kind::NvlinkRepairMove | Kind::NvlinkRepairReturn => self.nvlink(r, carried).await,
             other => Ok(Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 format!("workflow {other} has no steps in this build"),
             )),
         }
+    }
+}
+
+impl Workflow {
+    /// One latch write through the hub's `write_condition`
+    /// (`fleet_latch`): observation-ordered, the stored row verified.
+    pub(super) async fn write_latch(
+        &self,
+        r: &Run<'_>,
+        latch: fleet_latch::Latch,
+        reason: &str,
+        message: String,
+        observed_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), fleet_latch::LatchError> {
+        use fleet_latch::{LatchWrite, LatchWriter};
+        let w = LatchWrite::new(
+            latch,
+            LatchWrite::device_id(&r.device.id),
+            reason,
+            message,
+            observed_at,
+        )?;
+        let mut writer = LatchWriter::new(
+            self.nats.clone(),
+            self.subjects.clone(),
+            &format!("workflow:{}:{}", r.kind, r.job.id),
+        );
+        writer.timeout = self.config.hub_timeout.max(Duration::from_secs(1));
+        writer.write(&w).await?;
+        self.metrics.wrote("hub", reason);
+        Ok(())
+    }
+}
+
+/// A latch write that did not land, as a step's failure with `code`: no
+/// answer from the hub is retried; a refusal or a stale-rejection ends the
+/// device ("the activity fails rather than reporting a latch it did not
+/// record").
+pub(super) fn latch_error(e: fleet_latch::LatchError, code: FailureCode) -> CallError {
+    match e {
+        fleet_latch::LatchError::Unavailable { .. } => CallError::Transient(code, e.to_string()),
+        _ => CallError::Permanent(code, e.to_string()),
     }
 }

@@ -73,6 +73,9 @@ pub struct SimDevice {
     pub backend_vrf: &'static str,
     /// How many of its GPUs NMX-M has in the repair partition.
     pub gpus_in_repair: u8,
+    /// Its other GPUs were taken out of the default partition (a repair
+    /// move's first partition update): NMX-M lists them in no partition.
+    pub gpus_released: bool,
     /// What Borneo lists for it (`None`: not listed).
     pub custody: Option<Custody>,
     /// The latch `FrontendPortsInCustomerVrf` as it should be on record.
@@ -85,8 +88,8 @@ pub struct SimDevice {
     /// Borneo has answered a read with the device `GOOGLE_OWNED`, so the
     /// hub has seen the custody entry; only then may it come back.
     pub custody_served: bool,
-    /// A handover or return whose front-end flip waits for the simulated
-    /// workflow to verify it and write the latch.
+    /// A handover or return whose front-end flip waits for the workflow
+    /// service's job to apply, verify and record it.
     pub pending: Option<FlipJob>,
     /// Times the partner rotated the returned credential.
     pub credential_rotation: u32,
@@ -141,8 +144,10 @@ impl FrontendLatch {
     }
 }
 
-/// A front-end flip the switch has applied and the simulated handover
-/// workflow must read back and record as a latch before custody moves.
+/// A front-end flip the handover waits for: a `frontend_vrf_return` (into
+/// the customer VRF) or `frontend_vrf_isolate` job of the workflow service
+/// moves the port on the simulated switch, reads it back and records the
+/// latch; custody moves only then.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlipJob {
     pub index: usize,
@@ -150,7 +155,7 @@ pub struct FlipJob {
     pub name: String,
     pub switch: String,
     pub port: String,
-    /// The VRF the port must read back in.
+    /// The VRF the flip moves the port into.
     pub vrf: String,
     /// The latch to write once verified.
     pub latch: FrontendLatch,

@@ -27,6 +27,13 @@ pub struct Scenario {
     pub outages: Outages,
     /// Device index by Ironic node (and Placement resource provider) uuid.
     by_uuid: HashMap<String, usize>,
+    /// Device index by name (NetBox's device name).
+    by_name: HashMap<String, usize>,
+    /// The switches' NVUE revisions: id -> (switch, staged port VRFs,
+    /// state).
+    pub revisions: BTreeMap<String, (String, Vec<(String, String)>, &'static str)>,
+    /// NMX-M operations (each completed when it is created).
+    pub nmx_operations: u64,
     outage_ticks_left: u32,
     pub activity: Activity,
     rng: StdRng,
@@ -76,6 +83,7 @@ impl Scenario {
                     frontend_vrf: ISOLATE_VRF.into(),
                     backend_vrf: TENANT_BACKEND_VRF,
                     gpus_in_repair: 0,
+                    gpus_released: false,
                     custody: None,
                     frontend_latch: None,
                     delegated: false,
@@ -146,10 +154,14 @@ impl Scenario {
             racks.entry(d.rack.clone()).or_default().push(d.index);
         }
         let by_uuid = devices.iter().map(|d| (d.uuid.clone(), d.index)).collect();
+        let by_name = devices.iter().map(|d| (d.name.clone(), d.index)).collect();
         Scenario {
             sites: sites.to_vec(),
             devices,
             by_uuid,
+            by_name,
+            revisions: BTreeMap::new(),
+            nmx_operations: 0,
             racks,
             outages: Outages::default(),
             outage_ticks_left: 0,
@@ -162,6 +174,70 @@ impl Scenario {
     pub fn by_uuid_mut(&mut self, uuid: &str) -> Option<&mut SimDevice> {
         let i = *self.by_uuid.get(uuid)?;
         self.devices.get_mut(i)
+    }
+
+    /// The device NetBox names `name`.
+    pub fn by_name(&self, name: &str) -> Option<&SimDevice> {
+        self.devices.get(*self.by_name.get(name)?)
+    }
+
+    /// A leaf applies staged port VRFs (`(port, vrf)`): the ports of its
+    /// rack's devices move; a back-end VRF the scenario does not know is
+    /// refused.
+    pub fn apply_vrfs(&mut self, switch: &str, changes: &[(String, String)]) -> Result<(), String> {
+        let (rack, frontend) = if let Some(r) = switch.strip_prefix("fe-") {
+            (r, true)
+        } else if let Some(r) = switch.strip_prefix("be-") {
+            (r, false)
+        } else {
+            return Err(format!("no switch {switch}"));
+        };
+        let members = self.racks.get(rack).cloned().unwrap_or_default();
+        for (port, vrf) in changes {
+            let Some(&i) = members
+                .iter()
+                .find(|&&i| switch_port(&self.devices[i]) == *port)
+            else {
+                return Err(format!("{switch} has no device port {port}"));
+            };
+            let d = &mut self.devices[i];
+            if frontend {
+                d.frontend_vrf = vrf.clone();
+            } else {
+                d.backend_vrf = match vrf.as_str() {
+                    MAINTENANCE_VRF => MAINTENANCE_VRF,
+                    TENANT_BACKEND_VRF => TENANT_BACKEND_VRF,
+                    other => return Err(format!("no back-end VRF {other}")),
+                };
+                self.activity.vrf_flips += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// NMX-M replaces partition `id`'s members at `site` (GPU ids
+    /// `GPU-<uuid>-<k>`): a device's GPUs in the repair partition are
+    /// counted; GPUs left out of the default partition are released.
+    pub fn set_partition(
+        &mut self,
+        site: &str,
+        id: u32,
+        members: &std::collections::BTreeSet<String>,
+    ) {
+        for d in self.devices.iter_mut().filter(|d| d.site == site) {
+            let listed = (0..GPUS_PER_DEVICE)
+                .filter(|k| members.contains(&format!("GPU-{}-{k}", d.uuid)))
+                .count() as u8;
+            if id == REPAIR_PARTITION_ID {
+                if listed != d.gpus_in_repair {
+                    self.activity.nvlink_moves += 1;
+                }
+                d.gpus_in_repair = listed;
+            } else if id == DEFAULT_PARTITION_ID {
+                d.gpus_released = listed == 0 && d.gpus_in_repair < GPUS_PER_DEVICE;
+            }
+        }
+        self.nmx_operations += 1;
     }
 
     /// One step of evolution: about `rate` of the fleet changes, and now
@@ -242,7 +318,7 @@ impl Scenario {
         }
     }
 
-    /// The front-end flips waiting for the simulated workflow.
+    /// The front-end flips waiting for the workflow service.
     pub fn flip_jobs(&self) -> Vec<FlipJob> {
         self.devices
             .iter()
@@ -250,8 +326,9 @@ impl Scenario {
             .collect()
     }
 
-    /// The workflow read the flip back and the hub recorded its latch:
-    /// custody moves (a handover enters `GOOGLE_OWNED`, a return is done).
+    /// The workflow service's flip job succeeded (the port moved on the
+    /// switch, was read back and its latch recorded): custody moves (a
+    /// handover enters `GOOGLE_OWNED`, a return is done).
     pub fn flip_recorded(&mut self, job: &FlipJob) {
         self.activity.latch_writes += 1;
         let Some(d) = self.devices.get_mut(job.index) else {
@@ -516,17 +593,23 @@ mod tests {
         d.lessee = CUSTOMER_PROJECT;
         assert!(handover_eligible(&d));
         assert_eq!(expected_fabric(&d, OK).0, Tri::False);
-        // A proper handover: the port is flipped, custody waits.
+        // A proper handover: a flip is asked for, custody waits.
         start_handover(&mut d, false, &mut a);
         let job = d.pending.clone().expect("a flip to verify");
-        assert_eq!(job.vrf, d.frontend_vrf);
         assert!(job.vrf.starts_with(CUSTOMER_VRF_PREFIX));
+        assert_eq!(
+            d.frontend_vrf, ISOLATE_VRF,
+            "the switch moves it, not the engine"
+        );
         assert_eq!(d.custody, None);
         assert_eq!(expected_status(&d, none), "available");
-        assert_eq!(expected_fabric(&d, OK).0, Tri::True);
         let mut s = Scenario::new(1, &["s1".into()], 1);
         s.devices[0] = d;
         assert_eq!(s.flip_jobs(), vec![job.clone()]);
+        // The workflow's revision applies on the leaf.
+        s.apply_vrfs(&job.switch, &[(job.port.clone(), job.vrf.clone())])
+            .unwrap();
+        assert_eq!(expected_fabric(&s.devices[0], OK).0, Tri::True);
         s.flip_recorded(&job);
         let d = &s.devices[0];
         assert_eq!(d.custody, Some(Custody::GoogleOwned));
@@ -542,11 +625,11 @@ mod tests {
             custody_step(&mut d, roll, &mut a);
         }
         assert_eq!(d.custody, Some(Custody::GoogleOwned));
-        // Served: a return flips back to isolate; still delegated (frozen).
+        // Served: a return asks for the isolate; still delegated (frozen).
         d.custody_served = true;
         custody_step(&mut d, 0, &mut a);
         assert_eq!(d.custody, Some(Custody::PartnerOwned));
-        assert_eq!(d.frontend_vrf, ISOLATE_VRF);
+        assert!(d.frontend_vrf.starts_with(CUSTOMER_VRF_PREFIX));
         assert_eq!(
             d.pending.as_ref().map(|j| j.latch),
             Some(FrontendLatch::IsolateFlipVerified)
@@ -569,6 +652,36 @@ mod tests {
         custody_step(&mut b, 9, &mut a);
         assert_eq!(b.custody, Some(Custody::Drained));
         assert_eq!(expected_status(&b, none), "drained");
+    }
+
+    #[test]
+    fn the_simulated_switches_and_nmx_m_take_writes() {
+        let mut s = Scenario::new(40, &["s1".into()], 5);
+        let d = s.devices[3].clone();
+        let (fe, be) = (frontend_switch(&d.rack), backend_switch(&d.rack));
+        s.apply_vrfs(&fe, &[(switch_port(&d), "cust-0003".into())])
+            .unwrap();
+        s.apply_vrfs(&be, &[(switch_port(&d), MAINTENANCE_VRF.into())])
+            .unwrap();
+        assert_eq!(s.devices[3].frontend_vrf, "cust-0003");
+        assert_eq!(s.devices[3].backend_vrf, MAINTENANCE_VRF);
+        assert!(s
+            .apply_vrfs(&be, &[(switch_port(&d), "nope".into())])
+            .is_err());
+        assert!(s.apply_vrfs(&fe, &[("swp99".into(), "x".into())]).is_err());
+        assert_eq!(s.by_name(&d.name).map(|x| x.index), Some(3));
+        // A move: out of default, then into repair.
+        let gpus = |d: &SimDevice| -> std::collections::BTreeSet<String> {
+            (0..GPUS_PER_DEVICE)
+                .map(|k| format!("GPU-{}-{k}", d.uuid))
+                .collect()
+        };
+        s.devices[3].gpus_in_repair = 0;
+        s.set_partition("s1", DEFAULT_PARTITION_ID, &Default::default());
+        assert!(s.devices[3].gpus_released);
+        s.set_partition("s1", REPAIR_PARTITION_ID, &gpus(&s.devices[3].clone()));
+        assert_eq!(s.devices[3].gpus_in_repair, GPUS_PER_DEVICE);
+        assert_eq!(expected_fabric(&s.devices[3], OK).2, Tri::True);
     }
 
     #[test]

@@ -14,9 +14,10 @@ pub(super) fn handover_eligible(d: &SimDevice) -> bool {
         && !d.delegated
 }
 
-/// A handover to the partner. A proper one flips the front-end port into
-/// the device's customer VRF on the switch and waits for the workflow to
-/// verify and record it; `breach` hands the device over with no flip.
+/// A handover to the partner. A proper one asks for the front-end port in
+/// the device's customer VRF and waits for the workflow service's flip to
+/// apply, verify and record it; `breach` hands the device over with no
+/// flip.
 pub(super) fn start_handover(d: &mut SimDevice, breach: bool, a: &mut Activity) {
     if d.delegated || d.drained {
         return;
@@ -28,14 +29,13 @@ pub(super) fn start_handover(d: &mut SimDevice, breach: bool, a: &mut Activity) 
         a.breaches += 1;
         return;
     }
-    d.frontend_vrf = format!("{CUSTOMER_VRF_PREFIX}{:04}", d.index % 10_000);
     d.pending = Some(FlipJob {
         index: d.index,
         site: d.site.clone(),
         name: d.name.clone(),
         switch: frontend_switch(&d.rack),
         port: switch_port(d),
-        vrf: d.frontend_vrf.clone(),
+        vrf: format!("{CUSTOMER_VRF_PREFIX}{:04}", d.index % 10_000),
         latch: FrontendLatch::CustomerVrfFlipVerified,
     });
 }
@@ -47,8 +47,8 @@ pub(super) fn enter_custody(d: &mut SimDevice) {
 }
 
 /// A device with the partner: it comes back (`PARTNER_OWNED`, the
-/// front-end flipped back to isolate and recorded) or is drained, but only
-/// after Borneo has reported the custody entry to the hub.
+/// front-end isolate asked for) or is drained, but only after Borneo has
+/// reported the custody entry to the hub.
 pub(super) fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
     if d.pending.is_some() {
         return;
@@ -58,7 +58,6 @@ pub(super) fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
             d.custody = Some(Custody::PartnerOwned);
             a.returns += 1;
             if d.frontend_latch == Some(FrontendLatch::CustomerVrfFlipVerified) {
-                d.frontend_vrf = ISOLATE_VRF.into();
                 d.pending = Some(FlipJob {
                     index: d.index,
                     site: d.site.clone(),

@@ -22,10 +22,23 @@
 //! revision repeats `ip.vrf` and the bridge membership for every release
 //! (the documented examples show the configuration revisions), so the
 //! revision read is configurable (`connectors.fabric.nvue_revision`).
-
-use std::collections::BTreeSet;
-
-use serde_json::{Map, Value};
+//!
+//! The write side ([`Nvue`]), NVUE's revision cycle:
+//! 1. `POST <switch>/nvue_v1/revision` answers `{"<rev>": {"state":
+//!    "pending", ...}}`: a new revision (its id holds `/`, so it is
+//!    percent-encoded wherever it goes in a URL);
+//! 2. `PATCH <switch>/nvue_v1/interface?rev=<rev>` with `{"<port>": {"ip":
+//!    {"vrf": "<vrf>"}}, ...}` stages every port of the switch at once (a
+//!    targeted patch of the interface collection; idempotent);
+//! 3. `PATCH <switch>/nvue_v1/revision/<rev>` with `{"state": "apply",
+//!    "auto-prompt": {"ays": "ays_yes"}}` applies it;
+//! 4. `GET <switch>/nvue_v1/revision/<rev>` until its `state` is `applied`
+//!    (or a failure: `apply_fail`, `ays_fail`, `invalid`); 404 when the
+//!    switch does not know it.
+//!
+//! The contract writes routed ports (`ip.vrf`); a port that reads back as
+//! a bridge access port is moved the same way, and a switch that refuses
+//! that makes the apply fail (the flip fails closed).
 
 pub const DEFAULT_VRF: &str = "default";
 
@@ -128,6 +141,138 @@ pub fn port_vrf(interfaces: &Map<String, Value>, port: &str) -> Result<String, U
     Ok(DEFAULT_VRF.to_string())
 }
 
+use std::collections::BTreeSet;
+
+use fleet_connector::paginate::join;
+use fleet_connector::{HttpClient, SourceError};
+use fleet_runtime::Credential;
+use reqwest::{RequestBuilder, Url};
+use serde_json::{Map, Value};
+
+/// A switch fabric's NVUE REST API: HTTP basic, one base URL per switch.
+#[derive(Clone)]
+pub struct Nvue {
+    pub http: HttpClient,
+    pub username: String,
+    pub password: Credential,
+    /// The configuration key of `password`, named in errors.
+    pub password_key: String,
+}
+
+/// `<switch>/nvue_v1/interface?rev=<rev>`.
+pub fn interfaces_url(base: &Url, rev: &str) -> Url {
+    let mut u = join(base, "nvue_v1/interface");
+    u.query_pairs_mut().append_pair("rev", rev);
+    u
+}
+
+/// `<switch>/nvue_v1/revision/<rev>`, the revision percent-encoded.
+pub fn revision_url(base: &Url, rev: &str) -> Url {
+    let mut u = join(base, "nvue_v1/revision");
+    if let Ok(mut segments) = u.path_segments_mut() {
+        segments.pop_if_empty().push(rev);
+    }
+    u
+}
+
+/// The revision a `POST /nvue_v1/revision` created: the one key of its
+/// answer.
+pub fn created_revision(body: &Value) -> Result<String, String> {
+    match body.as_object().map(|m| m.keys().collect::<Vec<_>>()) {
+        Some(keys) if keys.len() == 1 && !keys[0].trim().is_empty() => Ok(keys[0].clone()),
+        _ => Err("the answer is not an object keyed by one revision id".into()),
+    }
+}
+
+impl Nvue {
+    /// Sends what `build` makes with the switch's credentials.
+    async fn send(
+        &self,
+        url: &Url,
+        build: impl Fn(&reqwest::Client) -> RequestBuilder,
+    ) -> Result<reqwest::Response, SourceError> {
+        let password = crate::secret(&self.password, &self.password_key)?;
+        self.http
+            .send(url.as_str(), |c| {
+                build(c)
+                    .header("Accept", "application/json")
+                    .basic_auth(&self.username, password.as_deref())
+            })
+            .await
+    }
+
+    /// The switch's interfaces at `url` ([`interfaces_url`]).
+    pub async fn read(&self, url: &Url) -> Result<Map<String, Value>, SourceError> {
+        let resp = self.send(url, |c| c.get(url.clone())).await?;
+        let body: Value = self.http.decode(url.as_str(), resp).await?;
+        interfaces(body).map_err(|m| SourceError::malformed(url.as_str(), m))
+    }
+
+    /// The switch's interfaces in revision `rev` (`operational`,
+    /// `applied`, or a revision id).
+    pub async fn interfaces(
+        &self,
+        base: &Url,
+        rev: &str,
+    ) -> Result<Map<String, Value>, SourceError> {
+        self.read(&interfaces_url(base, rev)).await
+    }
+
+    /// A new revision on the switch.
+    pub async fn create_revision(&self, base: &Url) -> Result<String, SourceError> {
+        let url = join(base, "nvue_v1/revision");
+        let resp = self.send(&url, |c| c.post(url.clone())).await?;
+        let body: Value = self.http.decode(url.as_str(), resp).await?;
+        created_revision(&body).map_err(|m| SourceError::malformed(url.as_str(), m))
+    }
+
+    /// Stages `ports`' VRFs (`(port, vrf)`) in revision `rev`.
+    pub async fn stage_vrfs(
+        &self,
+        base: &Url,
+        rev: &str,
+        ports: &[(String, String)],
+    ) -> Result<(), SourceError> {
+        let url = interfaces_url(base, rev);
+        let body: Map<String, Value> = ports
+            .iter()
+            .map(|(p, vrf)| (p.clone(), serde_json::json!({"ip": {"vrf": vrf}})))
+            .collect();
+        let body = Value::Object(body);
+        self.send(&url, |c| c.patch(url.clone()).json(&body))
+            .await
+            .map(|_| ())
+    }
+
+    /// Asks the switch to apply revision `rev`, answering its prompts yes.
+    pub async fn apply(&self, base: &Url, rev: &str) -> Result<(), SourceError> {
+        let url = revision_url(base, rev);
+        let body = serde_json::json!({"state": "apply", "auto-prompt": {"ays": "ays_yes"}});
+        self.send(&url, |c| c.patch(url.clone()).json(&body))
+            .await
+            .map(|_| ())
+    }
+
+    /// Revision `rev`'s `state`; `None` when the switch does not know it.
+    pub async fn revision_state(
+        &self,
+        base: &Url,
+        rev: &str,
+    ) -> Result<Option<String>, SourceError> {
+        let url = revision_url(base, rev);
+        let resp = match self.send(&url, |c| c.get(url.clone())).await {
+            Ok(r) => r,
+            Err(SourceError::Status { status: 404, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let body: Value = self.http.decode(url.as_str(), resp).await?;
+        body.get("state")
+            .and_then(Value::as_str)
+            .map(|s| Some(s.to_string()))
+            .ok_or_else(|| SourceError::malformed(url.as_str(), "the revision has no state"))
+    }
+}
+
 /// The body of `GET /nvue_v1/interface`: an object of interfaces.
 pub fn interfaces(body: Value) -> Result<Map<String, Value>, String> {
     match body {
@@ -142,6 +287,23 @@ mod tests {
     use super::*;
 
     const LEAF01: &str = include_str!("../testdata/nvue-interface-leaf01.json");
+
+    #[test]
+    fn revision_urls_and_answers() {
+        let base = Url::parse("https://leaf01:8765/").unwrap();
+        assert_eq!(
+            revision_url(&base, "changeset/cumulus/2026-11-29_16.00.00_ABCD").as_str(),
+            "https://leaf01:8765/nvue_v1/revision/changeset%2Fcumulus%2F2026-11-29_16.00.00_ABCD"
+        );
+        assert_eq!(
+            interfaces_url(&base, "changeset/cumulus/x").as_str(),
+            "https://leaf01:8765/nvue_v1/interface?rev=changeset%2Fcumulus%2Fx"
+        );
+        let body = serde_json::json!({"changeset/cumulus/x": {"state": "pending", "transition": {"issue": {}, "progress": ""}}});
+        assert_eq!(created_revision(&body).unwrap(), "changeset/cumulus/x");
+        assert!(created_revision(&serde_json::json!({})).is_err());
+        assert!(created_revision(&serde_json::json!([])).is_err());
+    }
 
     #[test]
     fn each_way_a_port_joins_a_vrf() {
