@@ -24,7 +24,7 @@ use fleet_connector::paginate::base_url;
 use fleet_connector::PollConfig;
 use fleet_connector::{ConnectorMetrics, HttpClient, PollContext, Runtime, SourceError, Target};
 use fleet_domain::Source;
-use fleet_fabric::netbox::{netbox_auth, Netbox};
+use fleet_fabric::netbox::{AuthScheme, Netbox};
 use fleet_fabric::nmx::Nmx;
 use fleet_fabric::nvue::Nvue;
 use fleet_proto::v1;
@@ -259,7 +259,7 @@ pub(crate) fn site_targets(
             "configuration key connectors.fabric.nvue_revision {revision:?} is not operational or applied"
         );
         c.nvue_password.resolve("connectors.fabric.nvue_password")?;
-        netbox_auth(&c.netbox_auth_scheme, "").map_err(|e| {
+        let scheme = AuthScheme::parse(&c.netbox_auth_scheme).map_err(|e| {
             anyhow::anyhow!("configuration key connectors.fabric.netbox_auth_scheme: {e}")
         })?;
         if c.netbox_token.is_configured() {
@@ -280,7 +280,7 @@ pub(crate) fn site_targets(
             &netbox,
             c.netbox_token.clone(),
             "connectors.fabric.netbox_token",
-            &c.netbox_auth_scheme,
+            scheme,
         );
         netbox.page_size = c.netbox_page_size.clamp(1, 1000);
         netbox.max_pages = c.poll.max_pages;

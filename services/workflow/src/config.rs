@@ -72,7 +72,8 @@ pub struct Config {
     pub sites: BTreeMap<String, SiteConfig>,
 }
 
-/// `workflow.netbox`.
+/// `workflow.netbox`: the NetBox a customer hand-back re-reads and whose
+/// cables map a device to its switch ports.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetboxConfig {
@@ -94,31 +95,15 @@ impl Default for NetboxConfig {
     }
 }
 
-/// `workflow.fabric`: the same keys as `connectors.fabric`'s.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `workflow.fabric`: the switches' NVUE credentials (NetBox, whose
+/// cables map a device to its switch ports, is `workflow.netbox`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FabricConfig {
-    /// NetBox, whose cables map a device to its switch ports.
-    pub netbox_url: String,
-    pub netbox_token: Credential,
-    /// `auto`, `token` or `bearer`.
-    pub netbox_auth_scheme: String,
     /// HTTP basic credentials of the switches' NVUE REST API (a user that
     /// may create and apply revisions).
     pub nvue_username: String,
     pub nvue_password: Credential,
-}
-
-impl Default for FabricConfig {
-    fn default() -> Self {
-        FabricConfig {
-            netbox_url: String::new(),
-            netbox_token: Credential::default(),
-            netbox_auth_scheme: "auto".into(),
-            nvue_username: String::new(),
-            nvue_password: Credential::default(),
-        }
-    }
 }
 
 /// `workflow.storm_guard`.

@@ -9,7 +9,7 @@ use fleet_connector::paginate::base_url;
 use fleet_connector::{HttpClient, SourceError};
 use fleet_domain::fabric_flip::Plane;
 use fleet_domain::failure::FailureCode;
-use fleet_fabric::netbox::{netbox_auth, Netbox};
+use fleet_fabric::netbox::{AuthScheme, Netbox};
 use fleet_fabric::nmx::Nmx;
 use fleet_fabric::nvue::Nvue;
 use reqwest::Url;
@@ -58,9 +58,10 @@ impl FabricSite {
         }
         let netbox = if has_switches {
             let g = &c.fabric;
+            let n = &c.netbox;
             anyhow::ensure!(
-                !g.netbox_url.trim().is_empty(),
-                "configuration key workflow.fabric.netbox_url is required with {key}'s switches"
+                !n.url.trim().is_empty(),
+                "configuration key workflow.netbox.url is required with {key}'s switches"
             );
             anyhow::ensure!(
                 !f.netbox_site.trim().is_empty(),
@@ -71,19 +72,19 @@ impl FabricSite {
                 "configuration keys workflow.fabric.nvue_username and nvue_password are required with {key}'s switches"
             );
             g.nvue_password.resolve("workflow.fabric.nvue_password")?;
-            netbox_auth(&g.netbox_auth_scheme, "").map_err(|e| {
-                anyhow::anyhow!("configuration key workflow.fabric.netbox_auth_scheme: {e}")
+            let scheme = AuthScheme::parse(&n.auth_scheme).map_err(|e| {
+                anyhow::anyhow!("configuration key workflow.netbox.auth_scheme: {e}")
             })?;
-            if g.netbox_token.is_configured() {
-                g.netbox_token.resolve("workflow.fabric.netbox_token")?;
+            if n.token.is_configured() {
+                n.token.resolve("workflow.netbox.token")?;
             }
-            let base = base_url("workflow.fabric.netbox_url", &g.netbox_url)?;
+            let base = base_url("workflow.netbox.url", &n.url)?;
             Some(Netbox::new(
                 http.clone(),
                 &base,
-                g.netbox_token.clone(),
-                "workflow.fabric.netbox_token",
-                &g.netbox_auth_scheme,
+                n.token.clone(),
+                "workflow.netbox.token",
+                scheme,
             ))
         } else {
             None

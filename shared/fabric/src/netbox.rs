@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 
 use fleet_connector::paginate::{collect_pages, join};
 use fleet_connector::{HttpClient, SourceError};
+pub use fleet_netbox::AuthScheme;
 use fleet_runtime::Credential;
 use reqwest::Url;
 use serde::Deserialize;
@@ -160,22 +161,6 @@ pub fn device_port_links(
     out.into_iter().collect()
 }
 
-/// `Authorization` for a NetBox token: `Bearer` for v2 (`nbt_`) tokens or
-/// when configured, `Token` otherwise.
-pub fn netbox_auth(scheme: &str, token: &str) -> Result<String, String> {
-    let bearer = match scheme.trim().to_ascii_lowercase().as_str() {
-        "" | "auto" => token.starts_with("nbt_"),
-        "token" => false,
-        "bearer" => true,
-        other => return Err(format!("{other:?} is not auto, token or bearer")),
-    };
-    Ok(if bearer {
-        format!("Bearer {token}")
-    } else {
-        format!("Token {token}")
-    })
-}
-
 /// A NetBox whose cables map switch ports to devices.
 #[derive(Clone)]
 pub struct Netbox {
@@ -185,8 +170,7 @@ pub struct Netbox {
     pub token: Credential,
     /// The configuration key of `token`, named in errors.
     pub token_key: String,
-    /// `auto`, `token` or `bearer`.
-    pub scheme: String,
+    pub scheme: AuthScheme,
     pub page_size: u32,
     pub max_pages: u32,
 }
@@ -198,24 +182,21 @@ impl Netbox {
         base: &Url,
         token: Credential,
         token_key: &str,
-        scheme: &str,
+        scheme: AuthScheme,
     ) -> Self {
         Netbox {
             http,
             interfaces_url: join(base, "api/dcim/interfaces/"),
             token,
             token_key: token_key.to_string(),
-            scheme: scheme.to_string(),
+            scheme,
             page_size: 1000,
             max_pages: 1000,
         }
     }
 
     fn auth(&self) -> Result<Option<String>, SourceError> {
-        crate::secret(&self.token, &self.token_key)?
-            .map(|t| netbox_auth(&self.scheme, &t))
-            .transpose()
-            .map_err(|e| SourceError::Config(format!("NetBox auth_scheme: {e}")))
+        Ok(crate::secret(&self.token, &self.token_key)?.map(|t| self.scheme.header(&t)))
     }
 
     /// The cabled interfaces of `devices` at `site` (`next` followed).
@@ -356,14 +337,6 @@ mod tests {
             device_port_links(&page.results, "gpu-a1-01", &back),
             vec![link("be01", "swp7", "gpu-a1-01", "ens1f0")]
         );
-    }
-
-    #[test]
-    fn netbox_auth_schemes() {
-        assert_eq!(netbox_auth("auto", "nbt_k.s").unwrap(), "Bearer nbt_k.s");
-        assert_eq!(netbox_auth("", "0123").unwrap(), "Token 0123");
-        assert_eq!(netbox_auth("bearer", "0123").unwrap(), "Bearer 0123");
-        assert!(netbox_auth("basic", "x").is_err());
     }
 
     #[test]

@@ -59,7 +59,27 @@ impl RealIronic {
         }
     }
 
+    /// One request; a node locked by its conductor (409 `NodeLocked`, as
+    /// right after a transition or during a power sync) is tried again for
+    /// up to 10 s, as a client of Ironic would.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (s, v) = self.call_once(method.clone(), path, body.clone()).await;
+            let locked = s == 409 && v.to_string().contains("locked");
+            if !locked || tokio::time::Instant::now() > deadline {
+                return (s, v);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn call_once(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut r = self
             .http
             .request(method, format!("{}/v1{path}", self.url))

@@ -171,9 +171,9 @@ pub(crate) fn wire_connectors(
     // The workflow service flips the same simulated switches and moves the
     // same NMX-M's partitions (the handover's front-end flips are its jobs).
     let wf = &mut config.workflow;
-    wf.fabric.netbox_url = e.netbox.clone();
-    wf.fabric.netbox_token = config.connectors.fabric.netbox_token.clone();
-    wf.fabric.netbox_auth_scheme = "token".into();
+    wf.netbox.url = e.netbox.clone();
+    wf.netbox.token = config.connectors.fabric.netbox_token.clone();
+    wf.netbox.auth_scheme = "token".into();
     wf.fabric.nvue_username = fabric::NVUE_USER.into();
     wf.fabric.nvue_password = config.connectors.fabric.nvue_password.clone();
     // Flips are waited on every quarter second and retried quickly: the

@@ -415,9 +415,9 @@ pub fn fabric_config(
     netbox: &FakeNetbox,
     site: fleet_workflow::SiteFabricConfig,
 ) {
-    c.fabric.netbox_url = netbox.url.clone();
-    c.fabric.netbox_auth_scheme = "token".into();
-    c.fabric.netbox_token.value = fleet_runtime::config::Secret::new("netbox-token");
+    c.netbox.url = netbox.url.clone();
+    c.netbox.auth_scheme = "token".into();
+    c.netbox.token.value = fleet_runtime::config::Secret::new("netbox-token");
     c.fabric.nvue_username = "fleet-rw".into();
     c.fabric.nvue_password.value = fleet_runtime::config::Secret::new("nvue-password");
     c.sites.insert(
