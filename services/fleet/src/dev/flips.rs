@@ -43,7 +43,8 @@ pub struct Flips {
     pub paused: Arc<AtomicBool>,
     /// The scenario is held (its evolution, handovers included).
     pub held: Arc<AtomicBool>,
-    /// True while a round is in progress (a pause waits for it).
+    /// True while a round is in progress or a flip job is in flight (a
+    /// pause waits for both).
     pub busy: Arc<AtomicBool>,
 }
 
@@ -55,11 +56,16 @@ impl Flips {
         loop {
             every.tick().await;
             self.busy.store(true, Ordering::SeqCst);
-            if !self.paused.load(Ordering::SeqCst) && !self.held.load(Ordering::SeqCst) {
-                self.settle(&mut in_flight).await;
+            // Jobs in flight are always settled: their switch writes and
+            // latches are happening whatever the scenario does, and the
+            // ground truth must record them. Only new flips stop.
+            self.settle(&mut in_flight).await;
+            let stopped = self.paused.load(Ordering::SeqCst) || self.held.load(Ordering::SeqCst);
+            if !stopped {
                 self.round(&mut in_flight).await;
             }
-            self.busy.store(false, Ordering::SeqCst);
+            // A pause waits until no flip is in flight.
+            self.busy.store(!in_flight.is_empty(), Ordering::SeqCst);
         }
     }
 

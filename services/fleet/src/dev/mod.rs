@@ -583,12 +583,13 @@ impl DevMesh {
         })
     }
 
-    /// Stops the scenario engine's evolution and the handover flips
-    /// (waiting for a round in progress) and ends any outage, so the ground
-    /// truth holds still; `resume` lets it go on.
+    /// Stops the scenario engine's evolution and new handover flips
+    /// (waiting for a round in progress and the flip jobs in flight, up to
+    /// a minute) and ends any outage, so the ground truth holds still;
+    /// `resume` lets it go on.
     pub async fn pause(&self) {
         self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while (self.busy.load(std::sync::atomic::Ordering::SeqCst)
             || self.agents_busy.load(std::sync::atomic::Ordering::SeqCst) > 0)
             && tokio::time::Instant::now() < deadline
