@@ -28,6 +28,9 @@ pub struct Site {
     /// Every device created at the site is inventory-only; fixed at create.
     pub inventory_only: bool,
     pub placement_enabled: bool,
+    /// The back-end VRF flips write this site's switches; otherwise every
+    /// back-end switch is simulated (nothing written, no latch recorded).
+    pub backend_vrf_flip_allowed: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -101,6 +104,7 @@ fn site_of(s: v1::Site) -> ApiResult<Site> {
         name: s.name,
         inventory_only: s.inventory_only,
         placement_enabled: s.placement_enabled,
+        backend_vrf_flip_allowed: s.backend_vrf_flip_allowed,
     })
 }
 
@@ -190,7 +194,7 @@ impl HasId for PoolRow {
 }
 
 const SITES: &str =
-    "SELECT id, name, inventory_only, placement_enabled, created_at FROM sites WHERE true";
+    "SELECT id, name, inventory_only, placement_enabled, backend_vrf_flip_allowed, created_at FROM sites WHERE true";
 const TENANTS: &str = "SELECT id, name, created_at FROM tenants WHERE true";
 const POOLS: &str = "SELECT * FROM (SELECT p.id, p.site_id, p.kind, p.owner_tenant_id, h.gpu_count, h.gpu_model, p.created_at \
      FROM pools p LEFT JOIN pool_hardware_profiles h ON h.pool_id = p.id) p WHERE true";
@@ -215,6 +219,10 @@ pub struct CreateSiteBody {
     pub inventory_only: bool,
     #[serde(default = "yes")]
     pub placement_enabled: bool,
+    /// The back-end VRF flips may write the site's switches (default
+    /// false: they are simulated).
+    #[serde(default)]
+    pub backend_vrf_flip_allowed: bool,
 }
 
 fn yes() -> bool {
@@ -226,6 +234,7 @@ fn yes() -> bool {
 pub struct UpdateSiteBody {
     pub name: Option<String>,
     pub placement_enabled: Option<bool>,
+    pub backend_vrf_flip_allowed: Option<bool>,
     /// Refused: immutable after create.
     #[schema(ignore)]
     pub inventory_only: Option<serde_json::Value>,
@@ -266,6 +275,7 @@ pub async fn create_site(
         name: b.name,
         inventory_only: b.inventory_only,
         placement_enabled: b.placement_enabled,
+        backend_vrf_flip_allowed: b.backend_vrf_flip_allowed,
         ..Default::default()
     });
     let s = command(&app, &caller, c)
@@ -294,7 +304,7 @@ pub async fn update_site(
         id,
         name: b.name,
         placement_enabled: b.placement_enabled,
-        ..Default::default()
+        backend_vrf_flip_allowed: b.backend_vrf_flip_allowed,
     });
     let s = command(&app, &caller, c)
         .await?

@@ -32,6 +32,9 @@ pub enum SitesCommand {
         /// Placement (the customer-ready trait) is not managed at this site.
         #[arg(long)]
         no_placement: bool,
+        /// The back-end VRF flips may write this site's switches (otherwise they are simulated).
+        #[arg(long)]
+        backend_vrf_flip_allowed: bool,
     },
     /// Rename a site or turn its Placement management on or off.
     Update {
@@ -43,6 +46,9 @@ pub enum SitesCommand {
         /// Whether the workflow service manages the customer-ready trait in Placement here.
         #[arg(long)]
         placement_enabled: Option<bool>,
+        /// Whether the back-end VRF flips may write this site's switches.
+        #[arg(long)]
+        backend_vrf_flip_allowed: Option<bool>,
     },
     /// Delete a site nothing refers to.
     Delete {
@@ -165,10 +171,18 @@ fn site_row(s: &Site) -> Vec<String> {
         s.name.clone(),
         s.inventory_only.to_string(),
         s.placement_enabled.to_string(),
+        s.backend_vrf_flip_allowed.to_string(),
         s.created_at.to_rfc3339(),
     ]
 }
-const SITE_HEADER: &[&str] = &["ID", "NAME", "INVENTORY-ONLY", "PLACEMENT", "CREATED"];
+const SITE_HEADER: &[&str] = &[
+    "ID",
+    "NAME",
+    "INVENTORY-ONLY",
+    "PLACEMENT",
+    "BACKEND-FLIPS",
+    "CREATED",
+];
 
 fn tenant_row(t: &Tenant) -> Vec<String> {
     vec![t.id.clone(), t.name.clone(), t.created_at.to_rfc3339()]
@@ -205,17 +219,20 @@ pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
             return print(t.output, &items, site_row, SITE_HEADER);
         }
         SitesCommand::Show { id } => api.get(&format!("/api/v1/sites/{id}/"), &[]).await?,
-        SitesCommand::Create { id, name, inventory_only, no_placement } => {
-            api.post("/api/v1/sites/", json!({"id": id, "name": name, "inventory_only": inventory_only, "placement_enabled": !no_placement}))
+        SitesCommand::Create { id, name, inventory_only, no_placement, backend_vrf_flip_allowed } => {
+            api.post("/api/v1/sites/", json!({"id": id, "name": name, "inventory_only": inventory_only, "placement_enabled": !no_placement, "backend_vrf_flip_allowed": backend_vrf_flip_allowed}))
                 .await?
         }
-        SitesCommand::Update { id, name, placement_enabled } => {
+        SitesCommand::Update { id, name, placement_enabled, backend_vrf_flip_allowed } => {
             let mut body = json!({});
             if let Some(n) = name {
                 body["name"] = json!(n);
             }
             if let Some(p) = placement_enabled {
                 body["placement_enabled"] = json!(p);
+            }
+            if let Some(b) = backend_vrf_flip_allowed {
+                body["backend_vrf_flip_allowed"] = json!(b);
             }
             api.patch(&format!("/api/v1/sites/{id}/"), body).await?
         }

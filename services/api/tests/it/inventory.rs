@@ -35,9 +35,10 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     assert_eq!(
         (
             s["inventory_only"].as_bool(),
-            s["placement_enabled"].as_bool()
+            s["placement_enabled"].as_bool(),
+            s["backend_vrf_flip_allowed"].as_bool()
         ),
-        (Some(true), Some(true))
+        (Some(true), Some(true), Some(false))
     );
     let r = post(
         addr,
@@ -87,7 +88,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         "PATCH",
         "/api/v1/sites/dc9/",
         &admin,
-        json!({"name": "Site Nine", "placement_enabled": false}),
+        json!({"name": "Site Nine", "placement_enabled": false, "backend_vrf_flip_allowed": true}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -96,9 +97,10 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         (
             s["name"].as_str(),
             s["inventory_only"].as_bool(),
-            s["placement_enabled"].as_bool()
+            s["placement_enabled"].as_bool(),
+            s["backend_vrf_flip_allowed"].as_bool()
         ),
-        (Some("Site Nine"), Some(true), Some(false))
+        (Some("Site Nine"), Some(true), Some(false), Some(true))
     );
     let r = send(
         addr,
