@@ -191,7 +191,9 @@ impl Workflow {
         if trips.is_empty() {
             self.queue(&mut tx, Phase::Cordon, &event_id, &ids).await?;
         } else {
-            store::hold(&mut tx, &event_id).await.map_err(db)?;
+            crate::storm::hold(&mut tx, crate::storm::Held::ImpairmentEvent, &event_id)
+                .await
+                .map_err(db)?;
         }
         tx.commit().await.map_err(db)?;
         self.wake_relay();
@@ -262,7 +264,9 @@ impl Workflow {
         storm::admit(&mut tx, Work::Impairment, id, &candidates)
             .await
             .map_err(db)?;
-        store::confirm(&mut tx, id, by, reason).await.map_err(db)?;
+        crate::storm::confirm(&mut tx, crate::storm::Held::ImpairmentEvent, id, by, reason)
+            .await
+            .map_err(db)?;
         self.queue(&mut tx, Phase::Cordon, id, &ids).await?;
         tx.commit().await.map_err(db)?;
         self.wake_relay();

@@ -112,15 +112,6 @@ pub(crate) async fn lock_event(
     .await
 }
 
-/// The storm guard holds the event until an operator confirms it.
-pub(crate) async fn hold(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE impairment_events SET awaiting_confirmation = true WHERE id = $1")
-        .bind(id)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
 /// The event locked for a confirmation: `(status, awaiting_confirmation,
 /// confirmed)`.
 pub(crate) async fn lock_for_confirm(
@@ -134,24 +125,6 @@ pub(crate) async fn lock_for_confirm(
     .bind(id)
     .fetch_optional(&mut **tx)
     .await
-}
-
-pub(crate) async fn confirm(
-    tx: &mut Transaction<'_, Postgres>,
-    id: &str,
-    by: &str,
-    reason: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE impairment_events SET awaiting_confirmation = false, confirmed_by = $2, \
-         confirmed_at = now(), confirm_reason = $3, updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(by)
-    .bind(reason)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 /// The event's device ids.

@@ -292,7 +292,9 @@ impl Workflow {
             _ => false,
         };
         if held {
-            store::hold(&mut tx, &job_id).await.map_err(db)?;
+            crate::storm::hold(&mut tx, crate::storm::Held::Job, &job_id)
+                .await
+                .map_err(db)?;
         } else {
             self.queue_job(&mut tx, kind, &job_id, &ids).await?;
         }
@@ -372,7 +374,9 @@ impl Workflow {
         storm::admit(&mut tx, Work::Job, id, &candidates)
             .await
             .map_err(db)?;
-        store::confirm(&mut tx, id, by, reason).await.map_err(db)?;
+        crate::storm::confirm(&mut tx, crate::storm::Held::Job, id, by, reason)
+            .await
+            .map_err(db)?;
         self.queue_job(&mut tx, kind, id, &ids).await?;
         tx.commit().await.map_err(db)?;
         self.wake_relay();

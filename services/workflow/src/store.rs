@@ -413,15 +413,6 @@ pub(crate) async fn finish(
     tx.commit().await
 }
 
-/// The storm guard holds the job until an operator confirms it.
-pub(crate) async fn hold(tx: &mut Transaction<'_, Postgres>, id: &str) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE jobs SET awaiting_confirmation = true WHERE id = $1")
-        .bind(id)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
 /// The job locked for a confirmation: `(cancel_requested,
 /// awaiting_confirmation, confirmed)`.
 pub(crate) async fn lock_for_confirm(
@@ -435,24 +426,6 @@ pub(crate) async fn lock_for_confirm(
     .bind(id)
     .fetch_optional(&mut **tx)
     .await
-}
-
-pub(crate) async fn confirm(
-    tx: &mut Transaction<'_, Postgres>,
-    id: &str,
-    by: &str,
-    reason: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE jobs SET awaiting_confirmation = false, confirmed_by = $2, confirmed_at = now(), \
-         confirm_reason = $3, updated_at = now() WHERE id = $1",
-    )
-    .bind(id)
-    .bind(by)
-    .bind(reason)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }
 
 /// The job's device ids.

@@ -218,3 +218,56 @@ impl TripRow {
         }
     }
 }
+
+/// What the storm guard holds: a job, or an impairment event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    Job,
+    ImpairmentEvent,
+}
+
+impl Held {
+    fn table(self) -> &'static str {
+        match self {
+            Held::Job => "jobs",
+            Held::ImpairmentEvent => "impairment_events",
+        }
+    }
+}
+
+/// The storm guard holds the work until an operator confirms it.
+pub(crate) async fn hold(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    held: Held,
+    id: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE {} SET awaiting_confirmation = true WHERE id = $1",
+        held.table()
+    ))
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// An operator's confirmation of held work, recorded with who and why.
+pub(crate) async fn confirm(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    held: Held,
+    id: &str,
+    by: &str,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE {} SET awaiting_confirmation = false, confirmed_by = $2, confirmed_at = now(), \
+         confirm_reason = $3, updated_at = now() WHERE id = $1",
+        held.table()
+    ))
+    .bind(id)
+    .bind(by)
+    .bind(reason)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
