@@ -60,13 +60,14 @@ impl RealIronic {
     }
 
     /// One request; a node locked by its conductor (409 `NodeLocked`, as
-    /// right after a transition or during a power sync) is tried again for
-    /// up to 10 s, as a client of Ironic would.
+    /// right after a transition or during a power sync) or the peer's SQLite
+    /// busy (500 "database is locked", under parallel tests) is tried again
+    /// for up to 10 s, as a client of Ironic would.
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let (s, v) = self.call_once(method.clone(), path, body.clone()).await;
-            let locked = s == 409 && v.to_string().contains("locked");
+            let locked = (s == 409 || s == 500) && v.to_string().contains("locked");
             if !locked || tokio::time::Instant::now() > deadline {
                 return (s, v);
             }
