@@ -191,12 +191,24 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
         .unwrap()
         .len();
     assert!(in_pool > 0, "no device in {pool}");
-    let capacity = eventually("the placer's capacity of the dev pool", || async {
-        api.get(&format!("/api/v1/pools/{pool}/capacity"), &[])
+    let last = std::sync::Mutex::new(String::new());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let capacity = loop {
+        match api
+            .get(&format!("/api/v1/pools/{pool}/capacity"), &[])
             .await
-            .ok()
-    })
-    .await;
+        {
+            Ok(c) => break c,
+            Err(e) => *last.lock().unwrap() = format!("{e:#}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the placer's capacity of {pool}: {} (a service ended: {:?})",
+            last.lock().unwrap(),
+            mesh.finished_tasks()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(capacity.is_object(), "{capacity}");
 
     // Health from the simulated Prometheus through connector-health.
@@ -558,4 +570,169 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
     while let Some(Ok(name)) = futures::StreamExt::next(&mut names).await {
         assert!(!name.starts_with(&prefix), "stream {name} left behind");
     }
+}
+
+/// Issue 16 item 7: jobs run against `fleet dev`'s simulated Ironic and the
+/// ground truth follows them. On a site without Placement an idle node is
+/// imaged (bound to the site's image, `active`), unimaged (`available`,
+/// unbound) and enrolled (managed, inspected, provided, the proof through
+/// the hub); a Placement site refuses Image (`backend_not_run`, the Nova arm
+/// is not built); at the end every device matches the scenario again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
+    let env = TestEnv::new().await;
+    let mut opts = DevOptions::new(100);
+    opts.isolate = false;
+    opts.sites = 2;
+    opts.standalone_sites = 1;
+    opts.consumers = false;
+    opts.agents = 0;
+    opts.held = true;
+    opts.tick = Duration::from_millis(500);
+    opts.resync_secs = 1.0;
+    let mesh = DevMesh::start(crate::support::fleet_config(&env), opts)
+        .await
+        .expect("the dev mesh starts");
+    let converged = |what: &'static str| {
+        let mesh = &mesh;
+        eventually_within(
+            what,
+            Duration::from_secs(60),
+            Duration::from_millis(300),
+            move || async move {
+                let a = mesh.agreement().await.ok()?;
+                a.converged().then_some(a)
+            },
+        )
+    };
+    converged("every device derived as the scenario has it").await;
+
+    // An idle node of the standalone site s2, and a device of s1.
+    let (name, uuid) = {
+        let s = mesh.scenario.lock().unwrap();
+        let d = s
+            .devices
+            .iter()
+            .find(|d| {
+                d.site == "s2"
+                    && d.provision_state == "available"
+                    && d.instance_uuid.is_none()
+                    && d.maintenance.is_none()
+                    && d.custody.is_none()
+                    && d.pending.is_none()
+            })
+            .expect("an idle node at s2");
+        (d.name.clone(), d.uuid.clone())
+    };
+    let id_of = |name: String| {
+        let pool = env.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT id FROM devices WHERE name = $1")
+                .bind(name)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let id = id_of(name.clone()).await;
+    let at_s1 = {
+        let s = mesh.scenario.lock().unwrap();
+        s.devices
+            .iter()
+            .find(|d| d.site == "s1")
+            .unwrap()
+            .name
+            .clone()
+    };
+    let at_s1 = id_of(at_s1).await;
+    let node = |mesh: &DevMesh| {
+        let s = mesh.scenario.lock().unwrap();
+        s.devices.iter().find(|d| d.uuid == uuid).unwrap().clone()
+    };
+
+    let client = workflow_client(&env);
+    let run = |workflow: &'static str, device: String| {
+        let client = client.clone();
+        let env = &env;
+        async move {
+            let job = eventually("the workflow service takes the job", || async {
+                client
+                    .create_job(&v1::CreateJobRequest {
+                        workflow: workflow.into(),
+                        device_ids: vec![device.clone()],
+                        created_by: "dev-jobs-test".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| eprintln!("{workflow}: {e:?}"))
+                    .ok()
+            })
+            .await;
+            let done = job_terminal(env, &job.id, Duration::from_secs(60)).await;
+            assert_eq!(done.status, "succeeded", "{workflow}: {done:#?}");
+        }
+    };
+
+    // A Placement site: Image is refused at admission, nothing written.
+    let refused = client
+        .create_job(&v1::CreateJobRequest {
+            workflow: "image_node".into(),
+            device_ids: vec![at_s1.clone()],
+            created_by: "dev-jobs-test".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("Image at a Placement site");
+    let fleet_workflow_client::WorkflowError::Ineligible { refusals, .. } = &refused else {
+        panic!("Image at a Placement site refused by eligibility: {refused:?}");
+    };
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r.device_id == at_s1 && r.refusal == "backend_not_run"),
+        "{refusals:?}"
+    );
+
+    run("image_node", id.clone()).await;
+    let n = node(&mesh);
+    assert_eq!(n.provision_state, "active");
+    assert!(n.operated, "the scenario leaves a node its jobs wrote to");
+    let bound = n
+        .instance_uuid
+        .clone()
+        .expect("bound to the run's instance");
+    assert!(
+        n.instance_info.as_ref().unwrap()["image_source"]
+            .as_str()
+            .is_some_and(|s| s.ends_with(".qcow2")),
+        "{:?}",
+        n.instance_info
+    );
+    converged("the imaged node derived as the scenario has it").await;
+
+    run("unimage_node", id.clone()).await;
+    let n = node(&mesh);
+    assert_eq!(n.provision_state, "available");
+    assert_eq!(n.instance_uuid, None, "unbound (was {bound})");
+
+    run("enrollment", id.clone()).await;
+    let n = node(&mesh);
+    assert_eq!(n.provision_state, "available");
+    assert!(n.inspection_finished_at.is_some(), "inspected by the run");
+    let proof: Option<String> =
+        sqlx::query_scalar("SELECT enrollment_validated_ref FROM devices WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        proof.as_deref(),
+        Some(uuid.as_str()),
+        "the proof, bound to the node"
+    );
+    converged("every device derived as the scenario has it after the jobs").await;
+
+    let report = mesh.shutdown().await;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    env.cleanup().await;
 }

@@ -66,6 +66,11 @@ pub struct DevArgs {
     /// without it.
     #[arg(long)]
     pub hub_threads: Option<usize>,
+    /// The last N sites run without Placement (customer-ready is the Ironic
+    /// node's own trait), where the workflow service's Image Node and
+    /// Unimage Node run against the simulated Ironic.
+    #[arg(long, default_value_t = 0)]
+    pub standalone_sites: usize,
 }
 
 /// CPU seconds (user + system) this process and the hub's threads
@@ -157,6 +162,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     opts.held = true;
     opts.consumers = !args.no_consumers;
     opts.hub_threads = args.hub_threads;
+    opts.standalone_sites = args.standalone_sites.min(opts.sites);
     opts.agents = if args.no_agents {
         0
     } else {

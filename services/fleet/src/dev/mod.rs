@@ -11,6 +11,7 @@ pub mod engine;
 pub mod fabric;
 pub mod flips;
 pub mod infra;
+pub mod ironic;
 pub mod partner;
 pub mod servers;
 pub mod status;
@@ -62,6 +63,11 @@ pub struct DevOptions {
     /// for the OS to schedule one of them); docs/dev-harness.md has the
     /// figures.
     pub hub_threads: Option<usize>,
+    /// The last this many sites run without Placement: customer-ready is
+    /// the Ironic node's own trait there, and the workflow service images
+    /// and unimages their nodes (Ironic-direct; a Placement site needs the
+    /// Nova arm this build does not have).
+    pub standalone_sites: usize,
 }
 
 impl DevOptions {
@@ -78,6 +84,7 @@ impl DevOptions {
             seed: 20261129,
             held: false,
             hub_threads: None,
+            standalone_sites: 0,
         }
     }
 }
@@ -177,9 +184,13 @@ impl DevMesh {
 /// The pool of a simulated site.
 /// The sites, the dev tenant and each site's pool (8 x H100), the way an
 /// operator sets them up before devices arrive: hub inventory commands (the
-/// dev harness writes no inventory table itself). A row that exists is left
-/// as it is.
-async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Result<()> {
+/// dev harness writes no inventory table itself). A tenant or pool that
+/// exists is left as it is; a site that exists gets the scenario's flags.
+async fn set_up_inventory(
+    config: &FleetConfig,
+    sites: &[String],
+    standalone: &[String],
+) -> anyhow::Result<()> {
     use fleet_proto::v1;
     use v1::hub_command::Command as C;
     let nats = fleet_bus::connect(&config.nats, "fleet-dev-inventory")
@@ -200,7 +211,7 @@ async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Res
             id: s.clone(),
             name: format!("simulated site {s}"),
             inventory_only: false,
-            placement_enabled: true,
+            placement_enabled: !standalone.contains(s),
             // The simulated back-end switches take real flips.
             backend_vrf_flip_allowed: true,
             created_at: None,
@@ -219,15 +230,34 @@ async fn set_up_inventory(config: &FleetConfig, sites: &[String]) -> anyhow::Res
     }
     for c in commands {
         let verb = fleet_hub_client::verb(&c);
+        // connector-netbox creates the sites it polls (with Placement and
+        // no back-end flips) and may get there first: a site that exists
+        // is given the flags the scenario runs with.
+        let on_conflict = match &c {
+            C::CreateSite(site) => Some(C::UpdateSite(v1::UpdateSite {
+                id: site.id.clone(),
+                name: None,
+                placement_enabled: Some(site.placement_enabled),
+                backend_vrf_flip_allowed: Some(site.backend_vrf_flip_allowed),
+            })),
+            _ => None,
+        };
+        let refused = |verb: &str, e: fleet_hub_client::HubCallError| {
+            anyhow::anyhow!("setting up the dev inventory ({verb}): {e}")
+        };
         match hub.call("fleet-dev", 0, c).await {
             Ok(_) => {}
             Err(fleet_hub_client::HubCallError::Refused { code, .. })
-                if code == fleet_proto::ErrorCode::Conflict => {}
-            Err(e) => {
-                return Err(anyhow::anyhow!(
-                    "setting up the dev inventory ({verb}): {e}"
-                ))
+                if code == fleet_proto::ErrorCode::Conflict =>
+            {
+                if let Some(update) = on_conflict {
+                    let verb = fleet_hub_client::verb(&update);
+                    hub.call("fleet-dev", 0, update)
+                        .await
+                        .map_err(|e| refused(verb, e))?;
+                }
             }
+            Err(e) => return Err(refused(verb, e)),
         }
     }
     Ok(())
@@ -353,6 +383,12 @@ impl DevMesh {
             .context("migrating the dev database")?;
 
         let sites: Vec<String> = (1..=opts.sites.max(1)).map(|i| format!("s{i}")).collect();
+        let standalone: Vec<String> = sites
+            .iter()
+            .rev()
+            .take(opts.standalone_sites)
+            .cloned()
+            .collect();
         let (_id, token) = fleet_api::create_token(&pool, fleet_api::Scope::ALL, "fleet dev")
             .await
             .context("creating the dev API token")?;
@@ -374,6 +410,7 @@ impl DevMesh {
             config,
             &endpoints,
             &sites,
+            &standalone,
             &racks,
             opts.resync_secs,
             fabric_resync,
@@ -461,7 +498,7 @@ impl DevMesh {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if let Err(e) = set_up_inventory(config, &sites).await {
+        if let Err(e) = set_up_inventory(config, &sites, &standalone).await {
             for t in &tasks {
                 t.trigger.trigger();
             }
@@ -634,6 +671,16 @@ impl DevMesh {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .connectivity_truth()
+    }
+
+    /// The services that ended on their own so far (an error or an early
+    /// return), without taking them from the mesh.
+    pub fn finished_tasks(&self) -> Vec<&'static str> {
+        self.tasks
+            .iter()
+            .filter(|t| t.handle.is_finished())
+            .map(|t| t.name)
+            .collect()
     }
 
     /// A task that ended on its own (an error or an early return).

@@ -11,19 +11,20 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::dev::engine::{Scenario, CUSTOMER_READY_TRAIT};
+use crate::dev::ironic;
 
 pub const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef0123dead";
 pub const OPENSTACK_USER: &str = "fleet";
 pub const OPENSTACK_PASSWORD: &str = "sim-password";
 pub const OPENSTACK_PROJECT: &str = "service";
-const KEYSTONE_TOKEN: &str = "gAAAAAsim-keystone-token";
+pub(crate) const KEYSTONE_TOKEN: &str = "gAAAAAsim-keystone-token";
 
 pub type Shared = Arc<Mutex<Scenario>>;
 
@@ -215,6 +216,26 @@ fn openstack(app: App) -> Router {
     Router::new()
         .route("/{site}/identity/v3/auth/tokens", post(keystone_tokens))
         .route("/{site}/ironic/v1/nodes", get(ironic_nodes))
+        .route(
+            "/{site}/ironic/v1/nodes/{ident}",
+            get(ironic::node).patch(ironic::patch),
+        )
+        .route(
+            "/{site}/ironic/v1/nodes/{ident}/states/provision",
+            put(ironic::provision),
+        )
+        .route(
+            "/{site}/ironic/v1/nodes/{ident}/states/power",
+            put(ironic::power),
+        )
+        .route(
+            "/{site}/ironic/v1/nodes/{ident}/traits",
+            get(ironic::traits),
+        )
+        .route(
+            "/{site}/ironic/v1/nodes/{ident}/traits/{name}",
+            put(ironic::add_trait).delete(ironic::remove_trait),
+        )
         .route("/{site}/placement/resource_providers", get(placement_rps))
         .route(
             "/{site}/placement/resource_providers/{uuid}/traits",
@@ -259,7 +280,7 @@ async fn keystone_tokens(
         .into_response()
 }
 
-fn ironic_error(status: StatusCode, fault: &str) -> Response {
+pub(crate) fn ironic_error(status: StatusCode, fault: &str) -> Response {
     // Ironic double-encodes its errors.
     let inner = json!({"faultcode": "Client", "faultstring": fault, "debuginfo": null});
     body(status, json!({"error_message": inner.to_string()}))
@@ -309,21 +330,7 @@ async fn ironic_nodes(
         .iter()
         .skip(start)
         .take(limit)
-        .map(|d| {
-            json!({
-                "uuid": d.uuid, "name": d.name,
-                "provision_state": d.provision_state,
-                "target_provision_state": null,
-                "power_state": "power on",
-                "maintenance": d.maintenance.is_some(),
-                "maintenance_reason": d.maintenance,
-                "instance_uuid": d.instance_uuid,
-                "lessee": d.lessee, "owner": null,
-                "last_error": if d.provision_state.ends_with("failed") { Some("simulated failure") } else { None },
-                "traits": if d.customer_ready { vec![CUSTOMER_READY_TRAIT] } else { vec![] },
-                "resource_class": "gpu-h100", "driver": "redfish"
-            })
-        })
+        .map(|d| ironic::node_json(d))
         .collect();
     let mut out = json!({ "nodes": page });
     if start + limit < nodes.len() {

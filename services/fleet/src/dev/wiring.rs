@@ -13,11 +13,18 @@ use fleet_runtime::config::{Credential, Secret};
 
 use crate::dev::{dev_pool, engine, fabric, free_addr, partner, servers};
 
-/// Points the connectors at the simulated systems, every site.
+/// The image Image Node binds on the simulated nodes (nothing fetches it).
+pub(crate) const DEV_IMAGE: &str = "http://images.dev.invalid/ubuntu-22.04-gpu.qcow2";
+pub(crate) const DEV_IMAGE_CHECKSUM: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Points the connectors at the simulated systems, every site (those in
+/// `standalone` without Placement).
 pub(crate) fn wire_connectors(
     config: &mut FleetConfig,
     e: &servers::Endpoints,
     sites: &[String],
+    standalone: &[String],
     racks: &[String],
     resync: f64,
     fabric_resync: f64,
@@ -57,7 +64,7 @@ pub(crate) fn wire_connectors(
                     project_name: servers::OPENSTACK_PROJECT.into(),
                     ironic_url: format!("{}/{s}/ironic", e.openstack),
                     placement_url: format!("{}/{s}/placement", e.openstack),
-                    placement_enabled: true,
+                    placement_enabled: !standalone.contains(s),
                     maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
                     ..Default::default()
                 },
@@ -79,6 +86,8 @@ pub(crate) fn wire_connectors(
                 s.clone(),
                 fleet_workflow::SiteConfig {
                     openstack: os.clone(),
+                    image_source: DEV_IMAGE.into(),
+                    image_checksum: DEV_IMAGE_CHECKSUM.into(),
                     ..Default::default()
                 },
             )

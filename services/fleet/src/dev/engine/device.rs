@@ -103,6 +103,14 @@ pub struct SimDevice {
     /// What the agent did last: `Some(true)` opened a session the gateway
     /// accepted, `Some(false)` closed it; `None` never opened one.
     pub agent_session: Option<bool>,
+    /// What Ironic keeps of the deploy a workflow bound (`instance_info`).
+    pub instance_info: Option<serde_json::Value>,
+    /// When the last inspection Ironic ran on the node finished.
+    pub inspection_finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// A workflow has written to the node through the simulated Ironic:
+    /// from then on the device is the operator's, and the scenario's own
+    /// lifecycle leaves it alone (the ground truth still follows it).
+    pub operated: bool,
 }
 
 /// The Borneo custody states the simulated partner reports.

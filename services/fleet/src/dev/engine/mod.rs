@@ -95,6 +95,9 @@ impl Scenario {
                     placement_generation: 1,
                     agent_wanted: true,
                     agent_session: None,
+                    instance_info: None,
+                    inspection_finished_at: None,
+                    operated: false,
                 };
                 match rng.gen_range(0..100) {
                     0..=54 => {
@@ -174,6 +177,15 @@ impl Scenario {
     pub fn by_uuid_mut(&mut self, uuid: &str) -> Option<&mut SimDevice> {
         let i = *self.by_uuid.get(uuid)?;
         self.devices.get_mut(i)
+    }
+
+    /// The node Ironic at `site` knows as `ident` (its uuid or its name).
+    pub fn node_mut(&mut self, site: &str, ident: &str) -> Option<&mut SimDevice> {
+        let i = match self.by_uuid.get(ident) {
+            Some(i) => *i,
+            None => *self.by_name.get(ident)?,
+        };
+        self.devices.get_mut(i).filter(|d| d.site == site)
     }
 
     /// The device NetBox names `name`.
@@ -295,8 +307,9 @@ impl Scenario {
             let roll = self.rng.gen_range(0..100);
             let a = &mut self.activity;
             let d = &mut self.devices[i];
-            if d.custody.is_some() || d.pending.is_some() {
-                // With the partner, or mid-handover: only custody moves.
+            if d.custody.is_some() || d.pending.is_some() || d.operated {
+                // With the partner, or mid-handover: only custody moves; a
+                // device a workflow has written to moves only by its jobs.
                 continue;
             }
             if roll < 3 && handover_eligible(d) && self.rng.gen_bool(0.5) {
