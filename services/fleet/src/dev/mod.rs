@@ -230,9 +230,9 @@ async fn set_up_inventory(
     }
     for c in commands {
         let verb = fleet_hub_client::verb(&c);
-        // connector-netbox creates the sites it polls (with Placement and
-        // no back-end flips) and may get there first: a site that exists
-        // is given the flags the scenario runs with.
+        // A site that exists (an earlier run on this database, or one
+        // connector-netbox created with Placement and no back-end flips) is
+        // given the flags the scenario runs with.
         let on_conflict = match &c {
             C::CreateSite(site) => Some(C::UpdateSite(v1::UpdateSite {
                 id: site.id.clone(),
