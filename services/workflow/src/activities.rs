@@ -11,6 +11,7 @@ use fleet_connector::PollConfig;
 use fleet_connector::{ConnectorMetrics, HttpClient, SourceError};
 use fleet_domain::failure::FailureCode;
 use fleet_openstack::ironic::{error_message, Ironic, Node};
+use fleet_openstack::nova::{CreateServer, Nova, Server};
 use fleet_openstack::placement::{Placement, Traits};
 use fleet_openstack::Session;
 use serde_json::{json, Value};
@@ -31,6 +32,7 @@ pub(crate) enum CallError {
 pub(crate) enum System {
     Ironic,
     Placement,
+    Nova,
 }
 
 impl CallError {
@@ -66,10 +68,17 @@ impl CallError {
                 F::PlacementUnavailable,
                 "placement",
             ),
+            System::Nova => (
+                F::NovaServerMissing,
+                F::NovaRequestRefused,
+                F::NovaUnavailable,
+                "nova",
+            ),
         };
         let message = |body: &str| match system {
             System::Ironic => error_message(body),
             System::Placement => fleet_openstack::placement::error_message(body),
+            System::Nova => fleet_openstack::nova::error_message(body),
         };
         match &e {
             SourceError::Status { status: 404, .. } => {
@@ -114,8 +123,12 @@ pub(crate) struct Site {
     pub config: SiteConfig,
     /// The site's switches and NMX-M; `None` without fabric configuration.
     pub fabric: Option<crate::fabric::FabricSite>,
+    /// Nova with the dedicated SLURM credential; `None` when
+    /// `workflow.sites.<site>.nova` is not configured.
+    nova: Option<Session>,
     ironic_version: String,
     placement_version: String,
+    nova_version: String,
 }
 
 impl Site {
@@ -232,6 +245,54 @@ impl Site {
             .provision(uuid, body)
             .await
             .map_err(|e| CallError::from_source(e, System::Ironic))
+    }
+
+    /// Whether the Nova arm can run here.
+    pub fn has_nova(&self) -> bool {
+        self.nova.is_some()
+    }
+
+    fn nova(&self) -> Result<Nova<'_>, CallError> {
+        let session = self.nova.as_ref().ok_or_else(|| {
+            CallError::Permanent(
+                FailureCode::SiteNotConfigured,
+                format!("workflow.sites.{}.nova is not configured", self.name),
+            )
+        })?;
+        Ok(Nova {
+            session,
+            version: &self.nova_version,
+        })
+    }
+
+    /// The server `id`, or `None` when Nova has no such server.
+    pub async fn server(&self, id: &str) -> Result<Option<Server>, CallError> {
+        self.nova()?
+            .server(id)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Nova))
+    }
+
+    /// The SLURM project's servers named exactly `name`.
+    pub async fn servers_named(&self, name: &str) -> Result<Vec<Server>, CallError> {
+        self.nova()?
+            .servers_named(name)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Nova))
+    }
+
+    pub async fn create_server(&self, c: &CreateServer<'_>) -> Result<String, CallError> {
+        self.nova()?
+            .create(c)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Nova))
+    }
+
+    pub async fn delete_server(&self, id: &str) -> Result<(), CallError> {
+        self.nova()?
+            .delete(id)
+            .await
+            .map_err(|e| CallError::from_source(e, System::Nova))
     }
 
     fn placement(&self) -> Result<Placement<'_>, CallError> {
@@ -413,6 +474,12 @@ impl Sites {
             } else {
                 Some(Session::new(site, &key, os, http.clone())?)
             };
+            let nova = if sc.nova.is_configured() {
+                let key = format!("workflow.sites.{site}.nova.credential");
+                Some(Session::new(site, &key, &sc.nova.credential, http.clone())?)
+            } else {
+                None
+            };
             let slurm = if sc.slurm.url.trim().is_empty() {
                 None
             } else {
@@ -427,9 +494,11 @@ impl Sites {
                     session,
                     slurm,
                     fabric,
+                    nova,
                     config: sc.clone(),
                     ironic_version: c.ironic_api_version.trim().to_string(),
                     placement_version: format!("placement {}", c.placement_api_version.trim()),
+                    nova_version: format!("compute {}", c.nova_api_version.trim()),
                 }),
             );
         }

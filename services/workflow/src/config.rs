@@ -55,6 +55,9 @@ pub struct Config {
     pub ironic_api_version: String,
     /// Placement API microversion of the trait calls (1.6 or later).
     pub placement_api_version: String,
+    /// Nova API microversion of the Nova arm (2.74 or later: the create
+    /// names its Ironic node as `hypervisor_hostname`).
+    pub nova_api_version: String,
     /// The trait an impairment cordon removes from a device's resource
     /// provider and its release restores (the one
     /// `connectors.openstack.customer_ready_trait` reads).
@@ -163,6 +166,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(3),
             ironic_api_version: "1.80".into(),
             placement_api_version: "1.18".into(),
+            nova_api_version: "2.74".into(),
             customer_ready_trait: "CUSTOM_CUSTOMER_READY".into(),
             netbox: NetboxConfig::default(),
             storm_guard: StormGuardConfig::default(),
@@ -192,6 +196,37 @@ impl Config {
                 "workflow.storm_guard.max_share",
                 "must be above 0 and at most 1",
             ));
+        }
+        for (site, sc) in &self.sites {
+            let n = &sc.nova;
+            if !n.is_configured() {
+                continue;
+            }
+            let key = |k: &str| format!("workflow.sites.{site}.{k}");
+            for (k, v) in [
+                ("nova.enrol_project_id", &n.enrol_project_id),
+                ("nova.network_id", &n.network_id),
+                ("nova.key_name", &n.key_name),
+                (
+                    "openstack.maintenance_project_id",
+                    &sc.openstack.maintenance_project_id,
+                ),
+            ] {
+                if v.trim().is_empty() {
+                    return Err(ConfigError::invalid(
+                        &key(k),
+                        "is required with workflow.sites.<site>.nova.credential (the Nova arm)",
+                    ));
+                }
+            }
+            for (class, r) in &n.roles {
+                if r.image.trim().is_empty() || r.flavor.trim().is_empty() {
+                    return Err(ConfigError::invalid(
+                        &key(&format!("nova.roles.{class}")),
+                        "needs both image and flavor",
+                    ));
+                }
+            }
         }
         if self.max_attempts == 0 {
             return Err(ConfigError::invalid(
@@ -230,6 +265,51 @@ pub struct SiteConfig {
     /// The site's switches and NMX-M, for the VRF flips and the NVLink
     /// repair-partition move.
     pub fabric: SiteFabricConfig,
+    /// Image Node and Unimage Node at a site with Nova and Placement
+    /// (`placement_enabled`): the Nova arm.
+    pub nova: NovaArmConfig,
+}
+
+/// `workflow.sites.<site>.nova`: the Nova arm (seed 002: "moves the Ironic
+/// lease from the enrol project to the SLURM project, then creates the
+/// server through the dedicated SLURM credential using the configured SLURM
+/// network and keypair"). The SLURM project is the site's
+/// `openstack.maintenance_project_id`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NovaArmConfig {
+    /// The dedicated SLURM credential: a Keystone user scoped to the SLURM
+    /// project (the keys of `openstack`; `nova_url`, or Nova from its
+    /// catalogue). Empty: the site runs no Nova arm, and Image and Unimage
+    /// jobs on its devices are refused at creation.
+    pub credential: fleet_openstack::SiteConfig,
+    /// The project an enrolled node that is not imaged is leased to, and
+    /// that Unimage returns the lease to.
+    pub enrol_project_id: String,
+    /// The SLURM network (a Neutron network id) and keypair of the server.
+    pub network_id: String,
+    pub key_name: String,
+    /// Per device class (`gpu_compute`, `cpu_baremetal`): the SLURM image
+    /// and flavour of the role ("the configured per-role SLURM image and
+    /// flavour"). A class without an entry is refused with
+    /// `IMAGE_ROLE_UNSUPPORTED`; `cpu_hypervisor` always is.
+    pub roles: BTreeMap<String, RoleImage>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RoleImage {
+    /// The Glance image id.
+    pub image: String,
+    /// The Nova flavour id.
+    pub flavor: String,
+}
+
+impl NovaArmConfig {
+    /// Whether the site is configured for the Nova arm at all.
+    pub fn is_configured(&self) -> bool {
+        !self.credential.auth_url.trim().is_empty() || !self.credential.nova_url.trim().is_empty()
+    }
 }
 
 /// `workflow.sites.<site>.fabric`: the switch and NMX-M keys of

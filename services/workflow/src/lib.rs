@@ -42,7 +42,9 @@ use fleet_runtime::Common;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-pub use config::{Config, FabricConfig, SiteConfig, SiteFabricConfig, StormGuardConfig};
+pub use config::{
+    Config, FabricConfig, NovaArmConfig, RoleImage, SiteConfig, SiteFabricConfig, StormGuardConfig,
+};
 pub use service::{run, run_with};
 
 /// The service's outbox: device work to `JOBS`.

@@ -454,18 +454,30 @@ impl Workflow {
                     detail: format!("workflow.sites.{}.fabric has no {missing}", d.site_id),
                 });
             }
-            // The Ironic-direct arm is the one this build runs: a site with
-            // Nova and Placement needs the Nova arm (seed 002, "The backend
-            // is chosen from the site's current capability").
+            // "The backend is chosen from the site's current capability": a
+            // site with Nova and Placement runs the Nova arm, which needs
+            // its SLURM credential; Move to Test Cluster runs only its
+            // Ironic-direct arm in this build.
             if d.placement_enabled && kind.has_nova_arm() {
-                out.push(v1::DeviceRefusal {
-                    device_id: d.id.clone(),
-                    refusal: eligibility::Refusal::BackendNotRun.as_str().into(),
-                    detail: format!(
+                let nova = self.sites.get(&d.site_id).is_some_and(|s| s.has_nova());
+                let detail = match kind {
+                    Kind::MoveToTestCluster => Some(format!(
                         "site {} has Nova and Placement (placement_enabled); this build runs only the Ironic-direct arm of {kind}",
                         d.site_id
-                    ),
-                });
+                    )),
+                    _ if !nova => Some(format!(
+                        "site {} has Nova and Placement (placement_enabled) and workflow.sites.{}.nova is not configured: {kind} runs its Nova arm there",
+                        d.site_id, d.site_id
+                    )),
+                    _ => None,
+                };
+                if let Some(detail) = detail {
+                    out.push(v1::DeviceRefusal {
+                        device_id: d.id.clone(),
+                        refusal: eligibility::Refusal::BackendNotRun.as_str().into(),
+                        detail,
+                    });
+                }
             }
         }
         Ok(out)

@@ -26,13 +26,16 @@ pub(crate) struct DeviceRow {
     pub custody: Option<String>,
     /// The device's site lets the back-end flips write its switches.
     pub backend_vrf_flip_allowed: bool,
+    /// `gpu_compute`, `cpu_baremetal`, `cpu_hypervisor` or `switch`: the
+    /// role whose image the Nova arm installs.
+    pub device_class: String,
 }
 
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \
          d.enrollment_validated_ref, d.ironic_maintenance, d.ironic_provision_state, s.placement_enabled, \
-         d.netbox_id, d.custody, s.backend_vrf_flip_allowed \
+         d.netbox_id, d.custody, s.backend_vrf_flip_allowed, d.device_class \
          FROM devices d JOIN sites s ON s.id = d.site_id \
          WHERE d.id = ANY($1) AND d.deleted_at IS NULL ORDER BY d.id",
     )

@@ -73,6 +73,13 @@ vocab!(
     NvlinkMoveFailed => "NVLINK_MOVE_FAILED",
     NvlinkCustodyRefused => "NVLINK_CUSTODY_REFUSED",
     NvlinkDrift => "NVLINK_DRIFT",
+    NovaUnavailable => "NOVA_UNAVAILABLE",
+    NovaRequestRefused => "NOVA_REQUEST_REFUSED",
+    NovaServerAmbiguous => "NOVA_SERVER_AMBIGUOUS",
+    NovaServerFailed => "NOVA_SERVER_FAILED",
+    NovaServerMissing => "NOVA_SERVER_MISSING",
+    NovaBindingMissing => "NOVA_BINDING_MISSING",
+    ImageRoleUnsupported => "IMAGE_ROLE_UNSUPPORTED",
 });
 
 /// One row of the taxonomy.
@@ -412,6 +419,55 @@ impl FailureCode {
                  written. Re-run when the other move is done.",
                 O::NvlinkFabric,
                 true,
+            ),
+            F::NovaUnavailable => (
+                "Nova (or Keystone with the site's SLURM credential) could not be reached or \
+                 answered 5xx after the step's retries: an outage, re-run the job.",
+                O::FleetManager,
+                true,
+            ),
+            F::NovaRequestRefused => (
+                "Nova refused a request of the Nova arm (4xx: a policy, quota, image, flavour, \
+                 network or keypair the site's configuration names that Nova does not accept): \
+                 read the message and fix workflow.sites.<site>.nova.",
+                O::BareMetal,
+                false,
+            ),
+            F::NovaServerAmbiguous => (
+                "Image Node, Nova arm: several servers of the SLURM project are named exactly as \
+                 the node's host and Ironic has recorded no binding, so the run cannot tell which \
+                 is its own. It fails closed without creating or deleting one: remove the extra \
+                 servers, then re-run.",
+                O::BareMetal,
+                false,
+            ),
+            F::NovaServerFailed => (
+                "Image Node, Nova arm: the node's server reached a terminal Nova state (ERROR, \
+                 DELETED, SHUTOFF, ...) or is being deleted. The server is left as it is for \
+                 diagnosis (its fault is in the message): unimage the node, then image it again.",
+                O::BareMetal,
+                false,
+            ),
+            F::NovaServerMissing => (
+                "The node is bound (Ironic instance_uuid) to a server Nova does not have, or the \
+                 run's own server vanished before it was active: the binding needs an \
+                 operator's repair before Image or Unimage can act on it.",
+                O::BareMetal,
+                false,
+            ),
+            F::NovaBindingMissing => (
+                "Unimage Node, Nova arm: the node has no instance_uuid but is not available, so \
+                 there is no bound server to delete and Unimage never searches Nova by name: \
+                 repair the node in Ironic.",
+                O::BareMetal,
+                false,
+            ),
+            F::ImageRoleUnsupported => (
+                "Image Node, Nova arm: the device's class has no SLURM image and flavour \
+                 (workflow.sites.<site>.nova.roles), or is a CPU hypervisor, whose undercloud \
+                 routing is out of scope and rejected at runtime.",
+                O::Operations,
+                false,
             ),
         };
         Entry {

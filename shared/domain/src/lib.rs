@@ -19,6 +19,7 @@ pub mod ironic_direct;
 pub mod jobs;
 pub mod limits;
 pub mod mtc;
+pub mod nova_arm;
 pub mod nvlink;
 pub mod predicates;
 pub mod provision;

@@ -24,6 +24,9 @@ pub struct SiteConfig {
     pub ironic_url: String,
     /// Placement endpoint; empty: from the catalogue (type `placement`).
     pub placement_url: String,
+    /// Nova endpoint (`https://nova.example.com:8774/v2.1`); empty: from
+    /// the catalogue (type `compute`). Only the workflow service calls Nova.
+    pub nova_url: String,
     /// `false` at standalone-Ironic sites: customer-ready comes from the
     /// Ironic node's `traits` instead of Placement.
     pub placement_enabled: bool,
@@ -45,6 +48,7 @@ impl Default for SiteConfig {
             region: String::new(),
             ironic_url: String::new(),
             placement_url: String::new(),
+            nova_url: String::new(),
             placement_enabled: true,
             maintenance_project_id: String::new(),
         }

@@ -18,6 +18,7 @@ pub struct Session {
     /// Configured endpoints; otherwise from the Keystone catalogue.
     ironic_url: Option<Url>,
     placement_url: Option<Url>,
+    nova_url: Option<Url>,
     /// The token cache: locked only to read or renew the token, so
     /// requests of one site run at once.
     keystone: Option<tokio::sync::Mutex<Keystone>>,
@@ -36,6 +37,7 @@ impl Session {
         };
         let ironic_url = url("ironic_url", &c.ironic_url)?;
         let placement_url = url("placement_url", &c.placement_url)?;
+        let nova_url = url("nova_url", &c.nova_url)?;
         let keystone = match url("auth_url", &c.auth_url)? {
             None => None,
             Some(auth) => {
@@ -60,7 +62,7 @@ impl Session {
             }
         };
         anyhow::ensure!(
-            ironic_url.is_some() || keystone.is_some(),
+            ironic_url.is_some() || nova_url.is_some() || keystone.is_some(),
             "configuration key {key}.ironic_url is required (or {key}.auth_url, to find Ironic in the catalogue)"
         );
         Ok(Session {
@@ -68,6 +70,7 @@ impl Session {
             config: c.clone(),
             ironic_url,
             placement_url,
+            nova_url,
             keystone,
             http,
         })
@@ -90,10 +93,11 @@ impl Session {
     }
 
     /// A configured endpoint, or the catalogue's (`baremetal`,
-    /// `placement`).
+    /// `placement`, `compute`).
     pub async fn endpoint(&self, service_type: &str) -> Result<Url, SourceError> {
         let configured = match service_type {
             "baremetal" => self.ironic_url.clone(),
+            "compute" => self.nova_url.clone(),
             _ => self.placement_url.clone(),
         };
         if let Some(u) = configured {

@@ -63,7 +63,12 @@ impl RealIronic {
     /// right after a transition or during a power sync) or the peer's SQLite
     /// busy (500 "database is locked", under parallel tests) is tried again
     /// for up to 10 s, as a client of Ironic would.
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let (s, v) = self.call_once(method.clone(), path, body.clone()).await;

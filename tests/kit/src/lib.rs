@@ -726,6 +726,7 @@ pub mod api;
 pub mod connector;
 pub mod gateway;
 pub mod ironic;
+pub mod nova;
 pub mod placement;
 pub mod slurm;
 

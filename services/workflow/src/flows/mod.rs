@@ -8,6 +8,7 @@
 pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
 pub(crate) mod mtc;
+pub(crate) mod nova_arm;
 pub(crate) mod nvlink;
 pub(crate) mod release;
 pub(crate) mod vrf_flip;
@@ -235,6 +236,10 @@ impl Workflow {
     /// One step of the run's workflow.
     async fn step(&self, r: &Run<'_>, carried: &mut Carried) -> Result<Taken, CallError> {
         match r.kind {
+            // "The backend is chosen from the site's current capability".
+            Kind::ImageNode | Kind::UnimageNode if r.device.placement_enabled => {
+                self.nova_arm(r, carried).await
+            }
             Kind::ImageNode | Kind::UnimageNode => self.ironic_direct(r, carried).await,
             Kind::Enrollment => self.enrolment(r, carried).await,
             Kind::Release => self.release(r).await,

@@ -9,6 +9,7 @@ mod frontend_flip;
 mod impairment;
 mod ironic_real;
 mod mtc;
+mod nova_arm;
 mod nvlink;
 mod release;
 mod storm;

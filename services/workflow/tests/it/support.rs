@@ -12,6 +12,10 @@ pub async fn standalone_site(env: &TestEnv) {
         .unwrap();
 }
 
+/// The projects a node's lease moves between at the Nova site.
+pub const ENROL_PROJECT: &str = "enrol-project";
+pub const SLURM_PROJECT: &str = "slurm-project";
+
 pub fn site_config(ironic: &RealIronic) -> fleet_workflow::SiteConfig {
     fleet_workflow::SiteConfig {
         openstack: fleet_openstack::SiteConfig {
@@ -136,15 +140,53 @@ pub struct Mesh {
 impl Mesh {
     pub async fn start() -> (RealIronic, TestEnv, Mesh) {
         let ironic = RealIronic::connect().await;
+        let site = site_config(&ironic);
+        Self::start_site(ironic, site, false).await
+    }
+
+    /// The same with `s1` a full-OpenStack site (`placement_enabled`)
+    /// whose Nova is `nova`: Image and Unimage run their Nova arm.
+    pub async fn start_nova(nova: &fleet_testkit::nova::FakeNova) -> (RealIronic, TestEnv, Mesh) {
+        let ironic = RealIronic::connect().await;
+        let mut site = site_config(&ironic);
+        site.openstack.placement_enabled = true;
+        site.openstack.maintenance_project_id = SLURM_PROJECT.into();
+        site.nova = fleet_workflow::NovaArmConfig {
+            credential: fleet_openstack::SiteConfig {
+                nova_url: nova.url.clone(),
+                ..Default::default()
+            },
+            enrol_project_id: ENROL_PROJECT.into(),
+            network_id: "slurm-net".into(),
+            key_name: "slurm-key".into(),
+            roles: [(
+                "gpu_compute".to_string(),
+                fleet_workflow::RoleImage {
+                    image: "slurm-gpu-image".into(),
+                    flavor: "bm.gpu".into(),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        };
+        Self::start_site(ironic, site, true).await
+    }
+
+    async fn start_site(
+        ironic: RealIronic,
+        site: fleet_workflow::SiteConfig,
+        placement: bool,
+    ) -> (RealIronic, TestEnv, Mesh) {
         let env = TestEnv::new().await;
-        standalone_site(&env).await;
+        if !placement {
+            standalone_site(&env).await;
+        }
         let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
         let (os_trigger, os_task) =
             fleet_testkit::ironic::start_openstack_connector(&env, &ironic, 0.3);
         let os_task = tokio::spawn(async move {
             os_task.await.unwrap().expect("connector-openstack runs");
         });
-        let site = site_config(&ironic);
         let s = site.clone();
         let (_w, trigger, task) = start_workflow(&env, |c| {
             c.sites.insert("s1".into(), s);

@@ -1,0 +1,179 @@
+//! Image Node and Unimage Node, Nova arm (seed 002): each step reads the
+//! node from Ironic and its server from Nova, asks
+//! `fleet_domain::nova_arm`, and writes at most once.
+
+use fleet_domain::eligibility::Workflow as Kind;
+use fleet_domain::failure::FailureCode;
+use fleet_domain::nova_arm::{
+    image_lookup, image_next, unimage_next, Found, Lookup, Next, NodeView, Projects, ServerView,
+};
+use fleet_openstack::nova::{CreateServer, Server};
+use serde_json::json;
+
+use super::{Carried, Run, Taken};
+use crate::activities::CallError;
+use crate::Workflow;
+
+/// The server the run created, recovered or deletes (Nova's server id is
+/// the node's `instance_uuid`).
+const INSTANCE_UUID: &str = "instance_uuid";
+/// Pinned before Unimage sends the delete.
+const DELETING: &str = "deleting";
+
+fn view(s: &Server) -> ServerView<'_> {
+    ServerView {
+        id: &s.id,
+        status: &s.status,
+        deleting: s.task_state.as_deref() == Some("deleting"),
+        fault: s.fault.as_ref().map(|f| f.message.as_str()),
+    }
+}
+
+impl Workflow {
+    pub(super) async fn nova_arm(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+    ) -> Result<Taken, CallError> {
+        let device = r.device;
+        let not_configured = |what: String| Ok(Taken::Failed(FailureCode::SiteNotConfigured, what));
+        let Some(site) = self.sites.get(&device.site_id) else {
+            return not_configured(format!(
+                "workflow.sites.{} is not configured",
+                device.site_id
+            ));
+        };
+        if !site.has_nova() {
+            return not_configured(format!(
+                "workflow.sites.{}.nova is not configured (the Nova arm of {})",
+                device.site_id, r.kind
+            ));
+        }
+        let nova = &site.config.nova;
+        let projects = Projects {
+            enrol: nova.enrol_project_id.trim(),
+            slurm: site.config.openstack.maintenance_project_id.trim(),
+        };
+        // "Undercloud/CPU-hypervisor routing remains out of scope and is
+        // rejected at runtime."
+        let role = match device.device_class.as_str() {
+            "cpu_hypervisor" | "switch" => None,
+            class => nova.roles.get(class),
+        };
+        if r.kind == Kind::ImageNode && role.is_none() {
+            return Ok(Taken::Failed(
+                FailureCode::ImageRoleUnsupported,
+                format!(
+                    "device {} is a {}: workflow.sites.{}.nova.roles has no SLURM image for it{}",
+                    device.name,
+                    device.device_class,
+                    device.site_id,
+                    if device.device_class == "cpu_hypervisor" {
+                        " (CPU-hypervisor routing is out of scope)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let ident = device
+            .infrastructure_ref
+            .clone()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| device.name.clone());
+        let node = site.node(&ident).await?;
+        let n = NodeView {
+            uuid: &node.uuid,
+            provision_state: node.provision_state.as_deref().unwrap_or(""),
+            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+            maintenance: node.maintenance,
+            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+            lessee: node.lessee.as_deref(),
+            last_error: node.last_error.as_deref(),
+        };
+        let pinned = carried.pinned_str(INSTANCE_UUID).map(str::to_string);
+        let pinned = pinned.as_deref();
+        let next = if r.kind == Kind::ImageNode {
+            match image_lookup(&n, pinned) {
+                Lookup::ById(id) => {
+                    let s = site.server(&id).await?;
+                    image_next(&n, &projects, pinned, &Found::Server(s.as_ref().map(view)))
+                }
+                Lookup::ByName => {
+                    let named = site.servers_named(&device.name).await?;
+                    let found = Found::Named(named.iter().map(view).collect());
+                    image_next(&n, &projects, pinned, &found)
+                }
+            }
+        } else {
+            let server = match pinned {
+                Some(id) => site.server(id).await?,
+                None => None,
+            };
+            let intent = carried.pinned_str(DELETING).is_some();
+            unimage_next(
+                &n,
+                &projects,
+                pinned,
+                intent,
+                server.as_ref().map(view).as_ref(),
+            )
+        };
+        Ok(match next {
+            Next::MoveLease { to } => {
+                site.patch(
+                    &node.uuid,
+                    &json!([{"op": "add", "path": "/lessee", "value": to}]),
+                )
+                .await?;
+                self.metrics.wrote("ironic", "lease");
+                Taken::Step(if to == projects.slurm {
+                    "leased_to_slurm"
+                } else {
+                    "lease_returned"
+                })
+            }
+            Next::Create => {
+                let Some(role) = role else {
+                    return Ok(Taken::Failed(
+                        FailureCode::WorkflowInternalError,
+                        "create without a role".into(),
+                    ));
+                };
+                let id = site
+                    .create_server(&CreateServer {
+                        name: &device.name,
+                        image: &role.image,
+                        flavor: &role.flavor,
+                        network: &nova.network_id,
+                        key_name: &nova.key_name,
+                        node: &node.uuid,
+                    })
+                    .await?;
+                self.metrics.wrote("nova", "create");
+                carried.pin(INSTANCE_UUID, id);
+                Taken::Step("server_created")
+            }
+            Next::Adopt { server_id } => {
+                carried.pin(INSTANCE_UUID, server_id);
+                Taken::Step(if r.kind == Kind::ImageNode {
+                    "server_recovered"
+                } else {
+                    "binding_read"
+                })
+            }
+            Next::IntendDelete => {
+                carried.pin(DELETING, "true");
+                Taken::Step("delete_intended")
+            }
+            Next::Delete { server_id } => {
+                site.delete_server(&server_id).await?;
+                self.metrics.wrote("nova", "delete");
+                Taken::Step("delete_requested")
+            }
+            Next::Wait => Taken::Wait,
+            Next::Done => Taken::Done,
+            Next::Fail { code, message } => Taken::Failed(code, message),
+        })
+    }
+}
