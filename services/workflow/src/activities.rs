@@ -288,6 +288,19 @@ impl Site {
             .map_err(|e| CallError::from_source(e, System::Nova))
     }
 
+    /// Deletes server `id` with the site's own credential (`openstack`,
+    /// an administrator's): a customer's server, which the SLURM
+    /// credential cannot see (Move to Test Cluster's `force_reclaim`).
+    pub async fn delete_customer_server(&self, id: &str) -> Result<(), CallError> {
+        Nova {
+            session: self.session()?,
+            version: &self.nova_version,
+        }
+        .delete(id)
+        .await
+        .map_err(|e| CallError::from_source(e, System::Nova))
+    }
+
     pub async fn delete_server(&self, id: &str) -> Result<(), CallError> {
         self.nova()?
             .delete(id)

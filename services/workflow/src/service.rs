@@ -456,15 +456,12 @@ impl Workflow {
             }
             // "The backend is chosen from the site's current capability": a
             // site with Nova and Placement runs the Nova arm, which needs
-            // its SLURM credential; Move to Test Cluster runs only its
-            // Ironic-direct arm in this build.
+            // its SLURM credential.
             if d.placement_enabled && kind.has_nova_arm() {
                 let nova = self.sites.get(&d.site_id).is_some_and(|s| s.has_nova());
                 let detail = match kind {
-                    Kind::MoveToTestCluster => Some(format!(
-                        "site {} has Nova and Placement (placement_enabled); this build runs only the Ironic-direct arm of {kind}",
-                        d.site_id
-                    )),
+                    // `cordon_only` images nothing.
+                    Kind::MoveToTestCluster if options.cordon_only => None,
                     _ if !nova => Some(format!(
                         "site {} has Nova and Placement (placement_enabled) and workflow.sites.{}.nova is not configured: {kind} runs its Nova arm there",
                         d.site_id, d.site_id

@@ -1,7 +1,9 @@
-//! Move to Test Cluster at an Ironic-direct site (`fleet_domain::mtc`):
-//! the customer-ready trait removed; a customer's instance torn down only
-//! with `force_reclaim`; the maintenance (SLURM) lease; the SLURM image
-//! deployed Ironic-direct; the SLURM node resumed when drained for a
+//! Move to Test Cluster (`fleet_domain::mtc`): the customer-ready trait
+//! removed (Placement's at a site with Nova and Placement, the node's own at
+//! a standalone one); a customer's instance torn down only with
+//! `force_reclaim` (its Nova server deleted at a Nova site); the maintenance
+//! (SLURM) lease; the SLURM image deployed (through Nova with the SLURM
+//! credential, or Ironic-direct); the SLURM node resumed when drained for a
 //! reason the workflow owns; then the hub's `validation`. The enrollment
 //! proof is re-read, bound to the resolved node, immediately before every
 //! write after the cordon.
@@ -85,9 +87,20 @@ impl Workflow {
                     ) {
                         Reclaim::TearDown => {
                             self.proof(r, &node.uuid).await?;
-                            site.provision(&node.uuid, &json!({"target": "deleted"}))
-                                .await?;
-                            self.metrics.wrote("ironic", "reclaim");
+                            match read.instance_uuid {
+                                // At a Nova site the customer's instance is a
+                                // Nova server: deleting it tears the node down
+                                // and keeps Nova in step.
+                                Some(server) if device.placement_enabled => {
+                                    site.delete_customer_server(server).await?;
+                                    self.metrics.wrote("nova", "reclaim");
+                                }
+                                _ => {
+                                    site.provision(&node.uuid, &json!({"target": "deleted"}))
+                                        .await?;
+                                    self.metrics.wrote("ironic", "reclaim");
+                                }
+                            }
                             carried
                                 .pinned
                                 .insert(RECLAIM_REQUESTED.into(), Value::Bool(true));
@@ -108,7 +121,7 @@ impl Workflow {
 
     /// "re-checks inside adopt_host_activity, just before the SLURM
     /// adoption": the proof, bound to the node, immediately before a write.
-    async fn proof(&self, r: &Run<'_>, resolved: &str) -> Result<(), CallError> {
+    pub(super) async fn proof(&self, r: &Run<'_>, resolved: &str) -> Result<(), CallError> {
         let p = self.preflight(&r.device.id).await?;
         proof_verdict(
             p.infrastructure_ref.as_deref(),
@@ -147,7 +160,18 @@ impl Workflow {
             self.metrics.wrote("ironic", "lease_to_slurm");
             return Ok(Taken::Step("leased_to_slurm"));
         }
-        // Then the SLURM image, Ironic-direct.
+        // Then the SLURM image: through Nova at a site with Nova and
+        // Placement, Ironic-direct at a standalone one.
+        if device.placement_enabled {
+            let role = match super::nova_arm::nova_role(site, device) {
+                Ok(role) => role.clone(),
+                Err((code, message)) => return Ok(Taken::Failed(code, message)),
+            };
+            if let Some(t) = self.nova_image(r, carried, site, node, &role, true).await? {
+                return Ok(t);
+            }
+            return self.adopt_slurm(r, carried, site, node).await;
+        }
         let image = site.config.slurm_image_source.trim();
         if image.is_empty() {
             return Ok(Taken::Failed(
@@ -204,7 +228,18 @@ impl Workflow {
             }
             Next::Done => {}
         }
-        // Deployed: the SLURM node, then the hub's validation.
+        self.adopt_slurm(r, carried, site, node).await
+    }
+
+    /// Deployed: the SLURM node, then the hub's validation.
+    async fn adopt_slurm(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+        site: &Site,
+        node: &fleet_openstack::ironic::Node,
+    ) -> Result<Taken, CallError> {
+        let device = r.device;
         let Some(slurm) = &site.slurm else {
             return Ok(Taken::Failed(
                 FailureCode::SiteNotConfigured,

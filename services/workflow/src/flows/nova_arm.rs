@@ -7,11 +7,14 @@ use fleet_domain::failure::FailureCode;
 use fleet_domain::nova_arm::{
     image_lookup, image_next, unimage_next, Found, Lookup, Next, NodeView, Projects, ServerView,
 };
+use fleet_openstack::ironic::Node;
 use fleet_openstack::nova::{CreateServer, Server};
 use serde_json::json;
 
 use super::{Carried, Run, Taken};
-use crate::activities::CallError;
+use crate::activities::{CallError, Site};
+use crate::config::RoleImage;
+use crate::store::DeviceRow;
 use crate::Workflow;
 
 /// The server the run created, recovered or deletes (Nova's server id is
@@ -20,6 +23,18 @@ const INSTANCE_UUID: &str = "instance_uuid";
 /// Pinned before Unimage sends the delete.
 const DELETING: &str = "deleting";
 
+fn node_view(node: &Node) -> NodeView<'_> {
+    NodeView {
+        uuid: &node.uuid,
+        provision_state: node.provision_state.as_deref().unwrap_or(""),
+        target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+        maintenance: node.maintenance,
+        instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+        lessee: node.lessee.as_deref(),
+        last_error: node.last_error.as_deref(),
+    }
+}
+
 fn view(s: &Server) -> ServerView<'_> {
     ServerView {
         id: &s.id,
@@ -27,6 +42,35 @@ fn view(s: &Server) -> ServerView<'_> {
         deleting: s.task_state.as_deref() == Some("deleting"),
         fault: s.fault.as_ref().map(|f| f.message.as_str()),
     }
+}
+
+/// The SLURM image and flavour of the device's class ("the configured
+/// per-role SLURM image and flavour"); "Undercloud/CPU-hypervisor routing
+/// remains out of scope and is rejected at runtime."
+pub(super) fn nova_role<'a>(
+    site: &'a Site,
+    device: &DeviceRow,
+) -> Result<&'a RoleImage, (FailureCode, String)> {
+    let class = device.device_class.as_str();
+    let role = match class {
+        "cpu_hypervisor" | "switch" => None,
+        c => site.config.nova.roles.get(c),
+    };
+    role.ok_or_else(|| {
+        (
+            FailureCode::ImageRoleUnsupported,
+            format!(
+                "device {} is a {class}: workflow.sites.{}.nova.roles has no SLURM image for it{}",
+                device.name,
+                device.site_id,
+                if class == "cpu_hypervisor" {
+                    " (CPU-hypervisor routing is out of scope)"
+                } else {
+                    ""
+                }
+            ),
+        )
+    })
 }
 
 impl Workflow {
@@ -54,27 +98,11 @@ impl Workflow {
             enrol: nova.enrol_project_id.trim(),
             slurm: site.config.openstack.maintenance_project_id.trim(),
         };
-        // "Undercloud/CPU-hypervisor routing remains out of scope and is
-        // rejected at runtime."
-        let role = match device.device_class.as_str() {
-            "cpu_hypervisor" | "switch" => None,
-            class => nova.roles.get(class),
-        };
-        if r.kind == Kind::ImageNode && role.is_none() {
-            return Ok(Taken::Failed(
-                FailureCode::ImageRoleUnsupported,
-                format!(
-                    "device {} is a {}: workflow.sites.{}.nova.roles has no SLURM image for it{}",
-                    device.name,
-                    device.device_class,
-                    device.site_id,
-                    if device.device_class == "cpu_hypervisor" {
-                        " (CPU-hypervisor routing is out of scope)"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
+        let role = nova_role(&site, device);
+        if r.kind == Kind::ImageNode {
+            if let Err((code, message)) = &role {
+                return Ok(Taken::Failed(*code, message.clone()));
+            }
         }
         let ident = device
             .infrastructure_ref
@@ -82,43 +110,28 @@ impl Workflow {
             .filter(|r| !r.trim().is_empty())
             .unwrap_or_else(|| device.name.clone());
         let node = site.node(&ident).await?;
-        let n = NodeView {
-            uuid: &node.uuid,
-            provision_state: node.provision_state.as_deref().unwrap_or(""),
-            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
-            maintenance: node.maintenance,
-            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
-            lessee: node.lessee.as_deref(),
-            last_error: node.last_error.as_deref(),
-        };
+        let n = node_view(&node);
+        if let (Kind::ImageNode, Ok(role)) = (r.kind, &role) {
+            let role = (*role).clone();
+            return Ok(self
+                .nova_image(r, carried, &site, &node, &role, false)
+                .await?
+                .unwrap_or(Taken::Done));
+        }
         let pinned = carried.pinned_str(INSTANCE_UUID).map(str::to_string);
         let pinned = pinned.as_deref();
-        let next = if r.kind == Kind::ImageNode {
-            match image_lookup(&n, pinned) {
-                Lookup::ById(id) => {
-                    let s = site.server(&id).await?;
-                    image_next(&n, &projects, pinned, &Found::Server(s.as_ref().map(view)))
-                }
-                Lookup::ByName => {
-                    let named = site.servers_named(&device.name).await?;
-                    let found = Found::Named(named.iter().map(view).collect());
-                    image_next(&n, &projects, pinned, &found)
-                }
-            }
-        } else {
-            let server = match pinned {
-                Some(id) => site.server(id).await?,
-                None => None,
-            };
-            let intent = carried.pinned_str(DELETING).is_some();
-            unimage_next(
-                &n,
-                &projects,
-                pinned,
-                intent,
-                server.as_ref().map(view).as_ref(),
-            )
+        let server = match pinned {
+            Some(id) => site.server(id).await?,
+            None => None,
         };
+        let intent = carried.pinned_str(DELETING).is_some();
+        let next = unimage_next(
+            &n,
+            &projects,
+            pinned,
+            intent,
+            server.as_ref().map(view).as_ref(),
+        );
         Ok(match next {
             Next::MoveLease { to } => {
                 site.patch(
@@ -127,19 +140,79 @@ impl Workflow {
                 )
                 .await?;
                 self.metrics.wrote("ironic", "lease");
-                Taken::Step(if to == projects.slurm {
-                    "leased_to_slurm"
-                } else {
-                    "lease_returned"
-                })
+                Taken::Step("lease_returned")
+            }
+            Next::Adopt { server_id } => {
+                carried.pin(INSTANCE_UUID, server_id);
+                Taken::Step("binding_read")
+            }
+            Next::IntendDelete => {
+                carried.pin(DELETING, "true");
+                Taken::Step("delete_intended")
+            }
+            Next::Delete { server_id } => {
+                site.delete_server(&server_id).await?;
+                self.metrics.wrote("nova", "delete");
+                Taken::Step("delete_requested")
+            }
+            Next::Wait => Taken::Wait,
+            Next::Done => Taken::Done,
+            Next::Fail { code, message } => Taken::Failed(code, message),
+            Next::Create => Taken::Failed(
+                FailureCode::WorkflowInternalError,
+                "unimage asked to create a server".into(),
+            ),
+        })
+    }
+
+    /// One step of imaging `node` through Nova with `role`'s SLURM image
+    /// (Image Node; Move to Test Cluster's adopt at a Nova site, which
+    /// passes `proof` to re-check the enrollment proof immediately before
+    /// each write). `None` once the node runs the image.
+    pub(super) async fn nova_image(
+        &self,
+        r: &Run<'_>,
+        carried: &mut Carried,
+        site: &Site,
+        node: &Node,
+        role: &RoleImage,
+        proof: bool,
+    ) -> Result<Option<Taken>, CallError> {
+        let device = r.device;
+        let nova = &site.config.nova;
+        let projects = Projects {
+            enrol: nova.enrol_project_id.trim(),
+            slurm: site.config.openstack.maintenance_project_id.trim(),
+        };
+        let n = node_view(node);
+        let pinned = carried.pinned_str(INSTANCE_UUID).map(str::to_string);
+        let pinned = pinned.as_deref();
+        let next = match image_lookup(&n, pinned) {
+            Lookup::ById(id) => {
+                let s = site.server(&id).await?;
+                image_next(&n, &projects, pinned, &Found::Server(s.as_ref().map(view)))
+            }
+            Lookup::ByName => {
+                let named = site.servers_named(&device.name).await?;
+                let found = Found::Named(named.iter().map(view).collect());
+                image_next(&n, &projects, pinned, &found)
+            }
+        };
+        let writes = matches!(next, Next::MoveLease { .. } | Next::Create);
+        if writes && proof {
+            self.proof(r, &node.uuid).await?;
+        }
+        Ok(Some(match next {
+            Next::MoveLease { to } => {
+                site.patch(
+                    &node.uuid,
+                    &json!([{"op": "add", "path": "/lessee", "value": to}]),
+                )
+                .await?;
+                self.metrics.wrote("ironic", "lease");
+                Taken::Step("leased_to_slurm")
             }
             Next::Create => {
-                let Some(role) = role else {
-                    return Ok(Taken::Failed(
-                        FailureCode::WorkflowInternalError,
-                        "create without a role".into(),
-                    ));
-                };
                 let id = site
                     .create_server(&CreateServer {
                         name: &device.name,
@@ -156,24 +229,15 @@ impl Workflow {
             }
             Next::Adopt { server_id } => {
                 carried.pin(INSTANCE_UUID, server_id);
-                Taken::Step(if r.kind == Kind::ImageNode {
-                    "server_recovered"
-                } else {
-                    "binding_read"
-                })
-            }
-            Next::IntendDelete => {
-                carried.pin(DELETING, "true");
-                Taken::Step("delete_intended")
-            }
-            Next::Delete { server_id } => {
-                site.delete_server(&server_id).await?;
-                self.metrics.wrote("nova", "delete");
-                Taken::Step("delete_requested")
+                Taken::Step("server_recovered")
             }
             Next::Wait => Taken::Wait,
-            Next::Done => Taken::Done,
+            Next::Done => return Ok(None),
             Next::Fail { code, message } => Taken::Failed(code, message),
-        })
+            Next::IntendDelete | Next::Delete { .. } => Taken::Failed(
+                FailureCode::WorkflowInternalError,
+                "image asked to delete a server".into(),
+            ),
+        }))
     }
 }

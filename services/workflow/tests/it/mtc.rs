@@ -40,9 +40,31 @@ impl Mtc {
     /// workflow service with the site's SLURM lease, image and slurmrestd
     /// (`None`: no slurmrestd configured).
     async fn start(slurm: Option<fleet_slurm::SiteConfig>) -> Mtc {
+        Self::start_with(slurm, None).await
+    }
+
+    /// The same at a site with Nova and Placement: `nova` deploys on the
+    /// real Ironic, `placement` holds the customer-ready trait.
+    async fn start_nova(
+        slurm: fleet_slurm::SiteConfig,
+        nova: &fleet_testkit::nova::FakeNova,
+        placement: &fleet_testkit::placement::FakePlacement,
+    ) -> Mtc {
+        Self::start_with(Some(slurm), Some((nova, placement))).await
+    }
+
+    async fn start_with(
+        slurm: Option<fleet_slurm::SiteConfig>,
+        nova: Option<(
+            &fleet_testkit::nova::FakeNova,
+            &fleet_testkit::placement::FakePlacement,
+        )>,
+    ) -> Mtc {
         let ironic = RealIronic::connect().await;
         let env = TestEnv::new().await;
-        standalone_site(&env).await;
+        if nova.is_none() {
+            standalone_site(&env).await;
+        }
         let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
         let (os_trigger, os_task) =
             fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |c, s| {
@@ -59,6 +81,31 @@ impl Mtc {
         site.slurm_image_source = SLURM_IMAGE.into();
         if let Some(s) = slurm {
             site.slurm = s;
+        }
+        if let Some((nova, placement)) = nova {
+            site.openstack.placement_enabled = true;
+            site.openstack.placement_url = placement.url.clone();
+            // The site's own (administrator's) credential reaches Nova too:
+            // force_reclaim deletes a customer's server with it.
+            site.openstack.nova_url = nova.url.clone();
+            site.nova = fleet_workflow::NovaArmConfig {
+                credential: fleet_openstack::SiteConfig {
+                    nova_url: nova.url.clone(),
+                    ..Default::default()
+                },
+                enrol_project_id: ENROL_PROJECT.into(),
+                network_id: "slurm-net".into(),
+                key_name: "slurm-key".into(),
+                roles: [(
+                    "gpu_compute".to_string(),
+                    fleet_workflow::RoleImage {
+                        image: "slurm-test-cluster".into(),
+                        flavor: "bm.gpu".into(),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            };
         }
         let (_w, trigger, task) = start_workflow(&env, |c| {
             c.sites.insert("s1".into(), site);
@@ -361,5 +408,66 @@ async fn a_customer_instance_is_reclaimed_only_with_force_reclaim() {
     assert_ne!(n["instance_uuid"], customer.as_str(), "reclaimed: {n}");
     assert_eq!(n["instance_info"]["image_source"], SLURM_IMAGE, "{n}");
     assert_eq!(n["lessee"], MAINT);
+    m.stop().await;
+}
+
+/// At a site with Nova and Placement: the customer-ready trait leaves the
+/// node's Placement resource provider; `force_reclaim` deletes the
+/// customer's Nova server (never Ironic behind Nova's back) and waits for
+/// the node; the SLURM image is a Nova server created with the SLURM
+/// credential on the node, with the proof re-read before each write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_nova_site_the_customer_server_is_deleted_and_the_slurm_image_is_a_nova_server() {
+    let slurm = Slurm40::default();
+    let (_server, config) = slurm.start().await;
+    let nova = fleet_testkit::nova::FakeNova::start().await;
+    let placement = fleet_testkit::placement::FakePlacement::start().await;
+    let m = Mtc::start_nova(config, &nova, &placement).await;
+    let uuid = m.ironic.available_node(&unique("nova-mtc")).await;
+    placement.provider(&uuid, &[READY, "CUSTOM_GPU"]);
+    let device = proven_device(&m.env, "s1", "gpu-nova-mtc", &uuid, 0).await;
+    mirrored(&m.env, &device, "available").await;
+    slurm.set("gpu-nova-mtc", &["IDLE"], "");
+    m.slurm_healthy("gpu-nova-mtc").await;
+    // A customer's server on the node, deployed by Nova.
+    let customer = nova.place("customer-vm", &uuid, "BUILD");
+    m.ironic.wait_state(&uuid, "active").await;
+    assert_eq!(
+        m.ironic.node(&uuid).await["instance_uuid"],
+        customer.as_str()
+    );
+
+    let job = m
+        .mtc(std::slice::from_ref(&device), |r| r.force_reclaim = true)
+        .await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
+    assert_eq!(
+        placement.traits(&uuid).unwrap(),
+        vec!["CUSTOM_GPU".to_string()],
+        "cordoned in Placement"
+    );
+    let servers = nova.servers();
+    assert!(
+        !servers.iter().any(|s| s.id == customer),
+        "reclaimed: {servers:?}"
+    );
+    assert_eq!(nova.deletes(), 1);
+    let ours: Vec<_> = servers
+        .iter()
+        .filter(|s| s.name == "gpu-nova-mtc")
+        .collect();
+    assert_eq!(ours.len(), 1, "{servers:?}");
+    assert_eq!(
+        (ours[0].image.as_str(), ours[0].status.as_str()),
+        ("slurm-test-cluster", "ACTIVE")
+    );
+    let n = m.ironic.node(&uuid).await;
+    assert_eq!(n["provision_state"], "active", "{n}");
+    assert_eq!(n["instance_uuid"], ours[0].id.as_str(), "{n}");
+    assert_eq!(n["lessee"], MAINT);
+    assert_eq!(
+        m.env.device_field(&device, "operational_status").await,
+        "validation"
+    );
     m.stop().await;
 }
