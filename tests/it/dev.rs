@@ -576,8 +576,8 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
 /// ground truth follows them. On a site without Placement an idle node is
 /// imaged (bound to the site's image, `active`), unimaged (`available`,
 /// unbound) and enrolled (managed, inspected, provided, the proof through
-/// the hub); a Placement site refuses Image (`backend_not_run`, the Nova arm
-/// is not built); at the end every device matches the scenario again.
+/// the hub); at the Nova site s1 Image and Unimage run their Nova arm against
+/// the simulated Nova; at the end every device matches the scenario again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
     let env = TestEnv::new().await;
@@ -635,16 +635,28 @@ async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
         }
     };
     let id = id_of(name.clone()).await;
-    let at_s1 = {
-        let s = mesh.scenario.lock().unwrap();
-        s.devices
-            .iter()
-            .find(|d| d.site == "s1")
-            .unwrap()
-            .name
-            .clone()
+    // An idle node of the Nova site s1, which a technician leased to the
+    // enrol project (where Image Node's Nova arm starts from).
+    let (s1_name, s1_uuid) = {
+        let mut s = mesh.scenario.lock().unwrap();
+        let d = s
+            .devices
+            .iter_mut()
+            .find(|d| {
+                d.site == "s1"
+                    && d.provision_state == "available"
+                    && d.instance_uuid.is_none()
+                    && d.maintenance.is_none()
+                    && d.custody.is_none()
+                    && d.pending.is_none()
+            })
+            .expect("an idle node at s1");
+        d.lessee = fleet::dev::engine::ENROL_PROJECT;
+        d.customer_ready = false;
+        d.operated = true;
+        (d.name.clone(), d.uuid.clone())
     };
-    let at_s1 = id_of(at_s1).await;
+    let at_s1 = id_of(s1_name).await;
     let node = |mesh: &DevMesh| {
         let s = mesh.scenario.lock().unwrap();
         s.devices.iter().find(|d| d.uuid == uuid).unwrap().clone()
@@ -673,25 +685,32 @@ async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
         }
     };
 
-    // A Placement site: Image is refused at admission, nothing written.
-    let refused = client
-        .create_job(&v1::CreateJobRequest {
-            workflow: "image_node".into(),
-            device_ids: vec![at_s1.clone()],
-            created_by: "dev-jobs-test".into(),
-            ..Default::default()
-        })
-        .await
-        .expect_err("Image at a Placement site");
-    let fleet_workflow_client::WorkflowError::Ineligible { refusals, .. } = &refused else {
-        panic!("Image at a Placement site refused by eligibility: {refused:?}");
-    };
-    assert!(
-        refusals
+    // The Nova site: Image moves the lease to the SLURM project and creates
+    // the server on the node (bound, active); Unimage deletes it and
+    // returns the lease.
+    let s1_node = |mesh: &DevMesh| {
+        let s = mesh.scenario.lock().unwrap();
+        s.devices
             .iter()
-            .any(|r| r.device_id == at_s1 && r.refusal == "backend_not_run"),
-        "{refusals:?}"
+            .find(|d| d.uuid == s1_uuid)
+            .unwrap()
+            .clone()
+    };
+    run("image_node", at_s1.clone()).await;
+    let n = s1_node(&mesh);
+    assert_eq!(n.provision_state, "active");
+    assert!(n.instance_uuid.is_some(), "bound to the server");
+    assert_eq!(n.lessee, fleet::dev::engine::MAINTENANCE_PROJECT);
+    assert_eq!(
+        n.instance_info.as_ref().unwrap()["image_source"],
+        "5c0ffee0-slurm-gpu-image"
     );
+    converged("the Nova-imaged node derived as the scenario has it").await;
+    run("unimage_node", at_s1.clone()).await;
+    let n = s1_node(&mesh);
+    assert_eq!(n.provision_state, "available");
+    assert_eq!(n.instance_uuid, None);
+    assert_eq!(n.lessee, fleet::dev::engine::ENROL_PROJECT);
 
     run("image_node", id.clone()).await;
     let n = node(&mesh);

@@ -15,7 +15,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::dev::engine::{SimDevice, CUSTOMER_PROJECT, CUSTOMER_READY_TRAIT, MAINTENANCE_PROJECT};
+use crate::dev::engine::{
+    SimDevice, CUSTOMER_PROJECT, CUSTOMER_READY_TRAIT, ENROL_PROJECT, MAINTENANCE_PROJECT,
+};
 use crate::dev::servers::{body, header, ironic_error, App, KEYSTONE_TOKEN};
 
 /// A node as Ironic's API shows it (`GET /v1/nodes/{ident}`, and each entry
@@ -85,6 +87,7 @@ fn known_lessee(v: &Value) -> Option<&'static str> {
     match v.as_str()? {
         CUSTOMER_PROJECT => Some(CUSTOMER_PROJECT),
         MAINTENANCE_PROJECT => Some(MAINTENANCE_PROJECT),
+        ENROL_PROJECT => Some(ENROL_PROJECT),
         _ => None,
     }
 }
@@ -139,7 +142,7 @@ fn patch_one(d: &mut SimDevice, op: &Value) -> Result<(), (StatusCode, String)> 
             Some(l) => d.lessee = l,
             None => {
                 return bad(format!(
-                    "the simulated Ironic knows the projects {CUSTOMER_PROJECT} and {MAINTENANCE_PROJECT}, not {value}"
+                    "the simulated Ironic knows the projects {CUSTOMER_PROJECT}, {MAINTENANCE_PROJECT} and {ENROL_PROJECT}, not {value}"
                 ))
             }
         },

@@ -12,6 +12,7 @@ pub mod fabric;
 pub mod flips;
 pub mod infra;
 pub mod ironic;
+pub mod nova;
 pub mod partner;
 pub mod servers;
 pub mod status;

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::dev::engine::{Scenario, CUSTOMER_READY_TRAIT};
 use crate::dev::ironic;
+use crate::dev::nova;
 
 pub const NETBOX_TOKEN: &str = "0123456789abcdef0123456789abcdef0123dead";
 pub const OPENSTACK_USER: &str = "fleet";
@@ -210,7 +211,7 @@ async fn netbox_devices(
     )
 }
 
-// ---- Keystone v3, Ironic, Placement, per site under /<site>/ ----
+// ---- Keystone v3, Ironic, Nova, Placement, per site under /<site>/ ----
 
 fn openstack(app: App) -> Router {
     Router::new()
@@ -235,6 +236,12 @@ fn openstack(app: App) -> Router {
         .route(
             "/{site}/ironic/v1/nodes/{ident}/traits/{name}",
             put(ironic::add_trait).delete(ironic::remove_trait),
+        )
+        .route("/{site}/compute/v2.1/servers", post(nova::create))
+        .route("/{site}/compute/v2.1/servers/detail", get(nova::detail))
+        .route(
+            "/{site}/compute/v2.1/servers/{id}",
+            get(nova::show).delete(nova::delete),
         )
         .route("/{site}/placement/resource_providers", get(placement_rps))
         .route(
@@ -269,7 +276,8 @@ async fn keystone_tokens(
         "catalog": [
             {"type": "identity", "name": "keystone", "endpoints": ep(format!("{base}/identity/v3"))},
             {"type": "baremetal", "name": "ironic", "endpoints": ep(format!("{base}/ironic"))},
-            {"type": "placement", "name": "placement", "endpoints": ep(format!("{base}/placement"))}
+            {"type": "placement", "name": "placement", "endpoints": ep(format!("{base}/placement"))},
+            {"type": "compute", "name": "nova", "endpoints": ep(format!("{base}/compute/v2.1"))}
         ]
     }});
     (

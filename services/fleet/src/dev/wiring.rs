@@ -18,6 +18,13 @@ pub(crate) const DEV_IMAGE: &str = "http://images.dev.invalid/ubuntu-22.04-gpu.q
 pub(crate) const DEV_IMAGE_CHECKSUM: &str =
     "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
+/// The Nova arm's SLURM image (a Glance id), flavour, network and keypair
+/// at the sites with Nova.
+pub(crate) const DEV_SLURM_IMAGE: &str = "5c0ffee0-slurm-gpu-image";
+pub(crate) const DEV_SLURM_FLAVOR: &str = "bm.gpu.h100";
+pub(crate) const DEV_SLURM_NETWORK: &str = "5eed0000-slurm-net";
+pub(crate) const DEV_SLURM_KEY: &str = "slurm-ops";
+
 /// Points the connectors at the simulated systems, every site (those in
 /// `standalone` without Placement).
 pub(crate) fn wire_connectors(
@@ -88,6 +95,32 @@ pub(crate) fn wire_connectors(
                     openstack: os.clone(),
                     image_source: DEV_IMAGE.into(),
                     image_checksum: DEV_IMAGE_CHECKSUM.into(),
+                    // The Nova arm at a site with Placement: the same
+                    // Keystone user stands for the SLURM credential (Nova
+                    // from its catalogue).
+                    nova: if os.placement_enabled {
+                        fleet_workflow::NovaArmConfig {
+                            credential: OpenstackSiteConfig {
+                                ironic_url: String::new(),
+                                placement_url: String::new(),
+                                ..os.clone()
+                            },
+                            enrol_project_id: engine::ENROL_PROJECT.into(),
+                            network_id: DEV_SLURM_NETWORK.into(),
+                            key_name: DEV_SLURM_KEY.into(),
+                            roles: [(
+                                "gpu_compute".to_string(),
+                                fleet_workflow::RoleImage {
+                                    image: DEV_SLURM_IMAGE.into(),
+                                    flavor: DEV_SLURM_FLAVOR.into(),
+                                },
+                            )]
+                            .into_iter()
+                            .collect(),
+                        }
+                    } else {
+                        Default::default()
+                    },
                     ..Default::default()
                 },
             )

@@ -4,6 +4,9 @@
 /// The customer project and the maintenance (SLURM) project of every site.
 pub const CUSTOMER_PROJECT: &str = "c0ffee00-customer-project";
 pub const MAINTENANCE_PROJECT: &str = "5eed0000-slurm-project";
+/// Where an enrolled node that is not imaged is leased at a site with Nova
+/// (the Nova arm of Image and Unimage moves the lease from and back to it).
+pub const ENROL_PROJECT: &str = "e1201000-enrol-project";
 pub const CUSTOMER_READY_TRAIT: &str = "CUSTOM_CUSTOMER_READY";
 
 /// The VRF an idle front-end port sits in, and the prefix of customer VRFs
