@@ -353,9 +353,25 @@ pub fn unimage_next(
                     node.uuid
                 ),
             ),
-            Some(u) => teardown_failure(node).unwrap_or(Next::Adopt {
-                server_id: u.to_string(),
-            }),
+            Some(u) => {
+                if let Some(f) = teardown_failure(node) {
+                    return f;
+                }
+                // The SLURM credential deletes: a server of another project
+                // (a customer's) is not this workflow's to tear down.
+                match node.lessee.filter(|l| !l.is_empty()) {
+                    Some(l) if l != projects.slurm && l != projects.enrol => fail(
+                        FailureCode::IronicLesseeUnexpected,
+                        format!(
+                            "node {} is leased to project {l}: Unimage deletes only servers of the SLURM project {}",
+                            node.uuid, projects.slurm
+                        ),
+                    ),
+                    _ => Next::Adopt {
+                        server_id: u.to_string(),
+                    },
+                }
+            }
         };
     };
     if let Some(f) = teardown_failure(node) {
@@ -641,6 +657,23 @@ mod tests {
             Next::Done
         );
         assert_eq!(unimage_next(&returned, &P, None, false, None), Next::Done);
+    }
+
+    #[test]
+    fn unimage_leaves_a_customers_server_alone() {
+        let mut n = node("active", Some("s-1"));
+        n.lessee = Some("customer");
+        assert_eq!(
+            code(unimage_next(&n, &P, None, false, None)),
+            Some(F::IronicLesseeUnexpected)
+        );
+        n.lessee = None;
+        assert_eq!(
+            unimage_next(&n, &P, None, false, None),
+            Next::Adopt {
+                server_id: "s-1".into()
+            }
+        );
     }
 
     #[test]
