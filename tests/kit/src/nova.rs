@@ -51,6 +51,10 @@ struct Inner {
     deletes: usize,
     /// The next create's build fails (`ERROR`, "No valid host was found.").
     fail_next_build: bool,
+    /// The next `n` requests answer 503.
+    unavailable: u32,
+    /// Creates answer 403 with this message (a policy or quota refusal).
+    refuse_creates: Option<String>,
 }
 
 #[derive(Clone)]
@@ -118,6 +122,15 @@ impl Respond for Api {
         }
         let tail = r.url.path().trim_start_matches("/compute/v2.1/servers");
         let mut s = self.0.lock().unwrap();
+        if s.unavailable > 0 {
+            s.unavailable -= 1;
+            return error(503, "computeFault", "simulated outage: nova-api is down");
+        }
+        if r.method.as_str() == "POST" {
+            if let Some(m) = &s.refuse_creates {
+                return error(403, "forbidden", m);
+            }
+        }
         match (r.method.as_str(), tail.trim_start_matches('/')) {
             ("POST", "") => s.create(r),
             ("GET", "detail") => {
@@ -261,6 +274,16 @@ impl FakeNova {
     /// without reaching Ironic).
     pub fn fail_next_build(&self) {
         self.inner.lock().unwrap().fail_next_build = true;
+    }
+
+    /// The next `n` requests answer 503 (an outage).
+    pub fn unavailable(&self, n: u32) {
+        self.inner.lock().unwrap().unavailable = n;
+    }
+
+    /// Every create answers 403 with `message` from now on.
+    pub fn refuse_creates(&self, message: &str) {
+        self.inner.lock().unwrap().refuse_creates = Some(message.into());
     }
 
     /// A server the test places (named `name`, on Ironic node `node` or on

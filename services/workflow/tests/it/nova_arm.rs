@@ -203,3 +203,74 @@ async fn unimage_of_a_binding_nova_does_not_have_fails_and_touches_nothing() {
 
     mesh.stop(ironic, env).await;
 }
+
+/// Nova away is retried, then fails retryable (`NOVA_UNAVAILABLE`); a
+/// create Nova refuses (403) fails at once (`NOVA_REQUEST_REFUSED`); a CPU
+/// hypervisor is rejected at runtime ("Undercloud/CPU-hypervisor routing
+/// remains out of scope"), with nothing written to Nova or Ironic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nova_outages_refusals_and_hypervisors_fail_with_their_codes() {
+    let nova = FakeNova::start().await;
+    let (ironic, env, mesh) = Mesh::start_nova(&nova).await;
+    let (_, _, down) = enrolled(&env, &ironic, "down").await;
+
+    nova.unavailable(1_000);
+    let job = create(&env, "image_node", std::slice::from_ref(&down))
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let d = &job.devices[0];
+    assert_eq!(d.failure_code, "NOVA_UNAVAILABLE", "{d:?}");
+    assert!(d.failure_message.contains("after"), "{}", d.failure_message);
+    nova.unavailable(0);
+
+    nova.refuse_creates(
+        "Quota exceeded for instances: Requested 1, but already used 10 of 10 instances",
+    );
+    let job = create(&env, "image_node", std::slice::from_ref(&down))
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let d = &job.devices[0];
+    assert_eq!(d.failure_code, "NOVA_REQUEST_REFUSED", "{d:?}");
+    assert!(
+        d.failure_message.contains("Quota exceeded"),
+        "{}",
+        d.failure_message
+    );
+    assert!(nova.created().is_empty());
+
+    let name = unique("hyp");
+    let uuid = ironic.available_node(&name).await;
+    let reply = env
+        .command(
+            "create_device",
+            0,
+            fleet_proto::v1::hub_command::Command::CreateDevice(fleet_proto::v1::CreateDevice {
+                site: "s1".into(),
+                name: name.clone(),
+                infrastructure_ref: uuid.clone(),
+                device_class: "cpu_hypervisor".into(),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(reply.error.is_none(), "{:?}", reply.error);
+    let hypervisor = device_of(&reply).id;
+    mirrored(&env, &hypervisor, "available").await;
+    let job = create(&env, "image_node", std::slice::from_ref(&hypervisor))
+        .await
+        .expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let d = &job.devices[0];
+    assert_eq!(d.failure_code, "IMAGE_ROLE_UNSUPPORTED", "{d:?}");
+    assert!(
+        d.failure_message.contains("out of scope"),
+        "{}",
+        d.failure_message
+    );
+    let n = ironic.node(&uuid).await;
+    assert!(n["lessee"].is_null(), "nothing written: {n}");
+
+    mesh.stop(ironic, env).await;
+}
