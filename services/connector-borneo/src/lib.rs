@@ -184,7 +184,7 @@ impl Target for BorneoSite {
                     tracing::warn!(site = %self.site, partner = %self.partner, serial = %serial, "borneo state_changed_at is not an RFC 3339 time; sent without it")
                 }
                 Warning::UnmodelledState { serial, state } => {
-                    tracing::warn!(site = %self.site, partner = %self.partner, serial = %serial, state = %state, "borneo custody state the hub does not act on; stored as reported")
+                    tracing::warn!(site = %self.site, partner = %self.partner, serial = %serial, state = %state, "borneo custody state outside the hub's vocabulary (GOOGLE_OWNED, PARTNER_OWNED, DRAINED); the machine is not published, its last custody stands")
                 }
                 Warning::NoCredential { serial } => {
                     tracing::warn!(site = %self.site, partner = %self.partner, serial = %serial, "borneo PARTNER_OWNED machine without a credential")

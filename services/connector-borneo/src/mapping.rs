@@ -45,8 +45,8 @@ pub enum Warning {
     NoState { index: usize, serial: String },
     /// Kept without a time.
     BadStateChangedAt { serial: String },
-    /// Kept and passed on as reported: the hub stores it and changes
-    /// nothing.
+    /// Skipped: a state outside the hub's custody vocabulary, which the
+    /// hub would refuse.
     UnmodelledState { serial: String, state: String },
     /// `PARTNER_OWNED` without a credential.
     NoCredential { serial: String },
@@ -203,10 +203,13 @@ pub fn parse_page(body: &[u8], partner: &str) -> Result<(Page, Vec<Warning>), St
         };
         let modelled = CustodyState::parse(&state).ok();
         if modelled.is_none() {
+            // The hub refuses a custody state outside its vocabulary: the
+            // machine is left out (its last custody stands) and warned of.
             warnings.push(Warning::UnmodelledState {
                 serial: serial.clone(),
                 state: state.clone(),
             });
+            continue;
         }
         // Only a partner-owned machine's credential is kept, as a reference.
         let credential_ref = if modelled == Some(CustodyState::PartnerOwned) {
@@ -311,7 +314,8 @@ mod tests {
                 ),
                 ("SN-GB200-0003".into(), "DRAINED".into(), None),
                 ("SN-GB200-0004".into(), "PARTNER_OWNED".into(), Some(hashed)),
-                ("SN-GB200-0005".into(), "PENDING_RETURN".into(), None),
+                // SN-GB200-0005 (PENDING_RETURN) is warned of, not
+                // published: the hub refuses a state outside its vocabulary.
             ]
         );
         assert_eq!(

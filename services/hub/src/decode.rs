@@ -173,6 +173,8 @@ pub fn snapshot(
             if m.state.is_empty() {
                 return Err(invalid("custody state is required"));
             }
+            // Only the states the hub acts on are stored.
+            CustodyState::parse(&m.state)?;
             Mirror::Custody {
                 state: m.state.clone(),
                 credential_ref: opt(&m.credential_ref),
@@ -221,6 +223,9 @@ pub fn write(
             condition_type: format!("{} (custody entry only, hub-ordered)", input.condition_type),
         });
     }
+    input
+        .condition_type
+        .check_latch_reason(input.status, &input.reason, w.hub_ordered)?;
     Ok((
         key,
         SingleWrite {

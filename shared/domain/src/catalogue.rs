@@ -1,6 +1,7 @@
 //! The condition catalogue of `spec/conditions.md`: who owns each type, what
 //! it feeds, whether it is durable, and which value is the problem.
 
+use crate::derivation::reasons::HANDOVER_BREACH;
 use crate::error::DomainError;
 use crate::vocab::{vocab, ConditionOf, ConditionStatus, Source};
 
@@ -177,7 +178,77 @@ pub const CATALOGUE: &[Entry] = &[
     ),
 ];
 
+/// The reasons a latch is written with (`conditions.md`, "Latch reasons"),
+/// each with the status it carries. `HandoverBreach` (Unknown) is the hub's
+/// own custody-entry write of the front-end latch, not among them.
+/// `FlipInProgress` (Unknown) is written before the first switch write of a
+/// front-end flip, an addition to the seed, which names the
+/// Unknown-before-write only for the other two.
+const FRONTEND_LATCH_REASONS: &[(&str, ConditionStatus)] = &[
+    ("CustomerVrfFlipVerified", T),
+    ("IsolateFlipVerified", F),
+    ("FlipInProgress", U),
+];
+const BACKEND_LATCH_REASONS: &[(&str, ConditionStatus)] = &[
+    ("IsolateVerified", T),
+    ("ReturnVerified", F),
+    ("ManualIsolation", T),
+    ("ManualReturn", F),
+    ("ApplyInProgress", U),
+];
+const NVLINK_LATCH_REASONS: &[(&str, ConditionStatus)] = &[
+    ("MoveVerified", T),
+    ("ReturnVerified", F),
+    ("MoveInProgress", U),
+];
+
 impl ConditionType {
+    /// A latch's reasons with their statuses; `None` for a type whose
+    /// reasons are its source's to choose.
+    pub fn latch_reasons(self) -> Option<&'static [(&'static str, ConditionStatus)]> {
+        match self {
+            C::FrontendPortsInCustomerVrf => Some(FRONTEND_LATCH_REASONS),
+            C::BackendPortsInMaintenanceVrf => Some(BACKEND_LATCH_REASONS),
+            C::NvLinkGpusInRepairPartition => Some(NVLINK_LATCH_REASONS),
+            _ => None,
+        }
+    }
+
+    /// Refuses a latch write whose reason is not one of the latch's, or
+    /// whose status is not the one its reason carries (`hub_ordered`: the
+    /// custody-entry write, `HandoverBreach` Unknown).
+    pub fn check_latch_reason(
+        self,
+        status: ConditionStatus,
+        reason: &str,
+        hub_ordered: bool,
+    ) -> Result<(), DomainError> {
+        let Some(reasons) = self.latch_reasons() else {
+            return Ok(());
+        };
+        let allowed = if hub_ordered {
+            reason == HANDOVER_BREACH && status == U
+        } else {
+            reasons.iter().any(|(r, s)| *r == reason && *s == status)
+        };
+        if allowed {
+            return Ok(());
+        }
+        let list: Vec<String> = reasons
+            .iter()
+            .map(|(r, s)| format!("{r} ({})", s.as_str()))
+            .collect();
+        Err(DomainError::InvalidArgument(format!(
+            "{self} is a latch: {status} with reason {reason:?} is not one of its writes ({}{})",
+            list.join(", "),
+            if self == C::FrontendPortsInCustomerVrf {
+                "; HandoverBreach (Unknown) is the hub's own custody-entry write"
+            } else {
+                ""
+            }
+        )))
+    }
+
     pub fn entry(self) -> &'static Entry {
         // The catalogue lists every variant in declaration order.
         &CATALOGUE[self as usize]
@@ -238,6 +309,43 @@ pub const HEALTH_TYPES: [ConditionType; 10] = [
 
 #[cfg(test)]
 mod tests {
+    /// `conditions.md`, "Latch reasons": front-end `CustomerVrfFlipVerified`
+    /// (True), `IsolateFlipVerified` (False), `HandoverBreach` (Unknown,
+    /// custody entry); back-end `IsolateVerified`, `ReturnVerified`,
+    /// `ManualIsolation`, `ManualReturn`, `ApplyInProgress` (Unknown); NVLink
+    /// `MoveVerified`, `ReturnVerified`, `MoveInProgress` (Unknown).
+    #[test]
+    fn latch_writes_carry_a_latch_reason_with_its_status() {
+        let ok = |t: ConditionType, s: ConditionStatus, r: &str| {
+            t.check_latch_reason(s, r, false).is_ok()
+        };
+        assert!(ok(
+            C::FrontendPortsInCustomerVrf,
+            T,
+            "CustomerVrfFlipVerified"
+        ));
+        assert!(ok(C::FrontendPortsInCustomerVrf, F, "IsolateFlipVerified"));
+        assert!(ok(C::BackendPortsInMaintenanceVrf, T, "ManualIsolation"));
+        assert!(ok(C::BackendPortsInMaintenanceVrf, U, "ApplyInProgress"));
+        assert!(ok(C::NvLinkGpusInRepairPartition, F, "ReturnVerified"));
+        // Not a reason of the latch, the wrong status for it, none at all.
+        assert!(!ok(C::FrontendPortsInCustomerVrf, T, "NotARealReason"));
+        assert!(!ok(C::FrontendPortsInCustomerVrf, T, ""));
+        assert!(!ok(
+            C::FrontendPortsInCustomerVrf,
+            F,
+            "CustomerVrfFlipVerified"
+        ));
+        assert!(!ok(C::NvLinkGpusInRepairPartition, T, "IsolateVerified"));
+        // HandoverBreach is the hub's custody-entry write alone.
+        assert!(!ok(C::FrontendPortsInCustomerVrf, U, "HandoverBreach"));
+        assert!(C::FrontendPortsInCustomerVrf
+            .check_latch_reason(U, "HandoverBreach", true)
+            .is_ok());
+        // Other types' reasons are their sources' to choose.
+        assert!(ok(C::IronicProvisionHealthy, F, "AnythingTheSourceSays"));
+    }
+
     use super::*;
 
     #[test]

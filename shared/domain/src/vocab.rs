@@ -149,7 +149,8 @@ vocab!(
 });
 
 vocab!(
-    /// Borneo custody states the hub acts on; others are stored as reported.
+    /// Borneo custody states: the hub stores and acts on these and refuses any
+    /// other (`INVALID_ARGUMENT`).
     CustodyState, "custody state" {
     GoogleOwned => "GOOGLE_OWNED", PartnerOwned => "PARTNER_OWNED", Drained => "DRAINED",
 });

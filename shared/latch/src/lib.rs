@@ -61,32 +61,11 @@ impl Latch {
     }
 
     /// The reasons a workflow writes (`conditions.md`, "Latch reasons"),
-    /// each with its status. `HandoverBreach` is the hub's own custody
+    /// each with its status: the catalogue's, which the hub checks every
+    /// latch write against. `HandoverBreach` is the hub's own custody
     /// entry write and not among them.
     pub fn reasons(self) -> &'static [(&'static str, ConditionStatus)] {
-        use ConditionStatus::{False as F, True as T, Unknown as U};
-        match self {
-            // `FlipInProgress` (Unknown): written before the first switch
-            // write of a front-end flip (an addition to the seed, which
-            // names the Unknown-before-write only for the other two).
-            Latch::FrontendVrf => &[
-                ("CustomerVrfFlipVerified", T),
-                ("IsolateFlipVerified", F),
-                ("FlipInProgress", U),
-            ],
-            Latch::BackendVrf => &[
-                ("IsolateVerified", T),
-                ("ReturnVerified", F),
-                ("ManualIsolation", T),
-                ("ManualReturn", F),
-                ("ApplyInProgress", U),
-            ],
-            Latch::NvlinkPartition => &[
-                ("MoveVerified", T),
-                ("ReturnVerified", F),
-                ("MoveInProgress", U),
-            ],
-        }
+        self.condition_type().latch_reasons().unwrap_or(&[])
     }
 }
 

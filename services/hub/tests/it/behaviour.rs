@@ -612,6 +612,53 @@ async fn commands_check_version_and_answer_typed_errors() {
         "True",
         "stale-rejected: the reply is the stored row"
     );
+    // Issue 19: every vocabulary checked at the hub. A latch write whose
+    // reason is not the latch's (or whose status is not its reason's), and
+    // a custody state outside GOOGLE_OWNED / PARTNER_OWNED / DRAINED, are
+    // INVALID_ARGUMENT and store nothing.
+    for (status, reason) in [
+        ("True", "NotARealReason"),
+        ("True", ""),
+        ("False", "MoveVerified"),
+    ] {
+        let bad = C::WriteCondition(v1::ConditionWrite {
+            source: "nvlink-fabric".into(),
+            device: Some(v1::DeviceKey {
+                site: "s1".into(),
+                kind: "device_id".into(),
+                key: id.clone(),
+            }),
+            condition: Some(cond("NvLinkGpusInRepairPartition", status, reason)),
+            observed_at: Some(timestamp(now + chrono::Duration::seconds(1))),
+            hub_ordered: false,
+        });
+        let r = env.command("write_condition", 0, bad).await;
+        assert_eq!(error_code(&r), "INVALID_ARGUMENT", "{status} {reason:?}");
+        let message = r
+            .error
+            .as_ref()
+            .map(|e| e.message.clone())
+            .unwrap_or_default();
+        assert!(message.contains("MoveVerified (True)"), "{message}");
+    }
+    let reason: String = sqlx::query_scalar(
+        "SELECT reason FROM device_conditions WHERE device_id = $1 AND type = 'NvLinkGpusInRepairPartition'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(reason, "MoveVerified", "nothing stored");
+    let mut custody = snapshot("borneo", "s1", "device_id", &id, now, vec![]);
+    custody.mirror = Some(v1::condition_snapshot::Mirror::Custody(v1::CustodyMirror {
+        state: "WHATEVER".into(),
+        ..Default::default()
+    }));
+    let r = env
+        .command("apply_snapshot", 0, C::ApplySnapshot(custody))
+        .await;
+    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+    assert_eq!(env.device_field(&id, "coalesce(custody, '')").await, "");
     // create_device twice: CONFLICT; unknown site: NOT_FOUND.
     let dup = env
         .command(
