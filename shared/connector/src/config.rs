@@ -37,6 +37,45 @@ pub struct PollConfig {
     /// are spread; new, changed and vanished devices are published at
     /// once. 0 publishes everything at once.
     pub resync_spread: f64,
+    /// How the device names this connector reads are rewritten before
+    /// they key an observation (`name` keys only), so a source that spells
+    /// a host differently from NetBox still resolves.
+    pub name_keys: NameKeys,
+}
+
+/// `connectors.<name>.poll.name_keys`: a per-source normalisation of `name`
+/// keys. Both off: names are sent as the source spells them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NameKeys {
+    /// `GPU06` -> `gpu06`.
+    pub lowercase: bool,
+    /// `gpu05.dc1.example.com` -> `gpu05` (a name that is an IP address is
+    /// left as it is).
+    pub strip_domain: bool,
+}
+
+impl NameKeys {
+    /// `name` as this source's devices are named in the fleet.
+    pub fn apply(&self, name: &str) -> String {
+        let mut n = name.trim();
+        if self.strip_domain && n.parse::<std::net::IpAddr>().is_err() {
+            if let Some((host, _)) = n.split_once('.') {
+                if !host.is_empty() {
+                    n = host;
+                }
+            }
+        }
+        if self.lowercase {
+            n.to_lowercase()
+        } else {
+            n.to_string()
+        }
+    }
+
+    pub fn is_identity(&self) -> bool {
+        !self.lowercase && !self.strip_domain
+    }
 }
 
 impl Default for PollConfig {
@@ -52,6 +91,41 @@ impl Default for PollConfig {
             max_pages: 10_000,
             publish_in_flight: 256,
             resync_spread: 0.5,
+            name_keys: NameKeys::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19: "Ironic's GPU06 and gpu05.dc1.example.com do not match
+    /// NetBox's gpu06 / gpu05".
+    #[test]
+    fn name_keys_fold_case_and_domains_as_configured() {
+        let both = NameKeys {
+            lowercase: true,
+            strip_domain: true,
+        };
+        for (from, to) in [
+            ("GPU06", "gpu06"),
+            ("gpu05.dc1.example.com", "gpu05"),
+            ("GPU07.DC1.EXAMPLE.COM", "gpu07"),
+            (" gpu08 ", "gpu08"),
+            ("10.0.0.5", "10.0.0.5"),
+            ("fe80::1", "fe80::1"),
+            (".hidden", ".hidden"),
+        ] {
+            assert_eq!(both.apply(from), to, "{from}");
+        }
+        let off = NameKeys::default();
+        assert!(off.is_identity());
+        assert_eq!(off.apply("GPU06.dc1"), "GPU06.dc1");
+        let case = NameKeys {
+            lowercase: true,
+            strip_domain: false,
+        };
+        assert_eq!(case.apply("GPU05.DC1"), "gpu05.dc1");
     }
 }

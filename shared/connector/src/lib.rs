@@ -27,7 +27,7 @@ use fleet_domain::Source;
 use fleet_runtime::http::Ops;
 use fleet_runtime::{Common, Shutdown};
 
-pub use config::PollConfig;
+pub use config::{NameKeys, PollConfig};
 pub use error::SourceError;
 pub use fleet_runtime::Credential;
 pub use http::HttpClient;

@@ -224,7 +224,14 @@ pub async fn run_target<T: Target>(
             _ = shutdown.wait() => break,
         };
         let outcome = match read {
-            Ok(snapshots) => {
+            Ok(mut snapshots) => {
+                if !poll.name_keys.is_identity() {
+                    for s in &mut snapshots {
+                        if let Some(k) = s.device.as_mut().filter(|k| k.kind == "name") {
+                            k.key = poll.name_keys.apply(&k.key);
+                        }
+                    }
+                }
                 let o = tracker.read_ok(&target, snapshots, at);
                 if failed_reads > 0 {
                     tracing::info!(

@@ -270,6 +270,7 @@ pub fn fast_poll() -> PollConfig {
         max_pages: 50,
         publish_in_flight: 64,
         resync_spread: 0.0,
+        ..Default::default()
     }
 }
 

@@ -636,3 +636,74 @@ async fn openstack_placement_outage_and_a_vanished_node() {
     connector.stop().await;
     env.cleanup().await;
 }
+
+/// Issue 19, "Matching across sources": Ironic nodes named `GPU-..` and
+/// `gpu-...dc1.example.com` against NetBox's lower-case, unqualified names.
+/// Without `poll.name_keys` they stay unresolved; with `lowercase` and
+/// `strip_domain` both resolve to their devices (the real Ironic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ironic_names_are_folded_to_netbox_names_when_configured() {
+    let ironic = fleet_testkit::ironic::RealIronic::connect().await;
+    let env = TestEnv::new().await;
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let tag = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let upper = format!("gpu-up-{tag}");
+    let fqdn = format!("gpu-fq-{tag}");
+    ironic.available_node(&upper.to_uppercase()).await;
+    ironic
+        .available_node(&format!("{fqdn}.dc1.example.com"))
+        .await;
+    let a = env.create_device("s1", &upper).await;
+    let b = env.create_device("s1", &fqdn).await;
+
+    let mirrored = |id: String| {
+        let env = &env;
+        async move {
+            env.device_field(&id, "coalesce(ironic_provision_state, '')")
+                .await
+        }
+    };
+    // Off (the default): both names are unresolved observations.
+    let (trigger, task) = fleet_testkit::ironic::start_openstack_connector(&env, &ironic, 0.3);
+    eventually("both nodes listed as unresolved", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM unresolved_observations WHERE source = 'openstack' AND (key ILIKE $1 OR key ILIKE $2)",
+        )
+        .bind(format!("%{upper}%"))
+        .bind(format!("%{fqdn}%"))
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+        (n == 2).then_some(())
+    })
+    .await;
+    assert_eq!(mirrored(a.clone()).await, "");
+    trigger.trigger();
+    task.await.unwrap().unwrap();
+
+    let (trigger, task) =
+        fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |c, _| {
+            c.poll.name_keys = fleet_connector::NameKeys {
+                lowercase: true,
+                strip_domain: true,
+            };
+        });
+    for id in [a, b] {
+        eventually("the folded name resolves to its device", || async {
+            (mirrored(id.clone()).await == "available").then_some(())
+        })
+        .await;
+    }
+    trigger.trigger();
+    task.await.unwrap().unwrap();
+    hub_trigger.trigger();
+    hub_task.await.unwrap();
+    ironic.cleanup().await;
+    env.cleanup().await;
+}
