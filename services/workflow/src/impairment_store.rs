@@ -283,7 +283,7 @@ pub(crate) async fn settle(pool: &PgPool, event: &str) -> Result<Option<EventSta
         .filter_map(|s| EventDeviceStatus::parse(s).ok())
         .collect();
     let status = event_status(&statuses);
-    sqlx::query(
+    let moved = sqlx::query(
         "UPDATE impairment_events SET status = $2, updated_at = now(), \
          cleared_at = CASE WHEN $2 = 'cleared' THEN now() ELSE cleared_at END \
          WHERE id = $1 AND status <> $2",
@@ -291,7 +291,10 @@ pub(crate) async fn settle(pool: &PgPool, event: &str) -> Result<Option<EventSta
     .bind(event)
     .bind(status.as_str())
     .execute(&mut *tx)
-    .await?;
+    .await?
+    .rows_affected();
     tx.commit().await?;
-    Ok(Some(status))
+    // Only the call that moved the event reports it: the last devices'
+    // workers all find nothing open, one of them settles it.
+    Ok((moved > 0).then_some(status))
 }
