@@ -477,6 +477,28 @@ pub async fn provision(
     device_command(&app, &caller, v, c).await
 }
 
+/// Seed 002: "promote-to-managed is an explicit audited operation": an
+/// inventory-only device becomes managed. The reason and the caller are
+/// kept in the lifecycle row (`inventory_only` -> `false`).
+#[utoipa::path(post, path = "/api/v1/devices/{id}/promote-to-managed", params(("id" = String, Path)),
+    request_body = ReasonBody,
+    responses((status = 200, body = DeviceChange), (status = 400, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
+    tag = "devices")]
+pub async fn promote_to_managed(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    J(b): J<ReasonBody>,
+) -> ApiResult<Json<DeviceChange>> {
+    let v = version(b.version)?;
+    let c = C::PromoteToManaged(v1::PromoteToManaged {
+        device_id: id,
+        reason: b.reason,
+    });
+    device_command(&app, &caller, v, c).await
+}
+
 #[utoipa::path(post, path = "/api/v1/devices/{id}/revoke-identity", params(("id" = String, Path)),
     request_body = VersionBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),

@@ -77,6 +77,7 @@ pub fn table() -> Vec<Route> {
         r(S::DeviceWrite, routes!(devices::adopt)),
         r(S::DeviceWrite, routes!(devices::provision)),
         r(S::Admin, routes!(devices::revoke_identity)),
+        r(S::Admin, routes!(devices::promote_to_managed)),
         r(S::DeviceWrite, routes!(devices::triage)),
         r(S::EnrollmentProofWrite, routes!(devices::enrollment_proof)),
         r(S::DeviceRead, routes!(conditions::list)),

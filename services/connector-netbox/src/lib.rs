@@ -11,6 +11,7 @@ pub(crate) mod mapping;
 
 use std::collections::HashSet;
 
+use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, collect_pages, join};
 use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
 use fleet_domain::Source;
@@ -91,6 +92,10 @@ impl Target for NetboxSite {
 
     fn outage_reason(&self) -> &'static str {
         OUTAGE_REASON
+    }
+
+    fn vanished(&self, key: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {
+        Some(mapping::vanished(key, at))
     }
 
     async fn poll(

@@ -190,9 +190,39 @@ pub fn map_devices(site: &str, slug: &str, devices: &[Device], at: DateTime<Utc>
     out
 }
 
+/// A device the previous read listed and this one does not (deleted in
+/// NetBox, or moved to a site this connector does not read): its
+/// inventory status goes `unknown` and its provisioning tags are cleared,
+/// so it is no longer `active` (nor customer-ready) and the change is a
+/// lifecycle row on the inventory axis. A device listed again takes
+/// NetBox's status back on the next read.
+pub fn vanished(key: &v1::DeviceKey, at: DateTime<Utc>) -> v1::ConditionSnapshot {
+    snapshot(
+        Source::Netbox,
+        key.clone(),
+        at,
+        vec![],
+        Some(Mirror::Netbox(v1::NetboxMirror {
+            status: InventoryStatus::Unknown.as_str().into(),
+            name: key.key.clone(),
+            ..Default::default()
+        })),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vanished_device_is_marked_unknown_without_tags() {
+        let k = key("s1", KeyKind::Name, "gpu05");
+        let s = vanished(&k, at());
+        assert_eq!(s.device.as_ref(), Some(&k));
+        let m = mirror(&s);
+        assert_eq!((m.status.as_str(), m.tags.len()), ("unknown", 0));
+        assert!(s.conditions.is_empty(), "netbox owns no conditions");
+    }
 
     const SAMPLE: &str = include_str!("../testdata/netbox-devices.json");
     const BRIEF: &str = include_str!("../testdata/netbox-devices-offline-brief.json");

@@ -68,6 +68,15 @@ pub enum DevicesCommand {
         #[arg(long)]
         reason: String,
     },
+    /// Promote an inventory-only device to managed: an audited operation,
+    /// its reason kept in the lifecycle (admin token).
+    Promote {
+        /// The id, as `list` shows it.
+        id: String,
+        /// Why: recorded with the change.
+        #[arg(long)]
+        reason: String,
+    },
     /// Put devices into triage (or take them out with --off).
     Triage {
         /// Device ids.
@@ -502,6 +511,11 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
         DevicesCommand::Cordon { id, reason } => report(
             json_out,
             api.device_command(&id, "cordon", Some(&reason)).await?,
+        )?,
+        DevicesCommand::Promote { id, reason } => report(
+            json_out,
+            api.device_command(&id, "promote-to-managed", Some(&reason))
+                .await?,
         )?,
         DevicesCommand::Uncordon { id } => {
             report(json_out, api.device_command(&id, "uncordon", None).await?)?

@@ -150,11 +150,15 @@ impl Hub {
     pub async fn command(&self, c: v1::HubCommand) -> Result<v1::HubReply, CommandError> {
         let command = c.command.ok_or_else(|| invalid("command is empty"))?;
         let verb = verb(&command);
-        let cause = if c.actor.is_empty() {
+        let mut cause = if c.actor.is_empty() {
             format!("command:{verb}")
         } else {
             format!("command:{verb}:{}", c.actor)
         };
+        // The audited operation keeps its reason with its lifecycle row.
+        if let C::PromoteToManaged(p) = &command {
+            cause = format!("{cause}: {}", p.reason.trim());
+        }
         let now = Utc::now();
         match command {
             C::CreateDevice(d) => self.create_device(d, &cause).await,
@@ -593,6 +597,7 @@ fn device_id(c: &C) -> &str {
         C::DeleteDevice(x) => &x.device_id,
         C::EnrollmentProof(x) => &x.device_id,
         C::Delegate(x) => &x.device_id,
+        C::PromoteToManaged(x) => &x.device_id,
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
         C::Join(_) => "",
@@ -648,6 +653,7 @@ fn apply_device_command(
             Ok(())
         }
         C::SetMaintenance(x) => cmd::set_maintenance(r, x.maintenance, &x.reason),
+        C::PromoteToManaged(x) => cmd::promote_to_managed(r, &x.reason),
         C::EnrollmentProof(x) => {
             let outcome = match x.outcome.as_str() {
                 "enrolled" => ProofOutcome::Enrolled {

@@ -140,6 +140,27 @@ pub fn adopt(r: &mut DeviceRecord) -> Result<(), DomainError> {
     provision_move(r, ProvisionState::Adopted)
 }
 
+/// Seed 002: "Immutable via ordinary API/model updates; promote-to-managed
+/// is an explicit audited operation": an inventory-only device becomes
+/// managed, with a reason. A managed device is refused (nothing to
+/// promote), and so is an empty reason.
+pub fn promote_to_managed(r: &mut DeviceRecord, reason: &str) -> Result<(), DomainError> {
+    if reason.trim().is_empty() {
+        return Err(DomainError::InvalidArgument(
+            "promote_to_managed needs a reason (it is kept with the lifecycle row)".into(),
+        ));
+    }
+    crate::limits::check_len("reason", reason, crate::limits::MAX_REASON)?;
+    if !r.inventory_only {
+        return Err(DomainError::InvalidState(format!(
+            "device {} is not inventory-only: nothing to promote",
+            r.id
+        )));
+    }
+    r.inventory_only = false;
+    Ok(())
+}
+
 /// Credentials of an earlier generation never work again; the session ends.
 pub fn revoke_identity(r: &mut DeviceRecord) {
     r.identity_generation += 1;

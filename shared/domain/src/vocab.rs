@@ -137,7 +137,7 @@ vocab!(
     Provision => "provision", Maintenance => "maintenance", Cordoned => "cordoned",
     Power => "power", Connectivity => "connectivity", Schedulable => "schedulable",
     Triage => "triage", Custody => "custody", Enrollment => "enrollment",
-    Conditions => "conditions",
+    InventoryOnly => "inventory_only", Conditions => "conditions",
 });
 
 vocab!(

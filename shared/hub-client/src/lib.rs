@@ -25,6 +25,7 @@ pub fn verb(c: &C) -> &'static str {
         C::Provision(_) => "provision",
         C::Adopt(_) => "adopt",
         C::RevokeIdentity(_) => "revoke_identity",
+        C::PromoteToManaged(_) => "promote_to_managed",
         C::DeleteDevice(_) => "delete_device",
         C::WriteCondition(_) => "write_condition",
         C::EnrollmentProof(_) => "enrollment_proof",

@@ -1198,3 +1198,85 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
     );
     served.stop(env).await;
 }
+
+/// Seed 002: "Immutable via ordinary API/model updates; promote-to-managed
+/// is an explicit audited operation": an inventory-only device becomes
+/// managed with a reason kept in its lifecycle, once; an empty reason or a
+/// managed device is refused and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_promote_to_managed_is_explicit_and_audited() {
+    let env = TestEnv::new().await;
+    let (addr, served) = Served::with_hub(&env, &api_config()).await;
+    let all = token(&env, Scope::ALL).await;
+    // The inventory-only site's devices are inventory-only.
+    let id = env.create_device("inv", "gpu-inv-01").await;
+    let path = format!("/api/v1/devices/{id}/promote-to-managed");
+    let version = |addr| {
+        let all = all.clone();
+        let id = id.clone();
+        async move {
+            get(addr, &format!("/api/v1/devices/{id}/"), &all)
+                .await
+                .json()["version"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let d = get(addr, &format!("/api/v1/devices/{id}/"), &all)
+        .await
+        .json();
+    assert_eq!(d["inventory_only"], true, "{d}");
+
+    let v = version(addr).await;
+    let r = post(addr, &path, &all, json!({"version": v, "reason": " "})).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "INVALID_ARGUMENT".into()),
+        "{}",
+        r.body
+    );
+    assert_eq!(version(addr).await, v, "nothing changed");
+
+    let writer = token(&env, &[Scope::DeviceWrite]).await;
+    let r = post(
+        addr,
+        &path,
+        &writer,
+        json!({"version": v, "reason": "adopted by ops"}),
+    )
+    .await;
+    assert_eq!(r.status, 403, "admin only: {}", r.body);
+
+    let r = post(
+        addr,
+        &path,
+        &all,
+        json!({"version": v, "reason": "racked and cabled, CHG-4711"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["inventory_only"], false);
+    let (value, cause): (String, String) = sqlx::query_as(
+        "SELECT value, cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'inventory_only' ORDER BY id DESC LIMIT 1",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(value, "false");
+    assert!(
+        cause.starts_with("command:promote_to_managed:")
+            && cause.ends_with(": racked and cabled, CHG-4711"),
+        "{cause}"
+    );
+
+    let v = version(addr).await;
+    let r = post(addr, &path, &all, json!({"version": v, "reason": "again"})).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "INVALID_STATE".into()),
+        "{}",
+        r.body
+    );
+    served.stop(env).await;
+}

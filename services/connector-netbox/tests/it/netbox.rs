@@ -16,7 +16,7 @@ const V2_TOKEN: &str = "nbt_peerskey0001.peerssecret0123456789abcdefghijklmnopqr
 pub struct NetboxFake {
     /// The `Authorization` header NetBox accepts.
     pub authorization: Mutex<String>,
-    pub devices: Vec<serde_json::Value>,
+    pub devices: Mutex<Vec<serde_json::Value>>,
 }
 
 impl NetboxFake {
@@ -30,8 +30,8 @@ impl NetboxFake {
             (Ok(l), Ok(o)) => (l.unwrap_or(50), o.unwrap_or(0)),
             (Err(bad), _) | (_, Err(bad)) => return bad,
         };
-        let all: Vec<&serde_json::Value> = self
-            .devices
+        let devices = self.devices.lock().unwrap();
+        let all: Vec<&serde_json::Value> = devices
             .iter()
             .filter(|d| site.as_deref().is_none_or(|s| d["site"]["slug"] == s))
             .collect();
@@ -116,7 +116,7 @@ fn fleet_of_devices() -> Vec<serde_json::Value> {
 async fn netbox_fake(authorization: &str) -> (FakeHttp, Arc<NetboxFake>) {
     let fake = Arc::new(NetboxFake {
         authorization: Mutex::new(authorization.to_string()),
-        devices: fleet_of_devices(),
+        devices: Mutex::new(fleet_of_devices()),
     });
     let http = FakeHttp::start().await;
     http.route(
@@ -394,4 +394,64 @@ async fn netbox_bearer_token_from_the_environment_and_auth_failure() {
     connector.stop().await;
     std::env::remove_var(&var);
     env.cleanup().await;
+}
+
+/// Issue 19: "A device that disappears from NetBox is marked": its
+/// inventory status goes `unknown` (so it is not `active`), its tags are
+/// cleared and the inventory axis gets a lifecycle row; listed again, it
+/// takes NetBox's status back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
+    let env = TestEnv::new().await;
+    let hub = HubTask::start(&env).await;
+    let (control, fake) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
+    let url = control.url();
+    let connector = run_netbox(
+        &env,
+        netbox_config(
+            &url,
+            Credential {
+                value: Secret::new(V1_TOKEN),
+                ..Default::default()
+            },
+        ),
+    );
+    eventually("gpu05 created as failed", || async {
+        let r = rows(&env, "gpu05").await;
+        (r.len() == 1 && r[0].inventory_status == "failed").then_some(())
+    })
+    .await;
+    let removed = {
+        let mut d = fake.devices.lock().unwrap();
+        let i = d.iter().position(|x| x["name"] == "gpu05").unwrap();
+        d.remove(i)
+    };
+    let gone = eventually("gpu05 marked once gone from netbox", || async {
+        let r = rows(&env, "gpu05").await;
+        (r.len() == 1 && r[0].inventory_status == "unknown").then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert!(gone.netbox_tags.is_empty(), "{gone:?}");
+    let id: String = sqlx::query_scalar("SELECT id FROM devices WHERE name = 'gpu05'")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    let marked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'inventory' AND value = 'unknown'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(marked, 1, "one lifecycle row for the mark");
+    // Still one device of that name: the mark is not a deletion.
+    assert_eq!(rows(&env, "gpu05").await.len(), 1);
+
+    fake.devices.lock().unwrap().push(removed);
+    eventually("gpu05 back with netbox's status", || async {
+        let r = rows(&env, "gpu05").await;
+        (r.len() == 1 && r[0].inventory_status == "failed").then_some(())
+    })
+    .await;
+    hub.stop(connector, env).await;
 }

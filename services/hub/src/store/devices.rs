@@ -221,7 +221,7 @@ fn record_json(r: &DeviceRecord) -> Value {
         "chassis_health": r.mirrors.chassis_health.map(|c| c.as_str()),
         "session_epoch": r.session.epoch, "session_gateway_id": r.session.gateway_id,
         "session_connected_at": r.session.connected_at, "session_disconnected_at": r.session.disconnected_at,
-        "session_last_seen": r.session.last_seen, "deleted": r.deleted,
+        "session_last_seen": r.session.last_seen, "deleted": r.deleted, "inventory_only": r.inventory_only,
     })
 }
 
@@ -242,7 +242,7 @@ const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastr
     netbox_tags = x.netbox_tags, chassis_health = x.chassis_health, session_epoch = x.session_epoch, \
     session_gateway_id = x.session_gateway_id, session_connected_at = x.session_connected_at, \
     session_disconnected_at = x.session_disconnected_at, session_last_seen = x.session_last_seen, \
-    deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
+    inventory_only = x.inventory_only, deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
     updated_at = now(), derived_at = now() \
     FROM jsonb_to_recordset($1::jsonb) AS x(id text, version bigint, infrastructure_ref text, provision_state text, \
     failed_from text, maintenance boolean, maintenance_reason text, cordoned boolean, cordon_reason text, \
@@ -255,7 +255,7 @@ const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastr
     ironic_maintenance boolean, ironic_maintenance_reason text, ironic_instance_uuid text, ironic_lessee text, \
     slurm_states text[], netbox_tags text[], chassis_health text, session_epoch bigint, session_gateway_id text, \
     session_connected_at timestamptz, session_disconnected_at timestamptz, session_last_seen timestamptz, \
-    deleted boolean) WHERE d.id = x.id";
+    deleted boolean, inventory_only boolean) WHERE d.id = x.id";
 
 /// Counts of rows one write touched, for the benchmark's rows/snapshot.
 #[derive(Debug, Default, Clone, Copy)]

@@ -163,6 +163,7 @@ impl DeviceRecord {
             Axis::Triage => self.in_triage.to_string(),
             Axis::Custody => self.custody.clone().unwrap_or_default(),
             Axis::Enrollment => self.enrollment_validated_ref.clone().unwrap_or_default(),
+            Axis::InventoryOnly => self.inventory_only.to_string(),
             Axis::Conditions => String::new(),
         }
     }
@@ -190,6 +191,7 @@ pub const TRACKED_AXES: &[Axis] = &[
     Axis::Triage,
     Axis::Custody,
     Axis::Enrollment,
+    Axis::InventoryOnly,
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
