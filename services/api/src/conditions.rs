@@ -243,6 +243,9 @@ pub struct IronicMirrorBody {
     pub lessee: Option<String>,
     /// `power on`, `power off`, or absent.
     pub power_state: Option<String>,
+    /// The node's uuid: recorded as the device's `infrastructure_ref` when
+    /// it has none.
+    pub node_uuid: Option<String>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -309,6 +312,7 @@ fn mirror(b: &mut SnapshotBody) -> ApiResult<Option<v1::condition_snapshot::Mirr
             instance_uuid: m.instance_uuid.unwrap_or_default(),
             lessee: m.lessee.unwrap_or_default(),
             power_state: m.power_state.unwrap_or_default(),
+            node_uuid: m.node_uuid.unwrap_or_default(),
         }));
     }
     if let Some(m) = b.slurm.take() {

@@ -267,6 +267,7 @@ pub fn map_node(n: &Node, c: &Context<'_>) -> (v1::ConditionSnapshot, bool) {
         instance_uuid: present(&n.instance_uuid).unwrap_or_default().to_string(),
         lessee: present(&n.lessee).unwrap_or_default().to_string(),
         power_state: present(&n.power_state).unwrap_or_default().to_string(),
+        node_uuid: n.uuid.clone(),
     };
     (
         snapshot(

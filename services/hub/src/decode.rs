@@ -144,6 +144,7 @@ pub fn snapshot(
                 "power off" => Power::Off,
                 _ => Power::Unknown,
             },
+            node_uuid: opt(&m.node_uuid),
         },
         Some(M::Slurm(m)) => Mirror::Slurm {
             states: m.states.clone(),
@@ -341,7 +342,8 @@ fn mirror_bounded(m: Option<&v1::condition_snapshot::Mirror>) -> Result<(), Doma
             )?;
             check_len("ironic.instance_uuid", &i.instance_uuid, MAX_ID)?;
             check_len("ironic.lessee", &i.lessee, MAX_REASON)?;
-            check_len("ironic.power_state", &i.power_state, MAX_ID)
+            check_len("ironic.power_state", &i.power_state, MAX_ID)?;
+            check_len("ironic.node_uuid", &i.node_uuid, MAX_ID)
         }
         Some(M::Slurm(x)) => {
             check_len("slurm.mode", &x.mode, MAX_ID)?;

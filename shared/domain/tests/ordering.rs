@@ -833,3 +833,34 @@ fn connectivity_of_an_earlier_identity_generation_is_refused() {
         Outcome::Applied
     );
 }
+
+/// Issue 19: "Devices imported from NetBox get the Ironic node uuid as
+/// infrastructure_ref once a unique match is seen"; a ref already set is
+/// never replaced by a snapshot.
+#[test]
+fn an_ironic_snapshot_gives_a_device_without_a_ref_its_node_uuid_once() {
+    let ironic = |at: i64, uuid: &str| Snapshot {
+        source: Source::Openstack,
+        observed_at: t(at),
+        conditions: vec![],
+        mirror: Mirror::Ironic {
+            provision_state: "available".into(),
+            maintenance: false,
+            maintenance_reason: None,
+            instance_uuid: None,
+            lessee: None,
+            power: Power::On,
+            node_uuid: Some(uuid.into()),
+        },
+    };
+    let mut s = base();
+    assert_eq!(s.record.infrastructure_ref, None);
+    s.apply_snapshot(&ironic(1, "node-a"), t(1));
+    assert_eq!(s.record.infrastructure_ref.as_deref(), Some("node-a"));
+    s.apply_snapshot(&ironic(2, "node-b"), t(2));
+    assert_eq!(
+        s.record.infrastructure_ref.as_deref(),
+        Some("node-a"),
+        "an existing ref is kept"
+    );
+}

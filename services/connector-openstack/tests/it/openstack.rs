@@ -655,8 +655,8 @@ async fn ironic_names_are_folded_to_netbox_names_when_configured() {
     );
     let upper = format!("gpu-up-{tag}");
     let fqdn = format!("gpu-fq-{tag}");
-    ironic.available_node(&upper.to_uppercase()).await;
-    ironic
+    let upper_uuid = ironic.available_node(&upper.to_uppercase()).await;
+    let fqdn_uuid = ironic
         .available_node(&format!("{fqdn}.dc1.example.com"))
         .await;
     let a = env.create_device("s1", &upper).await;
@@ -694,11 +694,18 @@ async fn ironic_names_are_folded_to_netbox_names_when_configured() {
                 strip_domain: true,
             };
         });
-    for id in [a, b] {
+    for (id, uuid) in [(a, upper_uuid), (b, fqdn_uuid)] {
         eventually("the folded name resolves to its device", || async {
             (mirrored(id.clone()).await == "available").then_some(())
         })
         .await;
+        // "Devices imported from NetBox get the Ironic node uuid as
+        // infrastructure_ref once a unique match is seen."
+        assert_eq!(
+            env.device_field(&id, "coalesce(infrastructure_ref, '')")
+                .await,
+            uuid
+        );
     }
     trigger.trigger();
     task.await.unwrap().unwrap();

@@ -32,6 +32,8 @@ pub enum Mirror {
         instance_uuid: Option<String>,
         lessee: Option<String>,
         power: Power,
+        /// The node's uuid, when the snapshot carries it.
+        node_uuid: Option<String>,
     },
     Slurm {
         states: Vec<String>,
@@ -324,7 +326,17 @@ impl DeviceState {
                 instance_uuid,
                 lessee,
                 power,
+                node_uuid,
             } => {
+                // Issue 19: a device imported from NetBox gets the node's
+                // uuid as its infrastructure_ref once the node matched it
+                // (by name, uniquely within the site); a ref already set is
+                // never replaced here (a re-bind is an operator's change).
+                if r.infrastructure_ref.is_none() {
+                    if let Some(u) = node_uuid {
+                        r.infrastructure_ref = Some(u.clone());
+                    }
+                }
                 r.mirrors.ironic_provision_state = Some(provision_state.clone());
                 r.mirrors.ironic_maintenance = Some(*maintenance);
                 r.mirrors.ironic_maintenance_reason = maintenance_reason.clone();
