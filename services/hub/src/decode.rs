@@ -162,6 +162,12 @@ pub fn snapshot(
                 Some(InventoryStatus::parse(&m.status)?)
             },
             tags: m.tags.clone(),
+            // A snapshot of NetBox's record names the device's NetBox id;
+            // a mark (a device gone from NetBox) does not.
+            identity: (m.netbox_id > 0).then(|| fleet_domain::state::NetboxIdentity {
+                serial: opt(&m.serial),
+                rack: opt(&m.rack),
+            }),
         },
         Some(M::Health(m)) => Mirror::Health {
             chassis: if m.chassis_health.is_empty() {

@@ -137,7 +137,8 @@ vocab!(
     Provision => "provision", Maintenance => "maintenance", Cordoned => "cordoned",
     Power => "power", Connectivity => "connectivity", Schedulable => "schedulable",
     Triage => "triage", Custody => "custody", Enrollment => "enrollment",
-    InventoryOnly => "inventory_only", Conditions => "conditions",
+    InventoryOnly => "inventory_only", Serial => "serial", Rack => "rack",
+    Conditions => "conditions",
 });
 
 vocab!(

@@ -421,6 +421,33 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
         (r.len() == 1 && r[0].inventory_status == "failed").then_some(())
     })
     .await;
+    // A board swap and a move, edited in NetBox: the serial and the rack
+    // follow, each a lifecycle row.
+    {
+        let mut d = fake.devices.lock().unwrap();
+        let x = d.iter_mut().find(|x| x["name"] == "gpu05").unwrap();
+        x["serial"] = "SN-SWAPPED-0005".into();
+        x["rack"] = serde_json::json!({"id": 10, "name": "r8"});
+    }
+    let swapped = eventually("gpu05's new serial and rack mirrored", || async {
+        let r = rows(&env, "gpu05").await;
+        (r.len() == 1 && r[0].serial.as_deref() == Some("SN-SWAPPED-0005"))
+            .then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert_eq!(swapped.rack.as_deref(), Some("r8"));
+    let kinds: Vec<(String, String)> = sqlx::query_as(
+        "SELECT kind, value FROM device_lifecycle_events e JOIN devices d ON d.id = e.device_id \
+         WHERE d.name = 'gpu05' AND kind IN ('serial', 'rack') ORDER BY e.id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert!(
+        kinds.contains(&("serial".into(), "SN-SWAPPED-0005".into())),
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&("rack".into(), "r8".into())), "{kinds:?}");
     let removed = {
         let mut d = fake.devices.lock().unwrap();
         let i = d.iter().position(|x| x["name"] == "gpu05").unwrap();
@@ -432,6 +459,11 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
     })
     .await;
     assert!(gone.netbox_tags.is_empty(), "{gone:?}");
+    assert_eq!(
+        gone.serial.as_deref(),
+        Some("SN-SWAPPED-0005"),
+        "the mark keeps the identity"
+    );
     let id: String = sqlx::query_scalar("SELECT id FROM devices WHERE name = 'gpu05'")
         .fetch_one(&env.pool)
         .await

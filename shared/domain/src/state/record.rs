@@ -53,6 +53,10 @@ pub struct DeviceRecord {
     pub site_id: String,
     pub name: String,
     pub version: i64,
+    /// NetBox's, mirrored: a board swap edited in NetBox reaches the device
+    /// (Borneo resolves by serial).
+    pub serial: Option<String>,
+    pub rack: Option<String>,
     pub inventory_only: bool,
     pub role: Role,
     pub trust: Trust,
@@ -105,6 +109,8 @@ impl DeviceRecord {
             site_id,
             name,
             version: 1,
+            serial: None,
+            rack: None,
             inventory_only: false,
             role: Role::Unassigned,
             trust: Trust::Platform,
@@ -164,6 +170,8 @@ impl DeviceRecord {
             Axis::Custody => self.custody.clone().unwrap_or_default(),
             Axis::Enrollment => self.enrollment_validated_ref.clone().unwrap_or_default(),
             Axis::InventoryOnly => self.inventory_only.to_string(),
+            Axis::Serial => self.serial.clone().unwrap_or_default(),
+            Axis::Rack => self.rack.clone().unwrap_or_default(),
             Axis::Conditions => String::new(),
         }
     }
@@ -192,6 +200,8 @@ pub const TRACKED_AXES: &[Axis] = &[
     Axis::Custody,
     Axis::Enrollment,
     Axis::InventoryOnly,
+    Axis::Serial,
+    Axis::Rack,
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

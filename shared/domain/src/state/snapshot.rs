@@ -22,6 +22,13 @@ pub enum SlurmMode {
     Clear,
 }
 
+/// What NetBox owns of a device's identity beyond its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetboxIdentity {
+    pub serial: Option<String>,
+    pub rack: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mirror {
     None,
@@ -42,6 +49,10 @@ pub enum Mirror {
     Netbox {
         status: Option<InventoryStatus>,
         tags: Vec<String>,
+        /// The device's serial and rack as NetBox has them, when the
+        /// snapshot carries NetBox's record (`None`: a mark that carries
+        /// no record, such as a device gone from NetBox: left as they are).
+        identity: Option<NetboxIdentity>,
     },
     Health {
         chassis: Option<ChassisHealth>,
@@ -349,9 +360,19 @@ impl DeviceState {
                 SlurmMode::Keep => {}
                 SlurmMode::Clear => r.mirrors.slurm_states.clear(),
             },
-            Mirror::Netbox { status, tags } => {
+            Mirror::Netbox {
+                status,
+                tags,
+                identity,
+            } => {
                 if let Some(s) = status {
                     r.inventory_status = *s;
+                }
+                // Issue 19: "a board swap edited in NetBox leaves the old
+                // serial": NetBox's serial and rack are mirrored.
+                if let Some(i) = identity {
+                    r.serial = i.serial.clone();
+                    r.rack = i.rack.clone();
                 }
                 r.mirrors.netbox_tags = tags.clone();
             }
