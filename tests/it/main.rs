@@ -8,6 +8,7 @@ mod dev;
 mod harness;
 mod layout;
 mod predicates;
+mod recurring;
 mod security;
 mod support;
 mod telemetry;
