@@ -31,6 +31,17 @@ pub(crate) struct DeviceRow {
     pub device_class: String,
 }
 
+impl DeviceRow {
+    /// The Ironic node of the device: its infrastructure_ref (the node's
+    /// uuid), or its name before one is known.
+    pub fn node_ident(&self) -> String {
+        self.infrastructure_ref
+            .clone()
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| self.name.clone())
+    }
+}
+
 pub(crate) async fn devices(pool: &PgPool, ids: &[String]) -> Result<Vec<DeviceRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.id, d.name, d.site_id, d.inventory_only, d.operational_status, d.infrastructure_ref, \

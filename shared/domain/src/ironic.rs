@@ -55,6 +55,59 @@ pub fn is_failure(state: &str) -> bool {
     FAILURE_STATES.contains(&state)
 }
 
+/// Unimage Node's refusal of a node in a failure state, either arm: "A
+/// bound DEPLOYFAIL is admitted"; `clean failed` with the node's
+/// `last_error`; any other failure state by name.
+pub fn teardown_failure(
+    uuid: &str,
+    state: &str,
+    last_error: Option<&str>,
+) -> Option<(crate::failure::FailureCode, String)> {
+    use crate::failure::FailureCode as F;
+    match state {
+        "deploy failed" => None,
+        "clean failed" => Some((
+            F::IronicCleaningFailed,
+            format!(
+                "node {uuid} failed cleaning: {}",
+                last_error.unwrap_or("no last_error")
+            ),
+        )),
+        s if is_failure(s) => Some((
+            F::IronicFailureState,
+            format!("node {uuid} is in the failure state {s}"),
+        )),
+        _ => None,
+    }
+}
+
+/// Image Node's refusal of a node in a failure state, either arm (seed 002:
+/// "Image admission ... rejects every Ironic failure state"; "DEPLOYFAIL
+/// fails closed"): `deploy failed` with the node's `last_error`, any other
+/// failure state by name.
+pub fn image_failure(
+    uuid: &str,
+    state: &str,
+    last_error: Option<&str>,
+) -> Option<(crate::failure::FailureCode, String)> {
+    use crate::failure::FailureCode as F;
+    if state == "deploy failed" {
+        return Some((
+            F::IronicDeployFailed,
+            format!(
+                "node {uuid} reached deploy failed: {}",
+                last_error.unwrap_or("no last_error")
+            ),
+        ));
+    }
+    is_failure(state).then(|| {
+        (
+            F::IronicFailureState,
+            format!("node {uuid} is in the failure state {state}"),
+        )
+    })
+}
+
 /// The `IronicProvisionHealthy` False reason: the state in CamelCase
 /// (`deploy failed` -> `DeployFailed`).
 pub fn reason(state: &str) -> String {

@@ -7,7 +7,7 @@
 //! the node already shows.
 
 use crate::failure::FailureCode;
-use crate::ironic::is_failure;
+use crate::ironic::{image_failure, is_failure, teardown_failure};
 
 /// What a workflow reads of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,21 +84,8 @@ fn in_flight(n: &NodeView<'_>) -> bool {
 /// - "DEPLOYFAIL fails closed".
 pub fn image_next(node: &NodeView<'_>, pinned: Option<&str>) -> Next {
     let state = node.provision_state;
-    if state == "deploy failed" {
-        return fail(
-            FailureCode::IronicDeployFailed,
-            format!(
-                "node {} reached deploy failed: {}",
-                node.uuid,
-                node.last_error.unwrap_or("no last_error")
-            ),
-        );
-    }
-    if is_failure(state) {
-        return fail(
-            FailureCode::IronicFailureState,
-            format!("node {} is in the failure state {state}", node.uuid),
-        );
+    if let Some((code, message)) = image_failure(node.uuid, state, node.last_error) {
+        return fail(code, message);
     }
     let ours = |u: &str| pinned == Some(u);
     match state {
@@ -197,18 +184,10 @@ pub fn unimage_next(node: &NodeView<'_>) -> Next {
         // Ironic leaves `target_provision_state = active` on a node that
         // failed its deploy: it is at rest all the same.
         "deploy failed" => Next::Provision { target: "deleted" },
-        "clean failed" => fail(
-            FailureCode::IronicCleaningFailed,
-            format!(
-                "node {} failed cleaning: {}",
-                node.uuid,
-                node.last_error.unwrap_or("no last_error")
-            ),
-        ),
-        s if is_failure(s) => fail(
-            FailureCode::IronicFailureState,
-            format!("node {} is in the failure state {s}", node.uuid),
-        ),
+        s if is_failure(s) => match teardown_failure(node.uuid, s, node.last_error) {
+            Some((code, message)) => fail(code, message),
+            None => Next::Wait,
+        },
         s if DEPLOYING.contains(&s) || in_flight(node) => fail(
             FailureCode::IronicNodeNotAvailable,
             format!(

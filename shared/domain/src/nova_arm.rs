@@ -8,7 +8,7 @@
 //! resumes by reading, never by repeating a write the systems already show.
 
 use crate::failure::FailureCode;
-use crate::ironic::is_failure;
+use crate::ironic::image_failure;
 
 /// The two projects a node's Ironic lease moves between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,21 +133,8 @@ pub fn image_next(
     found: &Found<'_>,
 ) -> Next {
     let state = node.provision_state;
-    if state == "deploy failed" {
-        return fail(
-            FailureCode::IronicDeployFailed,
-            format!(
-                "node {} reached deploy failed: {}",
-                node.uuid,
-                node.last_error.unwrap_or("no last_error")
-            ),
-        );
-    }
-    if is_failure(state) {
-        return fail(
-            FailureCode::IronicFailureState,
-            format!("node {} is in the failure state {state}", node.uuid),
-        );
+    if let Some((code, message)) = image_failure(node.uuid, state, node.last_error) {
+        return fail(code, message);
     }
     if node.maintenance {
         return fail(
@@ -299,22 +286,8 @@ fn lease_back(node: &NodeView<'_>, projects: &Projects<'_>) -> Next {
 }
 
 fn teardown_failure(node: &NodeView<'_>) -> Option<Next> {
-    match node.provision_state {
-        "clean failed" => Some(fail(
-            FailureCode::IronicCleaningFailed,
-            format!(
-                "node {} failed cleaning: {}",
-                node.uuid,
-                node.last_error.unwrap_or("no last_error")
-            ),
-        )),
-        "deploy failed" => None,
-        s if is_failure(s) => Some(fail(
-            FailureCode::IronicFailureState,
-            format!("node {} is in the failure state {s}", node.uuid),
-        )),
-        _ => None,
-    }
+    crate::ironic::teardown_failure(node.uuid, node.provision_state, node.last_error)
+        .map(|(code, message)| fail(code, message))
 }
 
 /// Unimage Node, Nova arm. `pinned`: the server this run deletes (the

@@ -154,6 +154,25 @@ fn regex_escape(name: &str) -> String {
     out
 }
 
+/// The exact name a `name` filter of [`Nova::servers_named`] asks for
+/// (`^<escaped>$` read back): what a Nova of a test or of `fleet dev`
+/// matches servers against.
+pub fn name_of_filter(filter: &str) -> String {
+    let inner = filter.strip_prefix('^').unwrap_or(filter);
+    let inner = inner.strip_suffix('$').unwrap_or(inner);
+    let mut out = String::new();
+    let mut escaped = false;
+    for c in inner.chars() {
+        if c == '\\' && !escaped {
+            escaped = true;
+            continue;
+        }
+        escaped = false;
+        out.push(c);
+    }
+    out
+}
+
 /// The message of a Nova error body (`{"<kind>": {"message": ...}}`, for
 /// example `{"itemNotFound": {"code": 404, "message": "..."}}`).
 pub fn error_message(body: &str) -> String {
@@ -172,9 +191,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_escaped_for_novas_regex_filter() {
+    fn names_are_escaped_for_novas_regex_filter_and_read_back() {
         assert_eq!(regex_escape("gpu-001.s1"), "gpu\\-001\\.s1");
         assert_eq!(regex_escape("plain"), "plain");
+        for name in ["gpu-001.s1", "plain", "a\\b", "x^y$"] {
+            let filter = format!("^{}$", regex_escape(name));
+            assert_eq!(name_of_filter(&filter), name);
+        }
     }
 
     #[test]

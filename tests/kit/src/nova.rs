@@ -87,24 +87,6 @@ fn server_json(s: &FakeServer) -> Value {
     })
 }
 
-/// Nova's `name` filter is a regular expression; the Nova arm sends
-/// `^<escaped>$`, which this fake reads back as the exact name.
-fn exact_name(filter: &str) -> String {
-    let inner = filter.strip_prefix('^').unwrap_or(filter);
-    let inner = inner.strip_suffix('$').unwrap_or(inner);
-    let mut out = String::new();
-    let mut escaped = false;
-    for c in inner.chars() {
-        if c == '\\' && !escaped {
-            escaped = true;
-            continue;
-        }
-        escaped = false;
-        out.push(c);
-    }
-    out
-}
-
 struct Api(Arc<Mutex<Inner>>);
 
 impl Respond for Api {
@@ -138,7 +120,7 @@ impl Respond for Api {
                     .url
                     .query_pairs()
                     .find(|(k, _)| k == "name")
-                    .map(|(_, v)| exact_name(&v));
+                    .map(|(_, v)| fleet_openstack::nova::name_of_filter(&v));
                 let servers: Vec<Value> = s
                     .servers
                     .values()

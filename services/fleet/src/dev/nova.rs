@@ -146,24 +146,6 @@ pub(crate) struct DetailQuery {
     name: Option<String>,
 }
 
-/// Nova's `name` filter is a regular expression; the Nova arm sends
-/// `^<escaped>$`, read back here as the exact name.
-fn exact_name(filter: &str) -> String {
-    let inner = filter.strip_prefix('^').unwrap_or(filter);
-    let inner = inner.strip_suffix('$').unwrap_or(inner);
-    let mut out = String::new();
-    let mut escaped = false;
-    for c in inner.chars() {
-        if c == '\\' && !escaped {
-            escaped = true;
-            continue;
-        }
-        escaped = false;
-        out.push(c);
-    }
-    out
-}
-
 /// `GET /servers/detail?name=`: the bound node named so, if any (without a
 /// name filter, every bound node of the site).
 pub(crate) async fn detail(
@@ -175,7 +157,7 @@ pub(crate) async fn detail(
     if let Some(r) = refused(&h) {
         return r;
     }
-    let name = q.name.as_deref().map(exact_name);
+    let name = q.name.as_deref().map(fleet_openstack::nova::name_of_filter);
     let scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
     let servers: Vec<Value> = scenario
         .devices
@@ -215,16 +197,5 @@ pub(crate) async fn delete(
             "itemNotFound",
             &format!("Instance {id} could not be found."),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_name_filter_is_read_back_exactly() {
-        assert_eq!(exact_name("^gpu\\-s1\\-000001$"), "gpu-s1-000001");
-        assert_eq!(exact_name("plain"), "plain");
     }
 }

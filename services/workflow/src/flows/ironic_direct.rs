@@ -36,13 +36,7 @@ impl Workflow {
                 ),
             ));
         }
-        // The node: the device's infrastructure_ref (its Ironic uuid), or
-        // its name before one is known.
-        let ident = device
-            .infrastructure_ref
-            .clone()
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| device.name.clone());
+        let ident = device.node_ident();
         let node = site.node(&ident).await?;
         let view = NodeView {
             uuid: &node.uuid,

@@ -39,11 +39,7 @@ impl Workflow {
                 format!("workflow.sites.{} is not configured", device.site_id),
             ));
         };
-        let ident = device
-            .infrastructure_ref
-            .clone()
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| device.name.clone());
+        let ident = device.node_ident();
         let o = r.job.options.0;
         let phase = Phase::parse(carried.pinned_str(PHASE).unwrap_or(""));
         let node = site.node(&ident).await?;

@@ -104,11 +104,7 @@ impl Workflow {
                 return Ok(Taken::Failed(*code, message.clone()));
             }
         }
-        let ident = device
-            .infrastructure_ref
-            .clone()
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| device.name.clone());
+        let ident = device.node_ident();
         let node = site.node(&ident).await?;
         let n = node_view(&node);
         if let (Kind::ImageNode, Ok(role)) = (r.kind, &role) {

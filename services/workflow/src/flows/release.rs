@@ -126,11 +126,7 @@ impl Workflow {
                 format!("workflow.sites.{} is not configured", device.site_id),
             ));
         };
-        let ident = device
-            .infrastructure_ref
-            .clone()
-            .filter(|r| !r.trim().is_empty())
-            .unwrap_or_else(|| device.name.clone());
+        let ident = device.node_ident();
         let node = site.node(&ident).await?;
         let trait_name = self.config.customer_ready_trait.trim();
         let placement = device.placement_enabled;
