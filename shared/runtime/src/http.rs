@@ -113,3 +113,45 @@ pub async fn serve_ops(
         .await
         .map_err(|e| anyhow::anyhow!("binding {key} {listen}: {e}"))
 }
+
+/// A loopback address free right now, for a listener bound a little later
+/// (`fleet dev`'s services, the tests' ops servers). A port from the
+/// kernel's ephemeral range (`bind(0)`, 32768-60999 on Linux) can be taken
+/// in between as the local port of any outgoing connection (every
+/// PostgreSQL and NATS client on the machine opens some), and the listener
+/// then fails to bind; below that range only another listener can take it.
+/// The pick starts at a point that differs per process and call, so two
+/// processes picking at once rarely meet. Falls back to `bind(0)`.
+pub fn free_listen_addr() -> std::io::Result<std::net::SocketAddr> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let seed = nanos
+        ^ (u64::from(std::process::id()) << 20)
+        ^ CALLS
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9);
+    for i in 0..64u64 {
+        let port = 20_000 + (seed.wrapping_add(i.wrapping_mul(7_919)) % 12_000) as u16;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return l.local_addr();
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+#[cfg(test)]
+mod free_addr_tests {
+    #[test]
+    fn picks_are_free_loopback_ports_below_the_ephemeral_range() {
+        for _ in 0..20 {
+            let a = super::free_listen_addr().unwrap();
+            assert!(a.ip().is_loopback());
+            assert!((20_000..32_000).contains(&a.port()), "{a}");
+            std::net::TcpListener::bind(a).expect("still free");
+        }
+    }
+}

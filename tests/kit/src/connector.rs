@@ -462,11 +462,7 @@ pub async fn condition_row(
 
 /// A port free right now, for an ops listener a test scrapes.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    fleet_runtime::http::free_listen_addr().unwrap().port()
 }
 
 /// `/metrics` of a connector's ops server.

@@ -269,8 +269,7 @@ pub fn dev_pool(site: &str) -> String {
 }
 
 pub(crate) fn free_addr() -> anyhow::Result<String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.to_string())
+    Ok(fleet_runtime::http::free_listen_addr()?.to_string())
 }
 
 /// `base` with its database replaced by `db`.
@@ -566,6 +565,39 @@ impl DevMesh {
                 s,
             ))
         });
+        // Every service answers before the mesh is handed over: one that
+        // ended at start (an error it could not wait out) is named here,
+        // not left for a caller to find by its silence.
+        let mut services = vec![("api", config.api.listen.clone())];
+        if opts.consumers {
+            services.extend([
+                ("placer", config.placer.listen.clone()),
+                ("gateway", config.gateway.listen.clone()),
+                ("radar", config.radar.listen.clone()),
+            ]);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        for (name, listen) in services {
+            let ready = format!("http://{listen}/readyz");
+            while !status::http_ok(&ready).await {
+                let ended = tasks
+                    .iter()
+                    .find(|t| t.handle.is_finished())
+                    .map(|t| t.name);
+                if ended.is_some() || tokio::time::Instant::now() > deadline {
+                    for t in &tasks {
+                        t.trigger.trigger();
+                    }
+                    match ended {
+                        Some(e) => {
+                            anyhow::bail!("{e} ended while the dev mesh started (its log says why)")
+                        }
+                        None => anyhow::bail!("{name} did not become ready at {ready} within 60 s"),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
         // The handover's front-end flips are jobs of the workflow service.
         let nats = fleet_bus::connect(&config.nats, "fleet-dev-handover")
             .await
