@@ -32,6 +32,29 @@ fn server_json(d: &SimDevice) -> Value {
     })
 }
 
+/// Runs `f` on the node bound to server `id` at `site` under the scenario
+/// lock; 404 `itemNotFound` for a server Nova does not have.
+fn with_server(
+    app: &App,
+    site: &str,
+    id: &str,
+    f: impl FnOnce(&mut SimDevice) -> Response,
+) -> Response {
+    let mut scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    match scenario
+        .devices
+        .iter_mut()
+        .find(|d| d.site == site && d.instance_uuid.as_deref() == Some(id))
+    {
+        Some(d) => f(d),
+        None => fault(
+            StatusCode::NOT_FOUND,
+            "itemNotFound",
+            &format!("Instance {id} could not be found."),
+        ),
+    }
+}
+
 /// The token check every Nova call makes.
 fn refused(h: &HeaderMap) -> Option<Response> {
     (header(h, "x-auth-token") != KEYSTONE_TOKEN).then(|| {
@@ -126,19 +149,9 @@ pub(crate) async fn show(
     if let Some(r) = refused(&h) {
         return r;
     }
-    let scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    match scenario
-        .devices
-        .iter()
-        .find(|d| d.site == site && d.instance_uuid.as_deref() == Some(id.as_str()))
-    {
-        Some(d) => body(StatusCode::OK, json!({"server": server_json(d)})),
-        None => fault(
-            StatusCode::NOT_FOUND,
-            "itemNotFound",
-            &format!("Instance {id} could not be found."),
-        ),
-    }
+    with_server(&app, &site, &id, |d| {
+        body(StatusCode::OK, json!({"server": server_json(d)}))
+    })
 }
 
 #[derive(serde::Deserialize)]
@@ -179,23 +192,11 @@ pub(crate) async fn delete(
     if let Some(r) = refused(&h) {
         return r;
     }
-    let mut scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    match scenario
-        .devices
-        .iter_mut()
-        .find(|d| d.site == site && d.instance_uuid.as_deref() == Some(id.as_str()))
-    {
-        Some(d) => {
-            d.instance_uuid = None;
-            d.instance_info = None;
-            d.provision_state = "available";
-            d.operated = true;
-            StatusCode::NO_CONTENT.into_response()
-        }
-        None => fault(
-            StatusCode::NOT_FOUND,
-            "itemNotFound",
-            &format!("Instance {id} could not be found."),
-        ),
-    }
+    with_server(&app, &site, &id, |d| {
+        d.instance_uuid = None;
+        d.instance_info = None;
+        d.provision_state = "available";
+        d.operated = true;
+        StatusCode::NO_CONTENT.into_response()
+    })
 }
