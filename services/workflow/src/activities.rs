@@ -239,12 +239,31 @@ impl Site {
             .map_err(|e| CallError::from_source(e, System::Ironic))
     }
 
+    /// Asks Ironic for a provision action, once. A refusal is read back:
+    /// a node that already shows the action carries out this run's own
+    /// earlier request (sent by a worker killed before it recorded it, or
+    /// timed out after Ironic took it), so the step is done and the next
+    /// read decides; any other refusal stands.
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
         let ironic = self.ironic()?;
-        ironic
-            .provision(uuid, body)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Ironic))
+        let refused = match ironic.provision(uuid, body).await {
+            Ok(()) => return Ok(()),
+            Err(e) => CallError::from_source(e, System::Ironic),
+        };
+        let CallError::Permanent(FailureCode::IronicRequestRefused, _) = &refused else {
+            return Err(refused);
+        };
+        let target = body["target"].as_str().unwrap_or_default();
+        let node = self.node(uuid).await?;
+        let (state, moving) = (
+            node.provision_state.as_deref().unwrap_or(""),
+            node.target_provision_state.as_deref().unwrap_or(""),
+        );
+        if fleet_domain::ironic::shows_action(target, state, moving) {
+            tracing::info!(site = %self.name, node = uuid, target, provision_state = state, "ironic refused a provision action the node already shows; taken as done");
+            return Ok(());
+        }
+        Err(refused)
     }
 
     /// Whether the Nova arm can run here.

@@ -74,11 +74,34 @@ impl HttpClient {
     where
         F: Fn(&Client) -> RequestBuilder,
     {
+        self.send_with(url, build, self.max_retries).await
+    }
+
+    /// Sends the request once, never again: an action whose repeat is not
+    /// the same request (a provision verb, a server create). A timeout or
+    /// a 5xx leaves its outcome unknown; the caller reads the system back
+    /// before it decides to ask again.
+    pub async fn send_once<F>(&self, url: &str, build: F) -> Result<Response, SourceError>
+    where
+        F: Fn(&Client) -> RequestBuilder,
+    {
+        self.send_with(url, build, 0).await
+    }
+
+    async fn send_with<F>(
+        &self,
+        url: &str,
+        build: F,
+        max_retries: u32,
+    ) -> Result<Response, SourceError>
+    where
+        F: Fn(&Client) -> RequestBuilder,
+    {
         let mut attempt = 0;
         loop {
             match self.attempt(url, &build).await {
                 Ok(r) => return Ok(r),
-                Err(e) if e.is_retryable() && attempt < self.max_retries => {
+                Err(e) if e.is_retryable() && attempt < max_retries => {
                     let wait = self.backoff.delay(attempt, backoff::unit());
                     tracing::warn!(
                         source = self.source,

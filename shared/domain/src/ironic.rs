@@ -108,6 +108,43 @@ pub fn image_failure(
     })
 }
 
+/// Whether a node already shows the provision action `target` (the verb
+/// of `PUT /v1/nodes/{ident}/states/provision`): moving towards what the
+/// action leads to, or in a state the action passes through or ends in.
+/// A workflow asks this when Ironic refuses its request: a request whose
+/// outcome it never learnt (a timeout, a worker killed after sending) may
+/// have been carried out already, and a node that shows it is not a
+/// refusal of this run but its own write ("never repeats a write the
+/// system already shows"). The next read decides what follows.
+pub fn shows_action(target: &str, provision_state: &str, target_provision_state: &str) -> bool {
+    let (leads_to, passes): (&str, &[&str]) = match target {
+        "active" => (
+            "active",
+            &["deploying", "wait call-back", "deploy hold", "active"],
+        ),
+        "deleted" => (
+            "available",
+            &[
+                "deleting",
+                "deleted",
+                "cleaning",
+                "clean wait",
+                "clean hold",
+                "available",
+            ],
+        ),
+        "provide" => (
+            "available",
+            &["cleaning", "clean wait", "clean hold", "available"],
+        ),
+        "manage" => ("manageable", &["verifying", "manageable"]),
+        "inspect" => ("manageable", &["inspecting", "inspect wait"]),
+        _ => return false,
+    };
+    target_provision_state == leads_to
+        || (target_provision_state.is_empty() && passes.contains(&provision_state))
+}
+
 /// The `IronicProvisionHealthy` False reason: the state in CamelCase
 /// (`deploy failed` -> `DeployFailed`).
 pub fn reason(state: &str) -> String {
@@ -136,5 +173,45 @@ mod tests {
         assert!(!is_failure("active"));
         assert_eq!(reason("deploy failed"), "DeployFailed");
         assert_eq!(reason("error"), "Error");
+    }
+
+    #[test]
+    fn a_refused_request_the_node_already_shows() {
+        // (target, provision_state, target_provision_state, shows)
+        let table = [
+            // A deploy that went through before the run learnt it did.
+            ("active", "deploying", "active", true),
+            ("active", "wait call-back", "active", true),
+            ("active", "active", "", true),
+            // Still available and at rest: the refusal is real.
+            ("active", "available", "", false),
+            ("active", "manageable", "", false),
+            // Being torn down is not a deploy.
+            ("active", "deleting", "available", false),
+            ("deleted", "deleting", "available", true),
+            ("deleted", "cleaning", "available", true),
+            ("deleted", "available", "", true),
+            ("deleted", "active", "", false),
+            ("deleted", "deploy failed", "", false),
+            ("provide", "cleaning", "available", true),
+            ("provide", "available", "", true),
+            ("provide", "manageable", "", false),
+            ("manage", "verifying", "manageable", true),
+            ("manage", "manageable", "", true),
+            ("manage", "enroll", "", false),
+            ("inspect", "inspecting", "manageable", true),
+            ("inspect", "inspect wait", "manageable", true),
+            // An inspection that already ended is not shown: manageable
+            // at rest is also where it starts.
+            ("inspect", "manageable", "", false),
+            ("rebuild", "active", "", false),
+        ];
+        for (target, state, moving, shows) in table {
+            assert_eq!(
+                shows_action(target, state, moving),
+                shows,
+                "{target} on {state} -> {moving:?}"
+            );
+        }
     }
 }

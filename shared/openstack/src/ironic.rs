@@ -152,12 +152,14 @@ impl Ironic<'_> {
     }
 
     /// `PUT /v1/nodes/{ident}/states/provision` with `body`
-    /// (`{"target": "active", ...}`): accepted, not done.
+    /// (`{"target": "active", ...}`): accepted, not done. Sent once: a
+    /// verb repeated after a lost answer is a second request, which Ironic
+    /// refuses or (an inspection ended in between) carries out again.
     pub async fn provision(&self, ident: &str, body: &Value) -> Result<(), SourceError> {
         let url = self.node_url(ident, "states/provision").await?;
         let headers = self.headers();
         self.session
-            .send(Method::PUT, &url, &headers, Some(body))
+            .send_once(Method::PUT, &url, &headers, Some(body))
             .await
             .map(|_| ())
     }

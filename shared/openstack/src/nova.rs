@@ -117,7 +117,7 @@ impl Nova<'_> {
         let url = self.servers_url(None).await?;
         let text = self
             .session
-            .send(Method::POST, &url, &self.headers(), Some(&c.body()))
+            .send_once(Method::POST, &url, &self.headers(), Some(&c.body()))
             .await?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| SourceError::malformed(url.as_str(), e.to_string()))?;

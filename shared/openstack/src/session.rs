@@ -129,27 +129,55 @@ impl Session {
         headers: &[(&'static str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<String, SourceError> {
+        self.request(method, url, headers, body, true).await
+    }
+
+    /// As `send`, but an action whose repeat is not the same request (a
+    /// provision verb, a server create) goes out once: a timeout or a 5xx
+    /// is returned for the caller to read the system back
+    /// (`HttpClient::send_once`). A refused token is still re-issued: the
+    /// action was not taken.
+    pub async fn send_once(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: &[(&'static str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<String, SourceError> {
+        self.request(method, url, headers, body, false).await
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        url: &Url,
+        headers: &[(&'static str, String)],
+        body: Option<&serde_json::Value>,
+        retry: bool,
+    ) -> Result<String, SourceError> {
         let mut refreshed = false;
         loop {
             let token = self.token(refreshed).await?;
-            let r = self
-                .http
-                .send(url.as_str(), |c| {
-                    let mut r = c
-                        .request(method.clone(), url.clone())
-                        .header("Accept", "application/json");
-                    for (k, v) in headers {
-                        r = r.header(*k, v);
-                    }
-                    if let Some(t) = &token {
-                        r = r.header(HEADER_AUTH_TOKEN, t);
-                    }
-                    if let Some(b) = body {
-                        r = r.json(b);
-                    }
-                    r
-                })
-                .await;
+            let build = |c: &reqwest::Client| {
+                let mut r = c
+                    .request(method.clone(), url.clone())
+                    .header("Accept", "application/json");
+                for (k, v) in headers {
+                    r = r.header(*k, v);
+                }
+                if let Some(t) = &token {
+                    r = r.header(HEADER_AUTH_TOKEN, t);
+                }
+                if let Some(b) = body {
+                    r = r.json(b);
+                }
+                r
+            };
+            let r = if retry {
+                self.http.send(url.as_str(), build).await
+            } else {
+                self.http.send_once(url.as_str(), build).await
+            };
             match r {
                 Err(e) if e.is_unauthorized() && self.keystone.is_some() && !refreshed => {
                     tracing::info!(site = %self.site, url = %url, "token refused; re-authenticating");

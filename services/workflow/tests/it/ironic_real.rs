@@ -238,3 +238,123 @@ async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
 
     mesh.stop(ironic, env).await;
 }
+
+/// What the proxy in front of Ironic does with a node's first deploy
+/// request.
+#[derive(Clone, Copy, PartialEq)]
+enum FirstDeploy {
+    /// Ironic takes it, then an intermediary sends it again and the run
+    /// gets the second answer: Ironic's refusal of a node already
+    /// deploying.
+    SentTwice,
+    /// Ironic takes it and the run gets a 504: the outcome unknown.
+    AnswerLost,
+}
+
+/// A proxy in front of the real Ironic that plays `FirstDeploy` on the
+/// first deploy request of each node it is given, and forwards everything
+/// else as it is.
+async fn flaky_ironic(
+    upstream: &str,
+    plays: std::collections::HashMap<String, FirstDeploy>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    use std::sync::{Arc, Mutex};
+
+    let plays = Arc::new(Mutex::new(plays));
+    let upstream = upstream.trim_end_matches('/').to_string();
+    let client = reqwest::Client::new();
+    let forward = move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+        let (plays, upstream, client) = (plays.clone(), upstream.clone(), client.clone());
+        async move {
+            let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+            let send = || {
+                let mut r = client.request(method.clone(), format!("{upstream}{path}"));
+                for (k, v) in &headers {
+                    if k != "host" && k != "content-length" {
+                        r = r.header(k, v);
+                    }
+                }
+                r.body(body.clone()).send()
+            };
+            let deploy = method == Method::PUT
+                && uri.path().ends_with("/states/provision")
+                && serde_json::from_slice::<serde_json::Value>(&body)
+                    .is_ok_and(|b| b["target"] == "active");
+            let play = deploy
+                .then(|| {
+                    let node = uri.path().split('/').nth(3).unwrap_or_default();
+                    plays.lock().unwrap().remove(node)
+                })
+                .flatten();
+            let first = send().await.expect("the proxy reaches Ironic");
+            let answer = match play {
+                None => first,
+                Some(FirstDeploy::SentTwice) => send().await.expect("the proxy reaches Ironic"),
+                Some(FirstDeploy::AnswerLost) => {
+                    return (StatusCode::GATEWAY_TIMEOUT, Vec::new());
+                }
+            };
+            let status = StatusCode::from_u16(answer.status().as_u16()).unwrap();
+            (status, answer.bytes().await.unwrap_or_default().to_vec())
+        }
+    };
+    let app = axum::Router::new().fallback(forward);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (url, task)
+}
+
+/// Seed 002's Image Node "never repeats a write the system already
+/// shows": a deploy request Ironic took although the run never heard so
+/// (the answer lost, or the request sent twice by something between them
+/// and refused the second time) is the run's own; the run is not failed
+/// by its own earlier write and does not send it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_ironic_took_without_the_run_hearing_it_is_not_a_refusal() {
+    let ironic = RealIronic::connect().await;
+    let twice = unique("twice");
+    let lost = unique("lost");
+    let twice_uuid = ironic.available_node(&twice).await;
+    let lost_uuid = ironic.available_node(&lost).await;
+    let (url, proxy) = flaky_ironic(
+        &ironic.url,
+        [
+            (twice_uuid.clone(), FirstDeploy::SentTwice),
+            (lost_uuid.clone(), FirstDeploy::AnswerLost),
+        ]
+        .into_iter()
+        .collect(),
+    )
+    .await;
+    let (ironic, env, mesh) = Mesh::start_via(ironic, &url).await;
+    let devices = [
+        device_for(&env, "s1", &twice, &twice_uuid).await,
+        device_for(&env, "s1", &lost, &lost_uuid).await,
+    ];
+    for d in &devices {
+        mirrored(&env, d, "available").await;
+    }
+    let job = create(&env, "image_node", &devices).await.expect("created");
+    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    assert_eq!(job.status, "succeeded", "{:#?}", job.devices);
+    let pinned: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT device_id, pinned FROM job_devices WHERE job_id = $1")
+            .bind(&job.id)
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    for (device, uuid) in devices.iter().zip([&twice_uuid, &lost_uuid]) {
+        let n = ironic.node(uuid).await;
+        assert_eq!(n["provision_state"], "active", "{n}");
+        let p = &pinned.iter().find(|(d, _)| d == device).unwrap().1;
+        assert_eq!(n["instance_uuid"], p["instance_uuid"], "{device}: {n}");
+    }
+
+    proxy.abort();
+    mesh.stop(ironic, env).await;
+}

@@ -144,6 +144,15 @@ impl Mesh {
         Self::start_site(ironic, site, false).await
     }
 
+    /// The same with the workflow service reaching Ironic at `ironic_url`
+    /// (a proxy of the test's own in front of the real one);
+    /// connector-openstack reads the real one.
+    pub async fn start_via(ironic: RealIronic, ironic_url: &str) -> (RealIronic, TestEnv, Mesh) {
+        let mut site = site_config(&ironic);
+        site.openstack.ironic_url = ironic_url.into();
+        Self::start_site(ironic, site, false).await
+    }
+
     /// The same with `s1` a full-OpenStack site (`placement_enabled`)
     /// whose Nova is `nova`: Image and Unimage run their Nova arm.
     pub async fn start_nova(nova: &fleet_testkit::nova::FakeNova) -> (RealIronic, TestEnv, Mesh) {
