@@ -54,6 +54,16 @@ impl Hub {
             ));
         };
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
+        let claim: Vec<(String, i64)> = snap
+            .netbox_id_claim()
+            .map(|n| (id.clone(), n))
+            .into_iter()
+            .collect();
+        let snap = if work.refused_netbox_ids(&mut tx, &claim).await?.is_empty() {
+            snap
+        } else {
+            snap.keeping_netbox_id()
+        };
         let state = work
             .device(&id, &format!("source:{}", snap.source), None)
             .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;

@@ -165,6 +165,7 @@ pub fn snapshot(
             // A snapshot of NetBox's record names the device's NetBox id;
             // a mark (a device gone from NetBox) does not.
             identity: (m.netbox_id > 0).then(|| fleet_domain::state::NetboxIdentity {
+                netbox_id: Some(m.netbox_id),
                 serial: opt(&m.serial),
                 rack: opt(&m.rack),
             }),

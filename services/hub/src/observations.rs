@@ -262,6 +262,16 @@ impl Hub {
             .collect();
         devices::record_unresolved(&mut tx, &unresolved).await?;
         stats.unresolved += unresolved.len() as u64;
+        let claims: Vec<(String, i64)> = obs
+            .iter()
+            .filter_map(|(_, o)| match o {
+                Observation::Snapshot { snapshot, key } => {
+                    Some((resolved.get(key)?.clone(), snapshot.netbox_id_claim()?))
+                }
+                _ => None,
+            })
+            .collect();
+        let refused = work.refused_netbox_ids(&mut tx, &claims).await?;
         for (item, o) in &obs {
             let key = o.key();
             let Some(id) = resolved.get(&key) else {
@@ -284,6 +294,14 @@ impl Hub {
             };
             let outcome = match o {
                 Observation::Snapshot { snapshot, .. } => {
+                    let keeping;
+                    let snapshot = match snapshot.netbox_id_claim() {
+                        Some(n) if refused.contains(&(id.clone(), n)) => {
+                            keeping = snapshot.keeping_netbox_id();
+                            &keeping
+                        }
+                        _ => snapshot,
+                    };
                     let (outcome, notes) = state.apply_snapshot(snapshot, now);
                     if notes.handover_breach {
                         tracing::error!(device_id = %id, "HandoverBreach: custody entry with no verified front-end VRF flip on record");

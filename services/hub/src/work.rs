@@ -2,7 +2,7 @@
 //! caller apply pure operations, then re-derive, bump versions and write the
 //! diff together with its lifecycle rows and outbox rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::store::devices::{self, LifecycleRow, Written};
 use chrono::{DateTime, Utc};
@@ -137,6 +137,55 @@ impl Work {
         t.cause = cause.to_string();
         t.trace = trace.cloned();
         Some(&mut t.after)
+    }
+
+    /// Which of `claims` (device id, NetBox id) this transaction refuses.
+    /// The NetBox id follows NetBox (issue 19: "a device deleted and
+    /// re-created in NetBox keeps the old netbox_id"), but it is unique
+    /// among a site's live devices (`devices_netbox_id`): an id another live
+    /// device of the site holds, or one that two devices of this
+    /// transaction claim, would fail the whole write, every snapshot of the
+    /// batch with it. Such a claim leaves the device's id as it is, with a
+    /// warning; the rest of its snapshot applies.
+    pub async fn refused_netbox_ids(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        claims: &[(String, i64)],
+    ) -> Result<BTreeSet<(String, i64)>, StoreError> {
+        let changing: Vec<(&str, &str, i64)> = claims
+            .iter()
+            .filter_map(|(id, n)| {
+                let t = self.devices.get(id)?;
+                (t.stored.record.netbox_id != Some(*n)).then_some((
+                    id.as_str(),
+                    t.stored.record.site_id.as_str(),
+                    *n,
+                ))
+            })
+            .collect();
+        if changing.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let ids: Vec<i64> = changing.iter().map(|c| c.2).collect();
+        let holders = devices::netbox_id_holders(tx, &ids).await?;
+        let mut refused = BTreeSet::new();
+        for &(id, site, n) in &changing {
+            let holder = holders
+                .iter()
+                .find(|(s, hn, h)| s == site && *hn == n && h != id)
+                .map(|h| h.2.as_str())
+                .or_else(|| {
+                    changing
+                        .iter()
+                        .find(|(o, s, on)| *o != id && *s == site && *on == n)
+                        .map(|o| o.0)
+                });
+            if let Some(holder) = holder {
+                tracing::warn!(device_id = id, site, netbox_id = n, held_by = holder, "NetBox names a NetBox id another live device of the site holds; the device keeps its own");
+                refused.insert((id.to_string(), n));
+            }
+        }
+        Ok(refused)
     }
 
     /// Re-derives every locked device and writes what changed.

@@ -137,7 +137,7 @@ vocab!(
     Provision => "provision", Maintenance => "maintenance", Cordoned => "cordoned",
     Power => "power", Connectivity => "connectivity", Schedulable => "schedulable",
     Triage => "triage", Custody => "custody", Enrollment => "enrollment",
-    InventoryOnly => "inventory_only", Serial => "serial", Rack => "rack",
+    InventoryOnly => "inventory_only", Serial => "serial", Rack => "rack", NetboxId => "netbox_id",
     Conditions => "conditions",
 });
 

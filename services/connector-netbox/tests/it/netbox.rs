@@ -479,11 +479,42 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
     // Still one device of that name: the mark is not a deletion.
     assert_eq!(rows(&env, "gpu05").await.len(), 1);
 
-    fake.devices.lock().unwrap().push(removed);
-    eventually("gpu05 back with netbox's status", || async {
+    // Back, but deleted and re-created in NetBox: a new NetBox id, which
+    // the device follows (a lifecycle row on `netbox_id`).
+    let mut recreated = removed;
+    recreated["id"] = 905.into();
+    fake.devices.lock().unwrap().push(recreated);
+    eventually("gpu05 back with netbox's status and new id", || async {
         let r = rows(&env, "gpu05").await;
-        (r.len() == 1 && r[0].inventory_status == "failed").then_some(())
+        (r.len() == 1 && r[0].inventory_status == "failed" && r[0].netbox_id == Some(905))
+            .then_some(())
     })
     .await;
+    let followed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'netbox_id' AND value = '905'",
+    )
+    .bind(&id)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(followed, 1, "one lifecycle row for the new NetBox id");
+
+    // NetBox naming gpu04 with the id gpu05 holds (unique in the site)
+    // does not fail the hub's write: gpu04 keeps its id, and the rest of
+    // its snapshot (a status change) applies.
+    let gpu04_id = rows(&env, "gpu04").await[0].netbox_id;
+    {
+        let mut d = fake.devices.lock().unwrap();
+        let x = d.iter_mut().find(|x| x["name"] == "gpu04").unwrap();
+        x["id"] = 905.into();
+        x["status"] = serde_json::json!({"value": "offline", "label": "Offline"});
+    }
+    let after = eventually("gpu04's status applied", || async {
+        let r = rows(&env, "gpu04").await;
+        (r.len() == 1 && r[0].inventory_status == "offline").then(|| r.into_iter().next().unwrap())
+    })
+    .await;
+    assert_eq!(after.netbox_id, gpu04_id, "gpu04 keeps its own NetBox id");
+    assert_eq!(rows(&env, "gpu05").await[0].netbox_id, Some(905));
     hub.stop(connector, env).await;
 }

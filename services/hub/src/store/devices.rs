@@ -14,7 +14,7 @@ use fleet_store::StoreError;
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
-const DEVICE_COLUMNS: &str = "d.id, d.site_id, d.name, d.version, d.serial, d.rack, d.inventory_only, d.role, d.trust, d.pool_id, \
+const DEVICE_COLUMNS: &str = "d.id, d.site_id, d.name, d.version, d.serial, d.rack, d.netbox_id, d.inventory_only, d.role, d.trust, d.pool_id, \
     d.owner_tenant_id, p.owner_tenant_id AS pool_owner_tenant_id, d.infrastructure_ref, d.provision_state, \
     d.failed_from, d.maintenance, d.maintenance_reason, d.cordoned, d.cordon_reason, d.draining, d.power, \
     d.connectivity, d.inventory_status, d.operational_status, d.health_status, d.capacity_bucket, d.in_triage, \
@@ -45,6 +45,7 @@ fn record_from_row(row: &PgRow) -> Result<DeviceRecord, StoreError> {
         version: row.try_get("version")?,
         serial: row.try_get("serial")?,
         rack: row.try_get("rack")?,
+        netbox_id: row.try_get("netbox_id")?,
         inventory_only: row.try_get("inventory_only")?,
         role: parse(row, "role", Role::parse)?,
         trust: parse(row, "trust", Trust::parse)?,
@@ -224,7 +225,7 @@ fn record_json(r: &DeviceRecord) -> Value {
         "session_epoch": r.session.epoch, "session_gateway_id": r.session.gateway_id,
         "session_connected_at": r.session.connected_at, "session_disconnected_at": r.session.disconnected_at,
         "session_last_seen": r.session.last_seen, "deleted": r.deleted, "inventory_only": r.inventory_only,
-        "serial": r.serial, "rack": r.rack,
+        "serial": r.serial, "rack": r.rack, "netbox_id": r.netbox_id,
     })
 }
 
@@ -245,7 +246,7 @@ const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastr
     netbox_tags = x.netbox_tags, chassis_health = x.chassis_health, session_epoch = x.session_epoch, \
     session_gateway_id = x.session_gateway_id, session_connected_at = x.session_connected_at, \
     session_disconnected_at = x.session_disconnected_at, session_last_seen = x.session_last_seen, \
-    inventory_only = x.inventory_only, serial = x.serial, rack = x.rack, deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
+    inventory_only = x.inventory_only, serial = x.serial, rack = x.rack, netbox_id = x.netbox_id, deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
     updated_at = now(), derived_at = now() \
     FROM jsonb_to_recordset($1::jsonb) AS x(id text, version bigint, infrastructure_ref text, provision_state text, \
     failed_from text, maintenance boolean, maintenance_reason text, cordoned boolean, cordon_reason text, \
@@ -258,7 +259,21 @@ const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastr
     ironic_maintenance boolean, ironic_maintenance_reason text, ironic_instance_uuid text, ironic_lessee text, \
     slurm_states text[], netbox_tags text[], chassis_health text, session_epoch bigint, session_gateway_id text, \
     session_connected_at timestamptz, session_disconnected_at timestamptz, session_last_seen timestamptz, \
-    deleted boolean, inventory_only boolean, serial text, rack text) WHERE d.id = x.id";
+    deleted boolean, inventory_only boolean, serial text, rack text, netbox_id bigint) WHERE d.id = x.id";
+
+/// The live devices holding any of `ids` as their NetBox id: (site,
+/// NetBox id, device id).
+pub async fn netbox_id_holders(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &[i64],
+) -> Result<Vec<(String, i64, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT site_id, netbox_id, id FROM devices WHERE deleted_at IS NULL AND netbox_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?)
+}
 
 /// Counts of rows one write touched, for the benchmark's rows/snapshot.
 #[derive(Debug, Default, Clone, Copy)]

@@ -57,6 +57,9 @@ pub struct DeviceRecord {
     /// (Borneo resolves by serial).
     pub serial: Option<String>,
     pub rack: Option<String>,
+    /// NetBox's id of the device's record, mirrored: a device deleted and
+    /// re-created in NetBox carries the new one.
+    pub netbox_id: Option<i64>,
     pub inventory_only: bool,
     pub role: Role,
     pub trust: Trust,
@@ -111,6 +114,7 @@ impl DeviceRecord {
             version: 1,
             serial: None,
             rack: None,
+            netbox_id: None,
             inventory_only: false,
             role: Role::Unassigned,
             trust: Trust::Platform,
@@ -172,6 +176,7 @@ impl DeviceRecord {
             Axis::InventoryOnly => self.inventory_only.to_string(),
             Axis::Serial => self.serial.clone().unwrap_or_default(),
             Axis::Rack => self.rack.clone().unwrap_or_default(),
+            Axis::NetboxId => self.netbox_id.map(|n| n.to_string()).unwrap_or_default(),
             Axis::Conditions => String::new(),
         }
     }
@@ -202,6 +207,7 @@ pub const TRACKED_AXES: &[Axis] = &[
     Axis::InventoryOnly,
     Axis::Serial,
     Axis::Rack,
+    Axis::NetboxId,
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

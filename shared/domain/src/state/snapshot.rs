@@ -25,6 +25,9 @@ pub enum SlurmMode {
 /// What NetBox owns of a device's identity beyond its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetboxIdentity {
+    /// `None`: the hub keeps the device's NetBox id (another live device
+    /// of the site holds this one; see the hub's unit of work).
+    pub netbox_id: Option<i64>,
     pub serial: Option<String>,
     pub rack: Option<String>,
 }
@@ -87,6 +90,29 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The NetBox id a NetBox snapshot names for its device.
+    pub fn netbox_id_claim(&self) -> Option<i64> {
+        match &self.mirror {
+            Mirror::Netbox {
+                identity: Some(i), ..
+            } => i.netbox_id,
+            _ => None,
+        }
+    }
+
+    /// The same snapshot leaving the device's NetBox id as it is (a claim
+    /// the hub refused); everything else still applies.
+    pub fn keeping_netbox_id(&self) -> Snapshot {
+        let mut s = self.clone();
+        if let Mirror::Netbox {
+            identity: Some(i), ..
+        } = &mut s.mirror
+        {
+            i.netbox_id = None;
+        }
+        s
+    }
+
     /// Every check that rejects the whole snapshot: unknown types are
     /// rejected by the caller's `ConditionType::lookup`; here ownership,
     /// durability, duplicates, mirror kind and the future limit.
@@ -373,6 +399,9 @@ impl DeviceState {
                 if let Some(i) = identity {
                     r.serial = i.serial.clone();
                     r.rack = i.rack.clone();
+                    if i.netbox_id.is_some() {
+                        r.netbox_id = i.netbox_id;
+                    }
                 }
                 r.mirrors.netbox_tags = tags.clone();
             }
