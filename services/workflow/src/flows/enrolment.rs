@@ -50,12 +50,7 @@ impl Workflow {
         carried: &mut Carried,
     ) -> Result<Taken, CallError> {
         let device = r.device;
-        let Some(site) = self.sites.get(&device.site_id) else {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{} is not configured", device.site_id),
-            ));
-        };
+        let site = self.site_of(device)?;
         // The node the run pinned; before that the device's
         // infrastructure_ref, else its name.
         let device_ref = device

@@ -3,11 +3,10 @@
 //! at most once.
 
 use fleet_domain::eligibility::Workflow as Kind;
-use fleet_domain::failure::FailureCode;
 use fleet_domain::ironic_direct::{image_next, unimage_next, Next, NodeView};
 use serde_json::json;
 
-use super::{Carried, Run, Taken};
+use super::{not_configured, Carried, Run, Taken};
 use crate::activities::{mint_instance_uuid, CallError};
 use crate::Workflow;
 
@@ -21,19 +20,12 @@ impl Workflow {
         carried: &mut Carried,
     ) -> Result<Taken, CallError> {
         let device = r.device;
-        let Some(site) = self.sites.get(&device.site_id) else {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{} is not configured", device.site_id),
-            ));
-        };
+        let site = self.site_of(device)?;
         if r.kind == Kind::ImageNode && site.config.image_source.trim().is_empty() {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!(
-                    "workflow.sites.{}.image_source is not configured (the image Image Node deploys)",
-                    device.site_id
-                ),
+            return Err(not_configured(
+                &device.site_id,
+                ".image_source",
+                "the image Image Node deploys",
             ));
         }
         let ident = device.node_ident();

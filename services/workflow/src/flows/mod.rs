@@ -70,6 +70,32 @@ pub(crate) enum Taken {
     Failed(FailureCode, String),
 }
 
+/// A run that cannot go on because `workflow.sites.<site><key>` is not
+/// configured (`why` says what it is for, when that helps).
+pub(super) fn not_configured(site: &str, key: &str, why: &str) -> CallError {
+    let why = if why.is_empty() {
+        String::new()
+    } else {
+        format!(" ({why})")
+    };
+    CallError::Permanent(
+        FailureCode::SiteNotConfigured,
+        format!("workflow.sites.{site}{key} is not configured{why}"),
+    )
+}
+
+impl Workflow {
+    /// The device's site as the workflow service is configured for it.
+    pub(super) fn site_of(
+        &self,
+        device: &DeviceRow,
+    ) -> Result<std::sync::Arc<crate::activities::Site>, CallError> {
+        self.sites
+            .get(&device.site_id)
+            .ok_or_else(|| not_configured(&device.site_id, "", ""))
+    }
+}
+
 /// The code a device fails with when a wait outlasts `workflow.step_timeout`.
 fn timeout_code(kind: Kind) -> FailureCode {
     match kind {

@@ -17,7 +17,7 @@ use fleet_domain::mtc::{
 use fleet_domain::OperationalStatus;
 use serde_json::{json, Value};
 
-use super::{Carried, Run, Taken};
+use super::{not_configured, Carried, Run, Taken};
 use crate::activities::{bind_ops, mint_instance_uuid, slurm_error, CallError, Site};
 use crate::Workflow;
 
@@ -33,12 +33,7 @@ impl Workflow {
         carried: &mut Carried,
     ) -> Result<Taken, CallError> {
         let device = r.device;
-        let Some(site) = self.sites.get(&device.site_id) else {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{} is not configured", device.site_id),
-            ));
-        };
+        let site = self.site_of(device)?;
         let ident = device.node_ident();
         let o = r.job.options.0;
         let phase = Phase::parse(carried.pinned_str(PHASE).unwrap_or(""));
@@ -138,12 +133,10 @@ impl Workflow {
         // The maintenance (SLURM) lease first.
         let slurm_project = site.config.openstack.maintenance_project_id.trim();
         if slurm_project.is_empty() {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!(
-                    "workflow.sites.{}.openstack.maintenance_project_id is not configured (the SLURM lease)",
-                    device.site_id
-                ),
+            return Err(not_configured(
+                &device.site_id,
+                ".openstack.maintenance_project_id",
+                "the SLURM lease",
             ));
         }
         if node.lessee.as_deref() != Some(slurm_project) {
@@ -170,12 +163,10 @@ impl Workflow {
         }
         let image = site.config.slurm_image_source.trim();
         if image.is_empty() {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!(
-                    "workflow.sites.{}.slurm_image_source is not configured (the image Move to Test Cluster deploys)",
-                    device.site_id
-                ),
+            return Err(not_configured(
+                &device.site_id,
+                ".slurm_image_source",
+                "the image Move to Test Cluster deploys",
             ));
         }
         let view = NodeView {
@@ -237,12 +228,10 @@ impl Workflow {
     ) -> Result<Taken, CallError> {
         let device = r.device;
         let Some(slurm) = &site.slurm else {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!(
-                    "workflow.sites.{}.slurm is not configured (the adopt reads the SLURM node)",
-                    device.site_id
-                ),
+            return Err(not_configured(
+                &device.site_id,
+                ".slurm",
+                "the adopt reads the SLURM node",
             ));
         };
         let mut slurm = slurm.lock().await;

@@ -120,12 +120,7 @@ impl Workflow {
 
     async fn hand_back(&self, r: &Run<'_>) -> Result<Taken, CallError> {
         let device = r.device;
-        let Some(site) = self.sites.get(&device.site_id) else {
-            return Ok(Taken::Failed(
-                FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{} is not configured", device.site_id),
-            ));
-        };
+        let site = self.site_of(device)?;
         let ident = device.node_ident();
         let node = site.node(&ident).await?;
         let trait_name = self.config.customer_ready_trait.trim();
