@@ -161,6 +161,19 @@ struct Row {
     operational_status: String,
 }
 
+/// How many lifecycle rows of `kind` with `value` the device has.
+async fn lifecycle_rows(env: &TestEnv, device_id: &str, kind: &str, value: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = $2 AND value = $3",
+    )
+    .bind(device_id)
+    .bind(kind)
+    .bind(value)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap()
+}
+
 async fn rows(env: &TestEnv, name: &str) -> Vec<Row> {
     sqlx::query_as(
         "SELECT site_id, inventory_status, netbox_tags, netbox_id, serial, rack, inventory_only, operational_status \
@@ -468,14 +481,11 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
         .fetch_one(&env.pool)
         .await
         .unwrap();
-    let marked: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'inventory' AND value = 'unknown'",
-    )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
-    assert_eq!(marked, 1, "one lifecycle row for the mark");
+    assert_eq!(
+        lifecycle_rows(&env, &id, "inventory", "unknown").await,
+        1,
+        "one lifecycle row for the mark"
+    );
     // Still one device of that name: the mark is not a deletion.
     assert_eq!(rows(&env, "gpu05").await.len(), 1);
 
@@ -490,14 +500,11 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
             .then_some(())
     })
     .await;
-    let followed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'netbox_id' AND value = '905'",
-    )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
-    assert_eq!(followed, 1, "one lifecycle row for the new NetBox id");
+    assert_eq!(
+        lifecycle_rows(&env, &id, "netbox_id", "905").await,
+        1,
+        "one lifecycle row for the new NetBox id"
+    );
 
     // NetBox naming gpu04 with the id gpu05 holds (unique in the site)
     // does not fail the hub's write: gpu04 keeps its id, and the rest of
