@@ -24,6 +24,22 @@ pub enum RequestError {
     BadReply(String),
 }
 
+impl RequestError {
+    /// What a client says of the failure, naming `service`: `None` when
+    /// nobody is subscribed (nothing was sent), else why the service is
+    /// unavailable (a timeout may or may not have been applied).
+    pub fn unavailable(&self, service: &str) -> Option<String> {
+        match self {
+            RequestError::NotRunning => None,
+            RequestError::Timeout(_) => Some(format!(
+                "the {service} did not answer in time; the request may or may not have been applied"
+            )),
+            RequestError::Transport(m) => Some(format!("{service} request: {m}")),
+            RequestError::BadReply(m) => Some(format!("undecodable {service} reply: {m}")),
+        }
+    }
+}
+
 /// Sends `payload` to `subject` and decodes the reply as `M`.
 pub async fn request<M: Message + Default>(
     nats: &async_nats::Client,
@@ -44,4 +60,25 @@ pub async fn request<M: Message + Default>(
         Ok(Ok(m)) => m,
     };
     M::decode(msg.payload.as_ref()).map_err(|e| RequestError::BadReply(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_says_whether_anything_may_have_been_applied() {
+        assert_eq!(RequestError::NotRunning.unavailable("placer"), None);
+        let t = RequestError::Timeout(Duration::from_secs(5))
+            .unavailable("placer")
+            .unwrap();
+        assert!(
+            t.contains("the placer did not answer") && t.contains("may or may not"),
+            "{t}"
+        );
+        assert_eq!(
+            RequestError::BadReply("x".into()).unavailable("workflow service"),
+            Some("undecodable workflow service reply: x".into())
+        );
+    }
 }

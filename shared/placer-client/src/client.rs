@@ -39,15 +39,9 @@ impl PlacerClient {
             self.timeout,
         )
         .await
-        .map_err(|e| match e {
-            RequestError::NotRunning => PlacerError::NotRunning,
-            RequestError::Timeout(_) => {
-                PlacerError::Unavailable("the placer did not answer in time".into())
-            }
-            RequestError::Transport(m) => PlacerError::Unavailable(format!("placer request: {m}")),
-            RequestError::BadReply(m) => {
-                PlacerError::Unavailable(format!("undecodable placer reply: {m}"))
-            }
+        .map_err(|e: RequestError| {
+            e.unavailable("placer")
+                .map_or(PlacerError::NotRunning, PlacerError::Unavailable)
         })?;
         if let Some(e) = &reply.error {
             return Err(PlacerError::from_proto(e));

@@ -81,15 +81,9 @@ impl WorkflowClient {
             self.timeout,
         )
         .await
-        .map_err(|e| match e {
-            RequestError::NotRunning => WorkflowError::NotRunning,
-            RequestError::Timeout(_) => WorkflowError::Unavailable(
-                "the workflow service did not answer in time; the request may or may not have been applied".into(),
-            ),
-            RequestError::Transport(m) => WorkflowError::Unavailable(format!("workflow request: {m}")),
-            RequestError::BadReply(m) => {
-                WorkflowError::Unavailable(format!("undecodable workflow reply: {m}"))
-            }
+        .map_err(|e: RequestError| {
+            e.unavailable("workflow service")
+                .map_or(WorkflowError::NotRunning, WorkflowError::Unavailable)
         })?;
         if let Some(e) = reply.error {
             return Err(WorkflowError::from_proto(e));
