@@ -25,16 +25,23 @@ const CONDITION_COLUMNS: &str = "c.device_id, c.type, c.status, c.reason, c.mess
 /// `observed_at` or its source's snapshot freshness, the later) is older
 /// than the source's TTL. Needs `c` and `f` (the freshness row) in scope.
 fn push_stale(qb: &mut QueryBuilder<'_, Postgres>, app: &App) {
-    qb.push(
-        "(NOT c.durable AND greatest(c.observed_at, f.observed_at) + make_interval(secs => \
-         COALESCE((SELECT t.secs FROM unnest(",
-    )
-    .push_bind(app.ttls.sources.clone())
-    .push("::text[], ")
-    .push_bind(app.ttls.secs.clone())
-    .push("::bigint[]) AS t(src, secs) WHERE t.src = c.source), ")
-    .push_bind(app.ttls.default_secs)
-    .push(")::double precision) < now())");
+    qb.push("(NOT c.durable AND greatest(c.observed_at, f.observed_at) + ");
+    push_ttl(qb, app, "c.source");
+    qb.push(" < now())");
+}
+
+/// The TTL of the source named by `source_column`, as an interval: the
+/// hub's `hub.ttl_secs` for it, or the default.
+pub fn push_ttl(qb: &mut QueryBuilder<'_, Postgres>, app: &App, source_column: &str) {
+    qb.push("make_interval(secs => COALESCE((SELECT t.secs FROM unnest(")
+        .push_bind(app.ttls.sources.clone())
+        .push("::text[], ")
+        .push_bind(app.ttls.secs.clone())
+        .push(format!(
+            "::bigint[]) AS t(src, secs) WHERE t.src = {source_column}), "
+        ))
+        .push_bind(app.ttls.default_secs)
+        .push(")::double precision)");
 }
 
 fn select(app: &App) -> QueryBuilder<'static, Postgres> {
@@ -280,6 +287,18 @@ pub struct CustodyMirrorBody {
     pub credential_ref: Option<String>,
 }
 
+/// One `ResourceBinding`: resolved to `resource_id`, or, without one, not
+/// resolved this time, with a CamelCase `reason`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceBindingBody {
+    #[schema(schema_with = crate::model::resource_schema)]
+    pub resource: String,
+    pub resource_id: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
 /// One source's full snapshot for one device (`ConditionSnapshot`): types
 /// the source owns and leaves out are written Unknown/NotReported.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -297,6 +316,9 @@ pub struct SnapshotBody {
     pub netbox: Option<NetboxMirrorBody>,
     pub health: Option<HealthMirrorBody>,
     pub custody: Option<CustodyMirrorBody>,
+    /// The resources the source resolved (or failed to) for the device.
+    #[serde(default)]
+    pub resource_bindings: Vec<ResourceBindingBody>,
     /// Optional: when given, a changed device is `CONFLICT`.
     pub version: Option<i64>,
 }
@@ -367,7 +389,17 @@ pub async fn apply(
         .map(|c| condition(c, source))
         .collect::<ApiResult<Vec<_>>>()?;
     let version = b.version.unwrap_or(0).max(0);
+    let resource_bindings = std::mem::take(&mut b.resource_bindings)
+        .into_iter()
+        .map(|r| v1::ResourceBinding {
+            resource: r.resource,
+            resource_id: r.resource_id.unwrap_or_default(),
+            reason: r.reason.unwrap_or_default(),
+            message: r.message.unwrap_or_default(),
+        })
+        .collect();
     let c = C::ApplySnapshot(v1::ConditionSnapshot {
+        resource_bindings,
         source: b.source,
         device: Some(device),
         observed_at: Some(timestamp(b.observed_at)),

@@ -70,6 +70,9 @@ pub struct DeviceFilter {
     pub maintenance: Option<bool>,
     #[param(schema_with = connectivity_schema)]
     pub connectivity: Option<String>,
+    /// `<resource>:<resolution_status>`, e.g. `placement:stale`: devices
+    /// with a resource binding of that resource in that status.
+    pub resource_binding: Option<String>,
     /// Page size (default `api.default_page_size`, at most `api.max_page_size`).
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
@@ -111,6 +114,11 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
     let health = values(&f.health_status, HealthStatus::parse)?;
     let connectivity = values(&f.connectivity, Connectivity::parse)?;
     let slurm = values(&f.slurm_states, SlurmState::parse)?;
+    let binding = f
+        .resource_binding
+        .as_deref()
+        .map(crate::bindings::parse_filter)
+        .transpose()?;
 
     let mut qb = QueryBuilder::<Postgres>::new("SELECT ");
     qb.push(summary_columns());
@@ -151,6 +159,9 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
     push_bool(&mut qb, "d.maintenance", f.maintenance);
     push_bool(&mut qb, CUSTOMER_READY_SQL, f.customer_ready);
     push_bool(&mut qb, SCHEDULABLE_SQL, f.schedulable);
+    if let Some(b) = binding {
+        crate::bindings::push_filter(&mut qb, &app, b);
+    }
     if let Some((id,)) = after {
         qb.push(" AND d.id > ").push_bind(id);
     }
@@ -160,7 +171,11 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
     Ok(Json(DevicePage { items, next_cursor }))
 }
 
-fn detail_from_row(row: &PgRow, decisive: Vec<ConditionOut>) -> Result<DeviceDetail, sqlx::Error> {
+fn detail_from_row(
+    row: &PgRow,
+    decisive: Vec<ConditionOut>,
+    resource_bindings: Vec<ResourceBindingOut>,
+) -> Result<DeviceDetail, sqlx::Error> {
     Ok(DeviceDetail {
         summary: DeviceSummary::from_row(row)?,
         serial: row.try_get("serial")?,
@@ -209,6 +224,7 @@ fn detail_from_row(row: &PgRow, decisive: Vec<ConditionOut>) -> Result<DeviceDet
         },
         created_at: row.try_get("created_at")?,
         operational_status_conditions: decisive,
+        resource_bindings,
     })
 }
 
@@ -225,7 +241,8 @@ pub async fn read_detail(app: &App, id: &str) -> ApiResult<DeviceDetail> {
         .await?
         .ok_or_else(|| ApiError::not_found(format!("device {id}")))?;
     let decisive = conditions::decisive_rows(app, id).await?;
-    Ok(detail_from_row(&row, decisive)?)
+    let bindings = crate::bindings::of_device(app, id).await?;
+    Ok(detail_from_row(&row, decisive, bindings)?)
 }
 
 #[utoipa::path(get, operation_id = "get_device", path = "/api/v1/devices/{id}/", params(("id" = String, Path)),

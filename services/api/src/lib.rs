@@ -6,6 +6,7 @@
 
 pub mod allocations;
 pub mod auth;
+pub mod bindings;
 pub mod conditions;
 mod config;
 pub mod devices;

@@ -45,6 +45,8 @@ vocab_schemas!(
     axis_schema => Axis,
     slurm_state_schema => SlurmState,
     key_kind_schema => KeyKind,
+    resource_schema => fleet_domain::binding::Resource,
+    resolution_status_schema => fleet_domain::binding::ResolutionStatus,
 );
 
 pub fn error_code_schema() -> Object {
@@ -188,6 +190,33 @@ pub struct DeviceDetail {
     pub created_at: DateTime<Utc>,
     /// The rows with `decisive = true`.
     pub operational_status_conditions: Vec<ConditionOut>,
+    /// UNI resource attribution: one per typed resource, `resolution_status`
+    /// derived at read time. Never part of operational or health status.
+    pub resource_bindings: Vec<ResourceBindingOut>,
+}
+
+/// One `DeviceResourceBinding` row, with `resolution_status` derived at
+/// read time (`fleet_domain::binding::resolution_status`): `resolved`
+/// while its source resolves it and confirmed it within the source's TTL,
+/// `stale` otherwise. A failed resource keeps its last-known `resource_id`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
+pub struct ResourceBindingOut {
+    #[schema(schema_with = resource_schema)]
+    pub resource: String,
+    pub resource_id: Option<String>,
+    #[schema(schema_with = resolution_status_schema)]
+    pub resolution_status: String,
+    #[schema(schema_with = source_schema)]
+    pub source: String,
+    /// When the source first resolved the device to `resource_id`.
+    pub resolved_at: Option<DateTime<Utc>>,
+    /// The last observation confirming the row (its own or its source's
+    /// snapshot freshness, the later).
+    pub confirmed_at: DateTime<Utc>,
+    /// When resolution started failing; absent while it resolves.
+    pub failed_at: Option<DateTime<Utc>>,
+    pub reason: String,
+    pub message: String,
 }
 
 /// One `device_conditions` row, with `stale` derived at read time.

@@ -12,8 +12,8 @@ pub(crate) mod mapping;
 use std::collections::HashSet;
 
 use crate::mapping::{
-    map_node, Context, KeyBy, NodesPage, Readiness, ResourceProviders, IRONIC_UNREACHABLE,
-    NO_LONGER_OBSERVED,
+    map_node, Context, KeyBy, NodesPage, Providers, Readiness, ResourceProviders,
+    IRONIC_UNREACHABLE, NO_LONGER_OBSERVED,
 };
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{join, Pages};
@@ -24,6 +24,12 @@ use fleet_openstack::ironic::nodes_url;
 use fleet_openstack::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};
 use fleet_proto::v1;
 use fleet_runtime::{Common, Shutdown};
+
+/// What one poll read from Placement.
+struct Placement {
+    ready: HashSet<String>,
+    providers: HashSet<String>,
+}
 
 /// One site's OpenStack.
 pub(crate) struct OpenstackSite {
@@ -95,15 +101,23 @@ impl OpenstackSite {
         }
     }
 
-    /// The resource providers carrying the customer-ready trait: one query.
-    async fn read_ready(&mut self) -> Result<HashSet<String>, SourceError> {
+    /// The resource providers carrying the customer-ready trait (one
+    /// query), and every resource provider (one more: the nodes' Placement
+    /// bindings).
+    async fn read_placement(&mut self) -> Result<Placement, SourceError> {
         let placement = self.session.endpoint("placement").await?;
-        let mut url = join(&placement, "resource_providers");
-        url.query_pairs_mut()
+        let all = join(&placement, "resource_providers");
+        let mut ready = all.clone();
+        ready
+            .query_pairs_mut()
             .append_pair("required", &self.customer_ready_trait);
         let headers = [(HEADER_API_VERSION, self.placement_version.clone())];
-        let rp: ResourceProviders = self.session.get_json(&url, &headers).await?;
-        Ok(rp.ids())
+        let rp: ResourceProviders = self.session.get_json(&ready, &headers).await?;
+        let listed: ResourceProviders = self.session.get_json(&all, &headers).await?;
+        Ok(Placement {
+            ready: rp.ids(),
+            providers: listed.ids(),
+        })
     }
 }
 
@@ -137,7 +151,7 @@ impl Target for OpenstackSite {
     ) -> Result<Vec<v1::ConditionSnapshot>, SourceError> {
         let nodes = self.read_nodes().await?;
         let ready = if self.config.placement_enabled {
-            Some(self.read_ready().await.map_err(|e| {
+            Some(self.read_placement().await.map_err(|e| {
                 // Ironic was read: only CustomerReady is unknown.
                 tracing::error!(site = %self.site, kind = e.kind(), error = %e, "placement cannot be read; CustomerReady is Unknown");
                 ctx.metrics.error("openstack", &self.site, &format!("placement_{}", e.kind()));
@@ -146,10 +160,13 @@ impl Target for OpenstackSite {
         } else {
             None
         };
-        let readiness = match &ready {
-            None => Readiness::NodeTraits,
-            Some(Ok(ids)) => Readiness::Placement(ids),
-            Some(Err(msg)) => Readiness::Unreadable(msg),
+        let (readiness, providers) = match &ready {
+            None => (Readiness::NodeTraits, Providers::NotUsed),
+            Some(Ok(p)) => (
+                Readiness::Placement(&p.ready),
+                Providers::Listed(&p.providers),
+            ),
+            Some(Err(msg)) => (Readiness::Unreadable(msg), Providers::Unreadable(msg)),
         };
         let c = Context {
             site: &self.site,
@@ -157,6 +174,7 @@ impl Target for OpenstackSite {
             customer_ready_trait: &self.customer_ready_trait,
             maintenance_project_id: self.config.maintenance_project_id.trim(),
             readiness,
+            providers,
             observed_at: ctx.observed_at,
         };
         let mut out = Vec::with_capacity(nodes.len());

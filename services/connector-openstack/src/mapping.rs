@@ -99,6 +99,49 @@ pub enum Readiness<'a> {
     Unreadable(&'a str),
 }
 
+/// What Placement says of the nodes' resource providers this poll: the
+/// device's `placement` resource binding.
+#[derive(Debug, Clone, Copy)]
+pub enum Providers<'a> {
+    /// Standalone Ironic: no Placement, no binding.
+    NotUsed,
+    /// Every resource provider Placement lists (uuids and names).
+    Listed(&'a HashSet<String>),
+    /// Placement could not be read: the binding fails, with this message.
+    Unreadable(&'a str),
+}
+
+/// Reason of a node Placement lists no resource provider for.
+pub const RESOURCE_PROVIDER_MISSING: &str = "ResourceProviderMissing";
+
+/// The node's Placement binding: an Ironic node's resource provider has the
+/// node's uuid.
+fn placement_binding(n: &Node, providers: Providers<'_>) -> Option<v1::ResourceBinding> {
+    let resource = fleet_domain::binding::Resource::Placement
+        .as_str()
+        .to_string();
+    match providers {
+        Providers::NotUsed => None,
+        Providers::Listed(ids) if ids.contains(&n.uuid) => Some(v1::ResourceBinding {
+            resource,
+            resource_id: n.uuid.clone(),
+            ..Default::default()
+        }),
+        Providers::Listed(_) => Some(v1::ResourceBinding {
+            resource,
+            reason: RESOURCE_PROVIDER_MISSING.into(),
+            message: format!("placement lists no resource provider {}", n.uuid),
+            ..Default::default()
+        }),
+        Providers::Unreadable(msg) => Some(v1::ResourceBinding {
+            resource,
+            reason: PLACEMENT_UNREACHABLE.into(),
+            message: msg.to_string(),
+            ..Default::default()
+        }),
+    }
+}
+
 /// What the mapping needs besides the node.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
@@ -108,6 +151,7 @@ pub struct Context<'a> {
     /// The maintenance/SLURM project; empty when not configured.
     pub maintenance_project_id: &'a str,
     pub readiness: Readiness<'a>,
+    pub providers: Providers<'a>,
     pub observed_at: DateTime<Utc>,
 }
 
@@ -269,16 +313,16 @@ pub fn map_node(n: &Node, c: &Context<'_>) -> (v1::ConditionSnapshot, bool) {
         power_state: present(&n.power_state).unwrap_or_default().to_string(),
         node_uuid: n.uuid.clone(),
     };
-    (
-        snapshot(
-            Source::Openstack,
-            k,
-            c.observed_at,
-            conditions,
-            Some(Mirror::Ironic(mirror)),
-        ),
-        fell_back,
-    )
+    let mut snap = snapshot(
+        Source::Openstack,
+        k,
+        c.observed_at,
+        conditions,
+        Some(Mirror::Ironic(mirror)),
+    );
+    snap.resource_bindings
+        .extend(placement_binding(n, c.providers));
+    (snap, fell_back)
 }
 
 #[cfg(test)]
@@ -304,8 +348,39 @@ mod tests {
             customer_ready_trait: TRAIT,
             maintenance_project_id: MAINT_PROJECT,
             readiness,
+            providers: Providers::NotUsed,
             observed_at: at(),
         }
+    }
+
+    #[test]
+    fn the_placement_binding_is_the_nodes_resource_provider() {
+        let page: NodesPage = serde_json::from_str(DETAIL).unwrap();
+        let n = &page.nodes[0];
+        let ready = HashSet::new();
+        let listed: HashSet<String> = [n.uuid.clone()].into();
+        let binding = |providers| {
+            let c = Context {
+                providers,
+                ..ctx(Readiness::Placement(&ready))
+            };
+            map_node(n, &c).0.resource_bindings
+        };
+        let b = binding(Providers::Listed(&listed));
+        assert_eq!(
+            (b[0].resource.as_str(), b[0].resource_id.as_str()),
+            ("placement", n.uuid.as_str())
+        );
+        let b = binding(Providers::Listed(&ready));
+        assert_eq!(
+            (b[0].resource_id.as_str(), b[0].reason.as_str()),
+            ("", RESOURCE_PROVIDER_MISSING)
+        );
+        let b = binding(Providers::Unreadable("placement did not answer"));
+        assert_eq!(b[0].reason, PLACEMENT_UNREACHABLE);
+        assert_eq!(b[0].message, "placement did not answer");
+        // Standalone Ironic: no binding at all.
+        assert!(binding(Providers::NotUsed).is_empty());
     }
 
     /// (type, status, reason) of each condition, in catalogue order.

@@ -229,6 +229,7 @@ impl Gateway {
         };
         let now = Utc::now();
         let snap = v1::ConditionSnapshot {
+            resource_bindings: vec![],
             source: "gateway".into(),
             device: Some(Self::device_key(site, device_id)),
             observed_at: Some(timestamp(now)),

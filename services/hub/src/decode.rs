@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use fleet_domain::binding::{BindingInput, Resource};
 use fleet_domain::limits::{
     check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY, MAX_MESSAGE, MAX_REASON,
 };
@@ -189,14 +190,40 @@ pub fn snapshot(
             }
         }
     };
+    check_count("resource_bindings", s.resource_bindings.len(), MAX_ITEMS)?;
+    let bindings = s
+        .resource_bindings
+        .iter()
+        .map(binding)
+        .collect::<Result<Vec<_>, _>>()?;
     let snapshot = Snapshot {
         source,
         observed_at,
         conditions,
         mirror,
+        bindings,
     }
     .validate(now)?;
     Ok((key, snapshot))
+}
+
+fn binding(b: &v1::ResourceBinding) -> Result<BindingInput, DomainError> {
+    let resource = Resource::parse(&b.resource)?;
+    check_len("resource_binding.resource_id", &b.resource_id, MAX_ID)?;
+    check_len("resource_binding.reason", &b.reason, MAX_REASON)?;
+    check_len("resource_binding.message", &b.message, MAX_MESSAGE)?;
+    Ok(if b.resource_id.is_empty() {
+        BindingInput::Failed {
+            resource,
+            reason: b.reason.clone(),
+            message: b.message.clone(),
+        }
+    } else {
+        BindingInput::Resolved {
+            resource,
+            resource_id: b.resource_id.clone(),
+        }
+    })
 }
 
 pub fn write(
@@ -392,6 +419,7 @@ fn snapshot_has_nul(m: &v1::ConditionSnapshot) -> bool {
             &i.instance_uuid,
             &i.lessee,
             &i.power_state,
+            &i.node_uuid,
         ]
         .iter()
         .any(|s| nul(s)),
@@ -406,5 +434,9 @@ fn snapshot_has_nul(m: &v1::ConditionSnapshot) -> bool {
         Some(M::Health(x)) => nul(&x.chassis_health),
         Some(M::Custody(x)) => nul(&x.state) || nul(&x.credential_ref),
     };
-    nul(&m.source) || key || conds || mirror
+    let bindings = m
+        .resource_bindings
+        .iter()
+        .any(|b| nul(&b.resource) || nul(&b.resource_id) || nul(&b.reason) || nul(&b.message));
+    nul(&m.source) || key || conds || mirror || bindings
 }

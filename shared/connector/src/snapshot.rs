@@ -52,6 +52,7 @@ pub fn snapshot(
     mirror: Option<Mirror>,
 ) -> v1::ConditionSnapshot {
     v1::ConditionSnapshot {
+        resource_bindings: vec![],
         source: source.as_str().to_string(),
         device: Some(key),
         observed_at: Some(fleet_proto::timestamp(observed_at)),

@@ -62,11 +62,25 @@ fn snap(source: u8, at: i64, vals: [u8; 6]) -> Snapshot {
         },
         _ => Mirror::None,
     };
+    // Openstack resolves the Placement binding, fails to, or leaves it out.
+    let bindings = match (source, vals[2] % 3) {
+        (Source::Openstack, 1) => vec![fleet_domain::binding::BindingInput::Resolved {
+            resource: fleet_domain::binding::Resource::Placement,
+            resource_id: format!("rp-{}", vals[3] % 2),
+        }],
+        (Source::Openstack, 2) => vec![fleet_domain::binding::BindingInput::Failed {
+            resource: fleet_domain::binding::Resource::Placement,
+            reason: "PlacementUnreachable".into(),
+            message: String::new(),
+        }],
+        _ => vec![],
+    };
     Snapshot {
         source,
         observed_at: t(at),
         conditions,
         mirror,
+        bindings,
     }
 }
 
@@ -90,7 +104,26 @@ fn semantic(s: &DeviceState) -> impl PartialEq + std::fmt::Debug {
     let mut r = s.record.clone();
     r.entered_service_at = None;
     r.failed_at = None;
-    (r, conds, s.freshness.clone())
+    // A binding's resolved_at / failed_at say when it was first seen so,
+    // and what a failed row keeps (its last-known id, or the row itself
+    // once its source stops listing it) is what the hub heard of before:
+    // history, which depends on what arrived first. The rest converges.
+    let bindings: Vec<_> = s
+        .bindings
+        .values()
+        .filter(|b| !(b.failed_at.is_some() && b.reason == fleet_domain::binding::NOT_REPORTED))
+        .map(|b| {
+            let fresh = s.freshness.get(&b.source).map(|f| f.observed_at);
+            (
+                b.resource,
+                b.resource_id.clone().filter(|_| b.failed_at.is_none()),
+                b.failed_at.is_some(),
+                b.reason.clone(),
+                fresh.map_or(b.observed_at, |f| f.max(b.observed_at)),
+            )
+        })
+        .collect();
+    (r, conds, s.freshness.clone(), bindings)
 }
 
 fn apply_all(snaps: &[Snapshot], order: &[usize]) -> DeviceState {
@@ -160,6 +193,7 @@ fn snapshot_leaves_out_types_as_not_reported_and_never_touches_latches() {
     s.apply_condition_write(Source::FrontendFabric, &w, Some(t(1)), false, now)
         .unwrap();
     let snap = Snapshot {
+        bindings: vec![],
         source: Source::Openstack,
         observed_at: t(2),
         conditions: vec![],
@@ -183,6 +217,7 @@ fn snapshot_leaves_out_types_as_not_reported_and_never_touches_latches() {
 fn future_and_forbidden_are_typed_errors() {
     let now = t(0);
     let future = Snapshot {
+        bindings: vec![],
         source: Source::Slurm,
         observed_at: now + Duration::minutes(6),
         conditions: vec![],
@@ -193,6 +228,7 @@ fn future_and_forbidden_are_typed_errors() {
         Err(DomainError::FutureObservation { .. })
     ));
     let ok = Snapshot {
+        bindings: vec![],
         source: Source::Slurm,
         observed_at: now + Duration::minutes(4),
         conditions: vec![],
@@ -203,6 +239,7 @@ fn future_and_forbidden_are_typed_errors() {
         "within the 5 minutes of tolerated skew"
     );
     let forbidden = Snapshot {
+        bindings: vec![],
         source: Source::Slurm,
         observed_at: now,
         conditions: vec![ConditionInput {
@@ -220,6 +257,7 @@ fn future_and_forbidden_are_typed_errors() {
     // Issue 19: "a mirror of the wrong kind on a snapshot is ... a
     // malformed snapshot, 400", not a forbidden source.
     let wrong_mirror = Snapshot {
+        bindings: vec![],
         source: Source::Slurm,
         observed_at: now,
         conditions: vec![],
@@ -242,6 +280,7 @@ fn custody_entry_writes_the_breach_latch_once() {
     let ttls = Ttls::uniform(Duration::days(1));
     let mut s = base();
     let google = |at| Snapshot {
+        bindings: vec![],
         source: Source::Borneo,
         observed_at: t(at),
         conditions: vec![],
@@ -278,6 +317,7 @@ fn custody_entry_writes_the_breach_latch_once() {
         .contains_key(&ConditionType::FrontendPortsInCustomerVrf));
     // Frozen: conditions that would derive in_use do not move delegated.
     let cr = Snapshot {
+        bindings: vec![],
         source: Source::Openstack,
         observed_at: t(4),
         conditions: vec![
@@ -322,6 +362,7 @@ fn verified_flip_means_no_breach() {
     s.apply_condition_write(Source::FrontendFabric, &w, Some(t(1)), false, now)
         .unwrap();
     let g = Snapshot {
+        bindings: vec![],
         source: Source::Borneo,
         observed_at: t(2),
         conditions: vec![],
@@ -343,6 +384,7 @@ fn source_silence_reads_unknown_and_keeps_validation() {
     let ttls = Ttls::uniform(Duration::seconds(60));
     let mut s = base();
     let os = Snapshot {
+        bindings: vec![],
         source: Source::Openstack,
         observed_at: t(0),
         conditions: vec![ConditionInput {
@@ -354,6 +396,7 @@ fn source_silence_reads_unknown_and_keeps_validation() {
         mirror: Mirror::None,
     };
     let sl = Snapshot {
+        bindings: vec![],
         source: Source::Slurm,
         observed_at: t(0),
         conditions: vec![
@@ -840,6 +883,7 @@ fn connectivity_of_an_earlier_identity_generation_is_refused() {
 #[test]
 fn an_ironic_snapshot_gives_a_device_without_a_ref_its_node_uuid_once() {
     let ironic = |at: i64, uuid: &str| Snapshot {
+        bindings: vec![],
         source: Source::Openstack,
         observed_at: t(at),
         conditions: vec![],

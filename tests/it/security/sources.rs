@@ -14,6 +14,7 @@ use crate::support::*;
 
 fn openstack_quarantine(device: &v1::DeviceKey) -> v1::ConditionSnapshot {
     v1::ConditionSnapshot {
+        resource_bindings: vec![],
         source: "openstack".into(),
         device: Some(device.clone()),
         observed_at: Some(timestamp(Utc::now())),

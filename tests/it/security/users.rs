@@ -473,6 +473,7 @@ async fn every_service_starts(
         .await
         .unwrap_or_else(|e| panic!("{service} starts: {e:#}"));
         let snap = v1::ConditionSnapshot {
+            resource_bindings: vec![],
             source: source.as_str().into(),
             device: Some(key.clone()),
             observed_at: Some(fleet_proto::timestamp(chrono::Utc::now())),

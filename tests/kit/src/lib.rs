@@ -436,6 +436,7 @@ pub fn snapshot(
     conditions: Vec<v1::Condition>,
 ) -> v1::ConditionSnapshot {
     v1::ConditionSnapshot {
+        resource_bindings: vec![],
         source: source.into(),
         device: Some(v1::DeviceKey {
             site: site.into(),

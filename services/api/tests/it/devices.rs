@@ -1280,3 +1280,191 @@ async fn api_promote_to_managed_is_explicit_and_audited() {
     );
     served.stop(env).await;
 }
+
+/// Issue 19, seed 002 "UNI resource attribution": the Placement binding an
+/// openstack snapshot carries is the device's `resource_bindings` row, with
+/// `resolution_status` derived at read time; a failed resource keeps its
+/// last-known row as stale; a snapshot observed longer ago than the source's
+/// TTL is stale the moment it is stored; the list filters on it; and the
+/// binding never moves operational or health status. A binding of another
+/// source's resource, or an unknown resource, is refused and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_resource_bindings_resolve_go_stale_and_never_move_status() {
+    let env = TestEnv::new().await;
+    let (addr, served) = Served::with_hub(&env, &api_config()).await;
+    let all = token(&env, Scope::ALL).await;
+    let a = env.create_device("s1", "bind-a").await;
+    let b = env.create_device("s1", "bind-b").await;
+    let apply = |device: String, at: String, binding: Value| {
+        let all = all.clone();
+        async move {
+            post(
+                addr,
+                "/api/v1/device-conditions/apply/",
+                &all,
+                json!({
+                    "source": "openstack", "device_id": device, "observed_at": at,
+                    "conditions": [
+                        {"type": "IronicProvisionHealthy", "status": "True", "reason": "Active"},
+                        {"type": "IronicMaintenance", "status": "False"},
+                        {"type": "CustomerReady", "status": "True"},
+                        {"type": "InstanceAllocated", "status": "False"},
+                        {"type": "IronicAvailable", "status": "True"},
+                        {"type": "InMaintenancePool", "status": "False"},
+                    ],
+                    "ironic": {"provision_state": "available", "power_state": "power off"},
+                    "resource_bindings": [binding],
+                }),
+            )
+            .await
+        }
+    };
+    let detail = |id: String| {
+        let all = all.clone();
+        async move {
+            get(addr, &format!("/api/v1/devices/{id}/"), &all)
+                .await
+                .json()
+        }
+    };
+    let ids = |r: Resp| -> Vec<String> {
+        r.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let listed = |filter: &'static str| {
+        let all = all.clone();
+        async move {
+            ids(get(
+                addr,
+                &format!("/api/v1/devices/?site=s1&resource_binding={filter}"),
+                &all,
+            )
+            .await)
+        }
+    };
+
+    let r = apply(
+        a.clone(),
+        now_rfc3339(),
+        json!({"resource": "placement", "resource_id": "rp-a"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let d = detail(a.clone()).await;
+    let bound = &d["resource_bindings"][0];
+    assert_eq!(
+        (
+            &bound["resource"],
+            &bound["resource_id"],
+            &bound["resolution_status"],
+            &bound["source"]
+        ),
+        (
+            &json!("placement"),
+            &json!("rp-a"),
+            &json!("resolved"),
+            &json!("openstack")
+        ),
+        "{d}"
+    );
+    assert!(bound["resolved_at"].is_string() && bound["failed_at"].is_null());
+    let status = (d["operational_status"].clone(), d["health_status"].clone());
+
+    // b: resolved, but observed an hour ago: past the 180 s TTL at once.
+    let old = micros(Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let r = apply(
+        b.clone(),
+        old,
+        json!({"resource": "placement", "resource_id": "rp-b"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        detail(b.clone()).await["resource_bindings"][0]["resolution_status"],
+        "stale"
+    );
+    assert_eq!(listed("placement:resolved").await, vec![a.clone()]);
+    assert_eq!(listed("placement:stale").await, vec![b.clone()]);
+
+    // Placement fails for a: the row keeps rp-a, as stale, with the reason.
+    let r = apply(
+        a.clone(),
+        now_rfc3339(),
+        json!({"resource": "placement", "reason": "PlacementUnreachable", "message": "placement did not answer"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let d = detail(a.clone()).await;
+    let stale = &d["resource_bindings"][0];
+    assert_eq!(
+        (
+            &stale["resource_id"],
+            &stale["resolution_status"],
+            &stale["reason"]
+        ),
+        (
+            &json!("rp-a"),
+            &json!("stale"),
+            &json!("PlacementUnreachable")
+        ),
+        "{d}"
+    );
+    assert_eq!(stale["resolved_at"], bound["resolved_at"]);
+    assert!(stale["failed_at"].is_string());
+    // "It does not replace the device's operational or health status."
+    assert_eq!(
+        (d["operational_status"].clone(), d["health_status"].clone()),
+        status
+    );
+    let mut both = listed("placement:stale").await;
+    both.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(both, want);
+    assert!(listed("placement:resolved").await.is_empty());
+
+    // Refused: another source's resource, an unknown one, a bad filter.
+    let r = post(
+        addr,
+        "/api/v1/device-conditions/apply/",
+        &all,
+        json!({"source": "slurm", "device_id": a, "observed_at": now_rfc3339(),
+               "conditions": [], "resource_bindings": [{"resource": "placement", "resource_id": "x"}]}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (403, "FORBIDDEN_SOURCE".into()),
+        "{}",
+        r.body
+    );
+    let r = apply(
+        a.clone(),
+        now_rfc3339(),
+        json!({"resource": "nova", "resource_id": "x"}),
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "INVALID_ARGUMENT".into()),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        detail(a.clone()).await["resource_bindings"][0]["resource_id"],
+        "rp-a",
+        "nothing changed"
+    );
+    let r = get(addr, "/api/v1/devices/?resource_binding=placement", &all).await;
+    assert_eq!(
+        (r.status, r.code()),
+        (400, "INVALID_ARGUMENT".into()),
+        "{}",
+        r.body
+    );
+    served.stop(env).await;
+}

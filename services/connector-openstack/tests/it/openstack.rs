@@ -145,7 +145,7 @@ impl OpenstackFake {
         json(200, body)
     }
 
-    /// Placement's `GET /placement/resource_providers?required=<trait>`.
+    /// Placement's `GET /placement/resource_providers[?required=<trait>]`.
     fn resource_providers(&self, r: &Request) -> ResponseTemplate {
         if !self.authorised(r) {
             return json(
@@ -153,18 +153,28 @@ impl OpenstackFake {
                 serde_json::json!({"errors": [{"status": 401, "title": "Unauthorized", "detail": "unauthorized"}]}),
             );
         }
+        let required = param(r, "required");
         if header(r, "openstack-api-version") != "placement 1.18"
-            || param(r, "required").as_deref() != Some(TRAIT)
+            || required.as_deref().is_some_and(|t| t != TRAIT)
         {
             return json(
                 400,
                 serde_json::json!({"errors": [{"status": 400, "title": "Bad Request", "detail": "required needs placement 1.18"}]}),
             );
         }
-        let rps: Vec<serde_json::Value> = self
-            .ready
-            .lock()
-            .unwrap()
+        // Without `required`: every provider, one per node (Nova's Ironic
+        // driver names each after its node's uuid).
+        let uuids: Vec<String> = match required {
+            Some(_) => self.ready.lock().unwrap().iter().cloned().collect(),
+            None => self
+                .nodes
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|n| n["uuid"].as_str().map(str::to_string))
+                .collect(),
+        };
+        let rps: Vec<serde_json::Value> = uuids
             .iter()
             .map(|u| serde_json::json!({"uuid": u, "name": u, "generation": 2, "root_provider_uuid": u, "parent_provider_uuid": null}))
             .collect();
@@ -302,6 +312,22 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
         (statuses(&env, &ids).await == want).then_some(())
     })
     .await;
+    // Every node's Placement binding is its resource provider (the node uuid).
+    for (i, (id, _)) in ids.iter().enumerate() {
+        let want = format!("u{}", i + 1);
+        eventually("the placement binding stored", || async {
+            let row: Option<(Option<String>, Option<chrono::DateTime<Utc>>)> = sqlx::query_as(
+                "SELECT resource_id, failed_at FROM device_resource_bindings \
+                 WHERE device_id = $1 AND resource = 'placement'",
+            )
+            .bind(id)
+            .fetch_optional(&env.pool)
+            .await
+            .unwrap();
+            (row == Some((Some(want.clone()), None))).then_some(())
+        })
+        .await;
+    }
     let failed = &ids[2].0;
     assert_eq!(
         condition_row(&env, failed, "IronicProvisionHealthy")
@@ -347,14 +373,20 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
         .iter()
         .filter(|s| s.uri.starts_with("/baremetal/v1/nodes?detail=true"))
         .count();
-    let placement = seen
-        .iter()
-        .filter(|s| s.uri.starts_with("/placement/"))
-        .count();
-    assert!(
-        placement <= polls && placement + 1 >= polls,
-        "{placement} placement queries for {polls} polls"
-    );
+    // Two Placement queries per poll: the ready providers, and all of them
+    // (the Placement bindings).
+    let placement = |required: bool| {
+        seen.iter()
+            .filter(|s| s.uri.starts_with("/placement/") && s.uri.contains("required=") == required)
+            .count()
+    };
+    for required in [true, false] {
+        let n = placement(required);
+        assert!(
+            n <= polls && n + 1 >= polls,
+            "{n} placement queries (required: {required}) for {polls} polls"
+        );
+    }
     assert_eq!(*fake.issued.lock().unwrap(), 1, "the token is cached");
     assert!(seen
         .iter()
@@ -579,6 +611,18 @@ async fn openstack_placement_outage_and_a_vanished_node() {
                 && snap_cond(s, "CustomerReady").is_some_and(|c| c.status == "True")
         })
         .await;
+    let resolved = reader
+        .until("gpu-a bound to its resource provider", |s| {
+            key_of(s) == "gpu-a" && !s.resource_bindings.is_empty()
+        })
+        .await;
+    assert_eq!(
+        (
+            resolved.resource_bindings[0].resource.as_str(),
+            resolved.resource_bindings[0].resource_id.as_str()
+        ),
+        ("placement", "u1")
+    );
     control.fail("/placement/", Fault::Status(500, r#"{"errors": [{"status": 500, "title": "Internal Server Error", "detail": "database gone"}]}"#));
     let s = reader
         .until("CustomerReady unknown", |s| {
@@ -590,6 +634,17 @@ async fn openstack_placement_outage_and_a_vanished_node() {
         .unwrap()
         .message
         .contains("database gone"));
+    // The binding fails with the same reason: the hub keeps its last-known
+    // row, as stale.
+    let b = &s.resource_bindings[0];
+    assert_eq!(
+        (
+            b.resource.as_str(),
+            b.resource_id.as_str(),
+            b.reason.as_str()
+        ),
+        ("placement", "", "PlacementUnreachable")
+    );
     assert_eq!(
         snap_cond(&s, "InstanceAllocated").unwrap().status,
         "True",

@@ -64,6 +64,7 @@ fn snapshot(name: &str, at: DateTime<Utc>, maintenance: bool) -> v1::ConditionSn
         message: String::new(),
     };
     v1::ConditionSnapshot {
+        resource_bindings: vec![],
         source: "openstack".into(),
         device: Some(v1::DeviceKey {
             site: SITE.into(),

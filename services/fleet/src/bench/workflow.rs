@@ -177,6 +177,7 @@ async fn bench(config: &mut FleetConfig, args: &WorkflowBench) -> anyhow::Result
             key: name.clone(),
         };
         let snap = v1::ConditionSnapshot {
+            resource_bindings: vec![],
             source: "openstack".into(),
             device: Some(key.clone()),
             observed_at: Some(fleet_proto::timestamp(now)),

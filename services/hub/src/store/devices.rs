@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
+use fleet_domain::binding::{BindingRow, Resource};
 use fleet_domain::state::{ConditionRow, DeviceRecord, DeviceState, Freshness, Mirrors, Session};
 use fleet_domain::*;
 use serde_json::{json, Value};
@@ -198,6 +199,29 @@ async fn read_states(
             );
         }
     }
+    let rows = sqlx::query(
+        "SELECT device_id, resource, source, resource_id, resolved_at, failed_at, reason, message, \
+         observed_at FROM device_resource_bindings WHERE device_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let id: String = row.try_get("device_id")?;
+        let b = BindingRow {
+            resource: parse(&row, "resource", Resource::parse)?,
+            source: parse(&row, "source", Source::parse)?,
+            resource_id: row.try_get("resource_id")?,
+            resolved_at: row.try_get("resolved_at")?,
+            failed_at: row.try_get("failed_at")?,
+            reason: row.try_get("reason")?,
+            message: row.try_get("message")?,
+            observed_at: row.try_get("observed_at")?,
+        };
+        if let Some(s) = out.get_mut(&id) {
+            s.bindings.insert(b.resource, b);
+        }
+    }
     Ok(out)
 }
 
@@ -352,7 +376,57 @@ pub async fn write_diffs(
         .execute(&mut **tx)
         .await?;
     }
+    write_bindings(tx, pairs).await?;
     Ok(written)
+}
+
+/// Upserts the `device_resource_bindings` rows that changed. Rows are never
+/// deleted: a failed resource keeps its last-known row.
+async fn write_bindings(
+    tx: &mut Tx<'_>,
+    pairs: &[(&DeviceState, &DeviceState)],
+) -> Result<(), StoreError> {
+    let changed: Vec<(&str, &BindingRow)> = pairs
+        .iter()
+        .flat_map(|(before, after)| {
+            after
+                .bindings
+                .values()
+                .filter(|b| before.bindings.get(&b.resource) != Some(*b))
+                .map(|b| (after.record.id.as_str(), b))
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&BindingRow) -> Option<String>| -> Vec<Option<String>> {
+        changed.iter().map(|(_, b)| f(b)).collect()
+    };
+    let at = |f: fn(&BindingRow) -> Option<DateTime<Utc>>| -> Vec<Option<DateTime<Utc>>> {
+        changed.iter().map(|(_, b)| f(b)).collect()
+    };
+    sqlx::query(
+        "INSERT INTO device_resource_bindings (device_id, resource, source, resource_id, resolved_at, \
+         failed_at, reason, message, observed_at) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], \
+         $6::timestamptz[], $7::text[], $8::text[], $9::timestamptz[]) \
+         ON CONFLICT (device_id, resource) DO UPDATE SET source = EXCLUDED.source, \
+         resource_id = EXCLUDED.resource_id, resolved_at = EXCLUDED.resolved_at, \
+         failed_at = EXCLUDED.failed_at, reason = EXCLUDED.reason, message = EXCLUDED.message, \
+         observed_at = EXCLUDED.observed_at",
+    )
+    .bind(changed.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+    .bind(col(|b| Some(b.resource.as_str().to_string())))
+    .bind(col(|b| Some(b.source.as_str().to_string())))
+    .bind(col(|b| b.resource_id.clone()))
+    .bind(at(|b| b.resolved_at))
+    .bind(at(|b| b.failed_at))
+    .bind(col(|b| Some(b.reason.clone())))
+    .bind(col(|b| Some(b.message.clone())))
+    .bind(at(|b| Some(b.observed_at)))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// A device as the fast path sees it: locked, with its version and the

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use sha2::{Digest, Sha256};
 
+use crate::binding::{BindingInput, BindingRow, Resource};
 use crate::catalogue::{observation_types_of, ConditionType};
 use crate::derivation::{self, reasons, Effective};
 use crate::error::DomainError;
@@ -35,6 +36,9 @@ pub struct DeviceState {
     pub record: DeviceRecord,
     pub conditions: BTreeMap<ConditionType, ConditionRow>,
     pub freshness: BTreeMap<Source, Freshness>,
+    /// `DeviceResourceBinding` rows: written by snapshots only, never read
+    /// by derivation.
+    pub bindings: BTreeMap<Resource, BindingRow>,
 }
 
 impl DeviceState {
@@ -43,6 +47,7 @@ impl DeviceState {
             record,
             conditions: BTreeMap::new(),
             freshness: BTreeMap::new(),
+            bindings: BTreeMap::new(),
         }
     }
 }

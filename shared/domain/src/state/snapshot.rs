@@ -87,6 +87,8 @@ pub struct Snapshot {
     pub observed_at: DateTime<Utc>,
     pub conditions: Vec<ConditionInput>,
     pub mirror: Mirror,
+    /// The resources the source resolved (or failed to) for the device.
+    pub bindings: Vec<BindingInput>,
 }
 
 impl Snapshot {
@@ -135,6 +137,18 @@ impl Snapshot {
             }
             seen.push(c.condition_type);
         }
+        let mut resources = Vec::with_capacity(self.bindings.len());
+        for b in &self.bindings {
+            b.check()?;
+            b.resource().check_owner(self.source)?;
+            if resources.contains(&b.resource()) {
+                return Err(DomainError::InvalidArgument(format!(
+                    "resource binding {} appears twice",
+                    b.resource()
+                )));
+            }
+            resources.push(b.resource());
+        }
         let mirror_ok = match &self.mirror {
             Mirror::None => true,
             Mirror::Ironic { .. } => self.source == Source::Openstack,
@@ -170,6 +184,11 @@ impl Snapshot {
             ));
         }
         h.update(format!("\n{:?}", self.mirror));
+        if !self.bindings.is_empty() {
+            let mut bindings: Vec<_> = self.bindings.iter().collect();
+            bindings.sort_by_key(|b| b.resource());
+            h.update(format!("\n{bindings:?}"));
+        }
         h.finalize().to_vec()
     }
 }
@@ -282,7 +301,24 @@ impl DeviceState {
             },
         );
         let notes = self.apply_mirror(&snap.mirror, now);
+        self.apply_bindings(snap);
         (Outcome::Applied, notes)
+    }
+
+    /// The `DeviceResourceBinding` rows of the resources the source owns.
+    fn apply_bindings(&mut self, snap: &Snapshot) {
+        for resource in Resource::owned_by(snap.source) {
+            let given = snap.bindings.iter().find(|b| b.resource() == resource);
+            let row = self.bindings.get(&resource);
+            match BindingRow::apply(row, resource, snap.source, given, snap.observed_at) {
+                Some(r) => {
+                    self.bindings.insert(resource, r);
+                }
+                None => {
+                    self.bindings.remove(&resource);
+                }
+            }
+        }
     }
 
     /// Writes a condition value unless a later write is already stored.
