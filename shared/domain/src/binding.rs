@@ -129,30 +129,7 @@ impl BindingRow {
         if row.is_some_and(|r| r.observed_at > observed_at) {
             return row.cloned();
         }
-        let new = Self::next(row, resource, source, given, observed_at)?;
-        // The same content again is a confirmation, not a write: its
-        // source's freshness row carries it (as for a condition).
-        match row {
-            Some(old)
-                if BindingRow {
-                    observed_at: old.observed_at,
-                    ..new.clone()
-                } == *old =>
-            {
-                Some(old.clone())
-            }
-            _ => Some(new),
-        }
-    }
-
-    fn next(
-        row: Option<&BindingRow>,
-        resource: Resource,
-        source: Source,
-        given: Option<&BindingInput>,
-        observed_at: DateTime<Utc>,
-    ) -> Option<BindingRow> {
-        match given {
+        let new = match given {
             Some(BindingInput::Resolved { resource_id, .. }) => {
                 let same = row.filter(|r| {
                     r.failed_at.is_none() && r.resource_id.as_deref() == Some(resource_id)
@@ -182,6 +159,19 @@ impl BindingRow {
                     observed_at,
                 )
             }),
+        }?;
+        // The same content again is a confirmation, not a write: its
+        // source's freshness row carries it (as for a condition).
+        match row {
+            Some(old)
+                if BindingRow {
+                    observed_at: old.observed_at,
+                    ..new.clone()
+                } == *old =>
+            {
+                Some(old.clone())
+            }
+            _ => Some(new),
         }
     }
 }
