@@ -211,6 +211,37 @@ async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     };
     assert!(capacity.is_object(), "{capacity}");
 
+    // The agents joined with a token naming the pool: acceptance passed
+    // against its hardware profile and their devices went `adopting` ->
+    // `adopted`, so the pool has schedulable capacity to allocate from.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let adopted = api
+            .list_devices(&ListArgs {
+                pool: Some(pool.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .iter()
+            .filter(|d| d.provision_state == "adopted")
+            .count();
+        let c = api
+            .get(&format!("/api/v1/pools/{pool}/capacity"), &[])
+            .await
+            .unwrap();
+        let schedulable = c["schedulable_available"].as_i64().unwrap_or(0)
+            + c["schedulable_allocated"].as_i64().unwrap_or(0);
+        if adopted > 0 && schedulable > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{adopted} of {in_pool} devices of {pool} adopted, capacity {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
     // Health from the simulated Prometheus through connector-health.
     let health_truth: BTreeMap<String, usize> = mesh
         .health_truth()

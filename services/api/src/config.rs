@@ -26,6 +26,10 @@ pub struct Config {
     pub token_cache_ttl: Duration,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Sites with an acceptance policy: their GPU compute goes through
+    /// single- and multi-node tests in the standup pipeline, their CPU
+    /// bare-metal through single-node acceptance.
+    pub standup_policy_sites: Vec<String>,
 }
 
 impl Default for Config {
@@ -38,6 +42,7 @@ impl Default for Config {
             max_page_size: 1000,
             token_cache_ttl: Duration::from_secs(10),
             max_body_bytes: 1 << 20,
+            standup_policy_sites: Vec::new(),
         }
     }
 }

@@ -38,7 +38,7 @@ pub fn job_status_schema() -> Object {
     strings(JobStatus::ALL.iter().map(|s| s.as_str()))
 }
 
-fn device_status_schema() -> Object {
+pub(crate) fn device_status_schema() -> Object {
     ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
             Type::String,

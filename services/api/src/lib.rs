@@ -25,6 +25,7 @@ pub mod page;
 pub mod placer;
 pub mod routes;
 pub mod sites;
+pub mod standup;
 
 use std::net::SocketAddr;
 use std::ops::Deref;

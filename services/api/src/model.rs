@@ -47,6 +47,9 @@ vocab_schemas!(
     key_kind_schema => KeyKind,
     resource_schema => fleet_domain::binding::Resource,
     resolution_status_schema => fleet_domain::binding::ResolutionStatus,
+    stage_schema => fleet_domain::standup::Stage,
+    stage_status_schema => fleet_domain::standup::CellStatus,
+    suppression_schema => fleet_domain::standup::Suppression,
 );
 
 pub fn error_code_schema() -> Object {

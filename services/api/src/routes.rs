@@ -18,7 +18,7 @@ use crate::auth::{self, Scope};
 use crate::error::ApiError;
 use crate::{
     allocations, conditions, devices, drift, failure_codes, impairment, inventory, jobs, metrics,
-    openapi, sites, App,
+    openapi, sites, standup, App,
 };
 
 /// One route: its method and path come from the handler's
@@ -111,6 +111,7 @@ pub fn table() -> Vec<Route> {
         r(S::Admin, routes!(inventory::delete_pool)),
         r(S::DeviceRead, routes!(sites::summary)),
         r(S::DeviceRead, routes!(sites::unresolved)),
+        r(S::DeviceRead, routes!(standup::pipeline)),
         r(S::JobsWrite, routes!(jobs::create)),
         r(S::DeviceRead, routes!(jobs::list)),
         r(S::DeviceRead, routes!(jobs::detail)),

@@ -14,19 +14,26 @@ use crate::error::{ApiError, ApiResult, P, Q};
 use crate::model::*;
 use crate::{page, App};
 
+/// `NOT_FOUND` unless the site exists.
+pub async fn require(app: &App, id: &str) -> ApiResult<()> {
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sites WHERE id = $1)")
+        .bind(id)
+        .fetch_one(&app.pool)
+        .await?;
+    if exists {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("site {id}")))
+    }
+}
+
 /// Per-status counts excluding `inventory_only` devices (seed 002: so
 /// projection-only inventory does not read as unhealthy fleet).
 #[utoipa::path(get, path = "/api/v1/sites/{id}/summary", params(("id" = String, Path)),
     responses((status = 200, body = SiteSummary), (status = 404, body = crate::error::ErrorBody)),
     tag = "sites")]
 pub async fn summary(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<SiteSummary>> {
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sites WHERE id = $1)")
-        .bind(&id)
-        .fetch_one(&app.pool)
-        .await?;
-    if !exists {
-        return Err(ApiError::not_found(format!("site {id}")));
-    }
+    require(&app, &id).await?;
     // One scan: grouping sets over the managed devices of the site.
     let sql = format!(
         "SELECT g.axis, g.value, g.n FROM ( \

@@ -534,9 +534,15 @@ fn screen(
         &s.fabric_true,
         &s.fabric_true_truth,
     );
+    let provision = s
+        .provision
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join("   ");
     let _ = writeln!(
         o,
-        "\nno-schedule {}   cordoned {}",
+        "\nno-schedule {}   cordoned {}   provision: {provision}",
         s.no_schedule, s.cordoned
     );
     let _ = writeln!(

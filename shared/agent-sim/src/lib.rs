@@ -15,6 +15,9 @@ use fleet_proto::{v1, ErrorCode, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
 
+/// The GPU model every simulated machine reports (`nvidia-smi`'s name).
+pub const GPU_MODEL: &str = "NVIDIA H100 80GB HBM3";
+
 /// What a simulated machine reports.
 #[derive(Debug, Clone)]
 pub struct SimSpec {
@@ -51,7 +54,7 @@ impl SimSpec {
             },
             inventory: v1::Inventory {
                 gpu_count: gpus as i32,
-                gpu_model: "NVIDIA H100 80GB HBM3".into(),
+                gpu_model: GPU_MODEL.into(),
                 cpu_count: 112,
                 memory_bytes: 2 << 40,
             },

@@ -26,6 +26,7 @@ pub mod predicates;
 pub mod provision;
 pub mod release;
 pub mod slurm;
+pub mod standup;
 pub mod state;
 pub mod storm;
 pub mod vocab;

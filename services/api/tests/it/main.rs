@@ -8,5 +8,6 @@ mod allocations;
 mod devices;
 mod inventory;
 mod jobs;
+mod standup;
 
 mod support;

@@ -115,10 +115,13 @@ impl Agents {
             .clone();
         let mut tokens = BTreeMap::new();
         for s in &sites {
+            // The token names the site's pool: the gateway checks each
+            // agent's inventory against the pool's hardware profile and
+            // adopts the device (`adopting` -> `adopted`) when it matches.
             let t = fleet_gateway::store::issue_join_token(
                 &self.pool,
                 s,
-                None,
+                Some(&crate::dev::dev_pool(s)),
                 Trust::Platform,
                 None,
                 "fleet dev: simulated agents",

@@ -183,7 +183,8 @@ impl DevMesh {
 }
 
 /// The pool of a simulated site.
-/// The sites, the dev tenant and each site's pool (8 x H100), the way an
+/// The sites, the dev tenant and each site's pool (8 x H100, the model the
+/// simulated agents report), the way an
 /// operator sets them up before devices arrive: hub inventory commands (the
 /// dev harness writes no inventory table itself). A tenant or pool that
 /// exists is left as it is; a site that exists gets the scenario's flags.
@@ -224,7 +225,9 @@ async fn set_up_inventory(
             owner_tenant_id: "dev-tenant".into(),
             hardware_profile: Some(v1::PoolHardwareProfile {
                 gpu_count: engine::GPUS_PER_DEVICE as i32,
-                gpu_model: "H100".into(),
+                // What the simulated agents report, so acceptance passes
+                // and their devices are adopted.
+                gpu_model: fleet_agent_sim::GPU_MODEL.into(),
             }),
             created_at: None,
         }));

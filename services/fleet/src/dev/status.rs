@@ -61,6 +61,9 @@ pub struct Summary {
     pub truth: BTreeMap<&'static str, usize>,
     /// Expected by the scenario engine, per health status.
     pub health_truth: BTreeMap<&'static str, usize>,
+    /// Devices per `provision_state`: the agents' devices go `adopting` ->
+    /// `adopted` when acceptance passes against their pool's profile.
+    pub provision: BTreeMap<String, i64>,
     /// Devices per `connectivity`, hub and expected (the simulated agents).
     pub connectivity: BTreeMap<String, i64>,
     pub connectivity_truth: BTreeMap<&'static str, usize>,
@@ -138,6 +141,11 @@ impl DevMesh {
                 .fetch_all(&self.pool)
                 .await?,
         );
+        let provision = pairs(
+            sqlx::query_as("SELECT provision_state, count(*) FROM devices GROUP BY 1")
+                .fetch_all(&self.pool)
+                .await?,
+        );
         let custody = pairs(
             sqlx::query_as(
                 "SELECT custody, count(*) FROM devices WHERE custody IS NOT NULL GROUP BY 1",
@@ -178,6 +186,7 @@ impl DevMesh {
             )
         };
         Ok(Summary {
+            provision,
             connectivity,
             connectivity_truth,
             custody,

@@ -1,0 +1,289 @@
+//! The standup pipeline of a site (seed 002, "Standup pipeline (derived UI
+//! view)"): the Operational Racks matrix, derived per request from each
+//! device's `operational_status` and its job history
+//! ([`fleet_domain::standup::place`]), never stored. Paged by rack; a rack
+//! of only switches is omitted, switches have no cell, and `inventory_only`
+//! devices (which no job may touch) are left out.
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::State;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use fleet_domain::eligibility::Workflow;
+use fleet_domain::jobs::DeviceRunStatus;
+use fleet_domain::standup::{self, CellStatus, Execution, Stage, Suppression};
+use fleet_domain::{DeviceClass, OperationalStatus};
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::schema::{Array, ArrayBuilder};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, ApiResult, P, Q};
+use crate::jobs::{device_status_schema, workflow_schema};
+use crate::model::{
+    device_class_schema, operational_status_schema, stage_schema, stage_status_schema,
+    suppression_schema,
+};
+use crate::{page, App};
+
+fn workflows_schema() -> Array {
+    ArrayBuilder::new().items(workflow_schema()).build()
+}
+
+fn suppressions_schema() -> Array {
+    ArrayBuilder::new().items(suppression_schema()).build()
+}
+
+fn stages_schema() -> Array {
+    ArrayBuilder::new().items(stage_schema()).build()
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct PipelineFilter {
+    /// Racks per page.
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// One page of a site's racks, each with its devices' cells.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StandupPipeline {
+    pub site_id: String,
+    /// The columns, in order.
+    #[schema(schema_with = stages_schema)]
+    pub stages: Vec<Stage>,
+    pub racks: Vec<StandupRack>,
+    /// `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StandupRack {
+    /// Empty for devices without a rack.
+    pub rack: String,
+    /// Devices per column and cell status.
+    pub cells: BTreeMap<String, BTreeMap<String, i64>>,
+    pub devices: Vec<StandupCell>,
+}
+
+/// Where one device stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StandupCell {
+    pub device_id: String,
+    pub name: String,
+    #[schema(schema_with = device_class_schema)]
+    pub device_class: String,
+    #[schema(schema_with = operational_status_schema)]
+    pub operational_status: String,
+    /// The column: the stage the device is at or awaiting.
+    #[schema(schema_with = stage_schema)]
+    pub stage: Stage,
+    #[schema(schema_with = stage_status_schema)]
+    pub status: CellStatus,
+    /// The workflows a job may be submitted for from this cell (the jobs
+    /// API stays authoritative for eligibility).
+    #[schema(schema_with = workflows_schema)]
+    pub available_actions: Vec<Workflow>,
+    /// At least one whenever `available_actions` is empty.
+    #[schema(schema_with = suppressions_schema)]
+    pub action_suppression_reasons: Vec<Suppression>,
+    /// The newest execution of any stage of the device's sequence,
+    /// interrupted ones included.
+    pub latest_in_sequence_workflow: Option<StandupExecution>,
+    /// The execution whose result placed the cell (a failed cell's failure
+    /// detail).
+    pub placed_by: Option<StandupExecution>,
+}
+
+/// One device's run in a job.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StandupExecution {
+    pub job_id: String,
+    #[schema(schema_with = workflow_schema)]
+    pub workflow: Workflow,
+    /// `null` until the job starts the device.
+    #[schema(schema_with = device_status_schema)]
+    pub status: Option<DeviceRunStatus>,
+    pub created_at: DateTime<Utc>,
+    pub failure_code: Option<String>,
+    pub failure_message: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DeviceRow {
+    id: String,
+    name: String,
+    rack: String,
+    device_class: String,
+    operational_status: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct ExecutionRow {
+    device_id: String,
+    job_id: String,
+    workflow: String,
+    status: Option<String>,
+    created_at: DateTime<Utc>,
+    failure_code: Option<String>,
+    failure_message: Option<String>,
+}
+
+impl ExecutionRow {
+    fn out(&self) -> ApiResult<StandupExecution> {
+        Ok(StandupExecution {
+            job_id: self.job_id.clone(),
+            workflow: Workflow::parse(&self.workflow).map_err(stored)?,
+            status: self
+                .status
+                .as_deref()
+                .map(DeviceRunStatus::parse)
+                .transpose()
+                .map_err(stored)?,
+            created_at: self.created_at,
+            failure_code: self.failure_code.clone(),
+            failure_message: self.failure_message.clone(),
+        })
+    }
+}
+
+/// A stored value outside its vocabulary: the schema's CHECKs make this a
+/// bug, never the caller's fault. Logged; the caller is told no more.
+fn stored(e: fleet_domain::DomainError) -> ApiError {
+    tracing::error!(error = %e, "standup pipeline: a stored value is outside its vocabulary");
+    ApiError::unavailable("the standup pipeline cannot be derived from what is stored")
+}
+
+/// The Operational Racks matrix of a site.
+#[utoipa::path(get, path = "/api/v1/sites/{id}/standup-pipeline/",
+    params(("id" = String, Path), PipelineFilter),
+    responses((status = 200, body = StandupPipeline), (status = 400, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
+    tag = "sites")]
+pub async fn pipeline(
+    State(app): State<App>,
+    P(id): P<String>,
+    Q(f): Q<PipelineFilter>,
+) -> ApiResult<Json<StandupPipeline>> {
+    let limit = page::limit(&app, f.limit)?;
+    let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
+    crate::sites::require(&app, &id).await?;
+    const IN_PIPELINE: &str = "d.site_id = $1 AND d.deleted_at IS NULL AND NOT d.inventory_only \
+                               AND d.device_class <> 'switch'";
+    let racks: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT DISTINCT COALESCE(d.rack, '') AS rack FROM devices d \
+         WHERE {IN_PIPELINE} AND ($2::text IS NULL OR COALESCE(d.rack, '') > $2) \
+         ORDER BY 1 LIMIT $3"
+    ))
+    .bind(&id)
+    .bind(after.map(|a| a.0))
+    .bind(limit + 1)
+    .fetch_all(&app.pool)
+    .await?;
+    let (racks, next_cursor) = page::finish(racks, limit, |r| (r.clone(),));
+    let devices: Vec<DeviceRow> = sqlx::query_as(&format!(
+        "SELECT d.id, d.name, COALESCE(d.rack, '') AS rack, d.device_class, d.operational_status \
+         FROM devices d WHERE {IN_PIPELINE} AND COALESCE(d.rack, '') = ANY($2) \
+         ORDER BY 3, d.name, d.id"
+    ))
+    .bind(&id)
+    .bind(&racks)
+    .fetch_all(&app.pool)
+    .await?;
+    let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+    let workflows: Vec<&str> = Stage::ALL.iter().map(|s| s.workflow().as_str()).collect();
+    let rows: Vec<ExecutionRow> = sqlx::query_as(
+        "SELECT jd.device_id, j.id AS job_id, j.workflow, jd.status, j.created_at, \
+                jd.failure_code, jd.failure_message \
+         FROM job_devices jd JOIN jobs j ON j.id = jd.job_id \
+         WHERE jd.device_id = ANY($1) AND j.workflow = ANY($2)",
+    )
+    .bind(&ids)
+    .bind(&workflows)
+    .fetch_all(&app.pool)
+    .await?;
+    let mut by_device: HashMap<&str, Vec<&ExecutionRow>> = HashMap::new();
+    for r in &rows {
+        by_device.entry(r.device_id.as_str()).or_default().push(r);
+    }
+    let mut out: Vec<StandupRack> = Vec::new();
+    for d in &devices {
+        let history = by_device.remove(d.id.as_str()).unwrap_or_default();
+        let cell = cell_of(&app, &id, d, &history)?;
+        if out.last().is_none_or(|r| r.rack != d.rack) {
+            out.push(StandupRack {
+                rack: d.rack.clone(),
+                cells: BTreeMap::new(),
+                devices: Vec::new(),
+            });
+        }
+        let rack = out.last_mut().expect("pushed above");
+        *rack
+            .cells
+            .entry(cell.stage.as_str().to_string())
+            .or_default()
+            .entry(cell.status.as_str().to_string())
+            .or_default() += 1;
+        rack.devices.push(cell);
+    }
+    Ok(Json(StandupPipeline {
+        site_id: id,
+        stages: Stage::ALL.to_vec(),
+        racks: out,
+        next_cursor,
+    }))
+}
+
+fn cell_of(
+    app: &App,
+    site: &str,
+    d: &DeviceRow,
+    history: &[&ExecutionRow],
+) -> ApiResult<StandupCell> {
+    let class = DeviceClass::parse(&d.device_class).map_err(stored)?;
+    let operational = OperationalStatus::parse(&d.operational_status).map_err(stored)?;
+    let executions = history
+        .iter()
+        .map(|r| {
+            let o = r.out()?;
+            Ok(Execution {
+                job_id: o.job_id,
+                workflow: o.workflow,
+                status: o.status,
+                created_at: o.created_at,
+            })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    let policy = app.config.standup_policy_sites.iter().any(|s| s == site);
+    let c = standup::place(&standup::Device {
+        class,
+        acceptance_policy: policy,
+        operational_status: operational,
+        executions: &executions,
+        gates: &[],
+    })
+    .ok_or_else(|| {
+        stored(fleet_domain::DomainError::InvalidArgument(
+            "a switch has no standup cell".into(),
+        ))
+    })?;
+    let detail = |e: Option<Execution>| -> ApiResult<Option<StandupExecution>> {
+        e.and_then(|e| history.iter().find(|r| r.job_id == e.job_id))
+            .map(|r| r.out())
+            .transpose()
+    };
+    Ok(StandupCell {
+        device_id: d.id.clone(),
+        name: d.name.clone(),
+        device_class: d.device_class.clone(),
+        operational_status: d.operational_status.clone(),
+        stage: c.stage,
+        status: c.status,
+        available_actions: c.available_actions,
+        action_suppression_reasons: c.action_suppression_reasons,
+        latest_in_sequence_workflow: detail(c.latest_in_sequence_workflow)?,
+        placed_by: detail(c.placed_by)?,
+    })
+}
