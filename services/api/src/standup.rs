@@ -209,24 +209,27 @@ pub async fn pipeline(
         by_device.entry(r.device_id.as_str()).or_default().push(r);
     }
     let mut out: Vec<StandupRack> = Vec::new();
-    for d in &devices {
-        let history = by_device.remove(d.id.as_str()).unwrap_or_default();
-        let cell = cell_of(&app, &id, d, &history)?;
-        if out.last().is_none_or(|r| r.rack != d.rack) {
-            out.push(StandupRack {
-                rack: d.rack.clone(),
-                cells: BTreeMap::new(),
-                devices: Vec::new(),
-            });
+    // Devices come sorted by rack: one row per run of a rack.
+    for rack_devices in devices.chunk_by(|a, b| a.rack == b.rack) {
+        let mut rack = StandupRack {
+            rack: rack_devices[0].rack.clone(),
+            cells: BTreeMap::new(),
+            devices: Vec::with_capacity(rack_devices.len()),
+        };
+        for d in rack_devices {
+            let history = by_device.remove(d.id.as_str()).unwrap_or_default();
+            let Some(cell) = cell_of(&app, &id, d, &history)? else {
+                continue;
+            };
+            *rack
+                .cells
+                .entry(cell.stage.as_str().to_string())
+                .or_default()
+                .entry(cell.status.as_str().to_string())
+                .or_default() += 1;
+            rack.devices.push(cell);
         }
-        let rack = out.last_mut().expect("pushed above");
-        *rack
-            .cells
-            .entry(cell.stage.as_str().to_string())
-            .or_default()
-            .entry(cell.status.as_str().to_string())
-            .or_default() += 1;
-        rack.devices.push(cell);
+        out.push(rack);
     }
     Ok(Json(StandupPipeline {
         site_id: id,
@@ -236,45 +239,43 @@ pub async fn pipeline(
     }))
 }
 
+/// The cell of one device; `None` for one without a sequence (a switch,
+/// which the query already leaves out).
 fn cell_of(
     app: &App,
     site: &str,
     d: &DeviceRow,
     history: &[&ExecutionRow],
-) -> ApiResult<StandupCell> {
+) -> ApiResult<Option<StandupCell>> {
     let class = DeviceClass::parse(&d.device_class).map_err(stored)?;
     let operational = OperationalStatus::parse(&d.operational_status).map_err(stored)?;
-    let executions = history
+    let history = history
         .iter()
-        .map(|r| {
-            let o = r.out()?;
-            Ok(Execution {
-                job_id: o.job_id,
-                workflow: o.workflow,
-                status: o.status,
-                created_at: o.created_at,
-            })
-        })
+        .map(|r| r.out())
         .collect::<ApiResult<Vec<_>>>()?;
+    let executions: Vec<Execution> = history
+        .iter()
+        .map(|o| Execution {
+            job_id: o.job_id.clone(),
+            workflow: o.workflow,
+            status: o.status,
+            created_at: o.created_at,
+        })
+        .collect();
     let policy = app.config.standup_policy_sites.iter().any(|s| s == site);
-    let c = standup::place(&standup::Device {
+    let Some(c) = standup::place(&standup::Device {
         class,
         acceptance_policy: policy,
         operational_status: operational,
         executions: &executions,
         gates: &[],
-    })
-    .ok_or_else(|| {
-        stored(fleet_domain::DomainError::InvalidArgument(
-            "a switch has no standup cell".into(),
-        ))
-    })?;
-    let detail = |e: Option<Execution>| -> ApiResult<Option<StandupExecution>> {
-        e.and_then(|e| history.iter().find(|r| r.job_id == e.job_id))
-            .map(|r| r.out())
-            .transpose()
+    }) else {
+        return Ok(None);
     };
-    Ok(StandupCell {
+    let detail = |e: Option<Execution>| {
+        e.and_then(|e| history.iter().find(|o| o.job_id == e.job_id).cloned())
+    };
+    Ok(Some(StandupCell {
         device_id: d.id.clone(),
         name: d.name.clone(),
         device_class: d.device_class.clone(),
@@ -283,7 +284,7 @@ fn cell_of(
         status: c.status,
         available_actions: c.available_actions,
         action_suppression_reasons: c.action_suppression_reasons,
-        latest_in_sequence_workflow: detail(c.latest_in_sequence_workflow)?,
-        placed_by: detail(c.placed_by)?,
-    })
+        latest_in_sequence_workflow: detail(c.latest_in_sequence_workflow),
+        placed_by: detail(c.placed_by),
+    }))
 }

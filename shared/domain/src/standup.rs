@@ -188,9 +188,10 @@ pub struct Cell {
     pub placed_by: Option<Execution>,
 }
 
-/// The cell of one device; `None` for a switch.
+/// The cell of one device; `None` for a switch (it has no sequence).
 pub fn place(d: &Device<'_>) -> Option<Cell> {
     let seq = sequence(d.class, d.acceptance_policy)?;
+    let &terminal = seq.last()?;
     let mut in_sequence: Vec<&Execution> = d
         .executions
         .iter()
@@ -222,7 +223,7 @@ pub fn place(d: &Device<'_>) -> Option<Cell> {
         }
         reasons.push(Suppression::NoNextStage);
         return Some(Cell {
-            stage: *seq.last().expect("a sequence has a stage"),
+            stage: terminal,
             status: CellStatus::Succeeded,
             available_actions: Vec::new(),
             action_suppression_reasons: reasons,
@@ -243,12 +244,12 @@ pub fn place(d: &Device<'_>) -> Option<Cell> {
             } else {
                 Vec::new()
             };
-            let terminal = i + 1 == seq.len();
-            if holds.is_empty() && !terminal {
+            let last = i + 1 == seq.len();
+            if holds.is_empty() && !last {
                 continue;
             }
             reasons = holds;
-            if terminal {
+            if last {
                 reasons.push(Suppression::NoNextStage);
             }
         }
@@ -267,7 +268,8 @@ pub fn place(d: &Device<'_>) -> Option<Cell> {
             placed_by: placed.cloned(),
         });
     }
-    unreachable!("the terminal stage returns")
+    // The terminal stage always returns above.
+    None
 }
 
 /// What holds a succeeded gated stage: "multi_node_test composes across
