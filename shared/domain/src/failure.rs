@@ -80,6 +80,10 @@ vocab!(
     NovaServerMissing => "NOVA_SERVER_MISSING",
     NovaBindingMissing => "NOVA_BINDING_MISSING",
     ImageRoleUnsupported => "IMAGE_ROLE_UNSUPPORTED",
+    BurnInFailed => "BURN_IN_FAILED",
+    BurnInCancelled => "BURN_IN_CANCELLED",
+    BurnInJobLost => "BURN_IN_JOB_LOST",
+    BurnInTimeout => "BURN_IN_TIMEOUT",
 });
 
 /// One row of the taxonomy.
@@ -468,6 +472,31 @@ impl FailureCode {
                  routing is out of scope and rejected at runtime.",
                 O::Operations,
                 false,
+            ),
+            F::BurnInFailed => (
+                "The burn-in's SLURM job ended without passing (FAILED, TIMEOUT, NODE_FAIL, \
+                 OUT_OF_MEMORY, BOOT_FAIL, DEADLINE): the hardware test found a fault or could \
+                 not run on the node. The SLURM state, reason and exit code are in the message.",
+                O::BareMetal,
+                false,
+            ),
+            F::BurnInCancelled => (
+                "The burn-in's SLURM job was cancelled or preempted outside the fleet (scancel, \
+                 an operator, a higher-priority job): nothing was tested, re-run.",
+                O::Operations,
+                true,
+            ),
+            F::BurnInJobLost => (
+                "slurmrestd no longer lists the burn-in's SLURM job (slurmctld purged it, or \
+                 its state was wiped) before the run read its result: re-run.",
+                O::FleetManager,
+                true,
+            ),
+            F::BurnInTimeout => (
+                "The burn-in's SLURM job did not end within the stage's time_limit plus \
+                 workflow.step_timeout (it stayed PENDING: the node is drained, down or busy).",
+                O::Operations,
+                true,
             ),
         };
         Entry {

@@ -3,6 +3,7 @@
 //! pure operations the hub applies to a device. No IO at all.
 
 pub mod binding;
+pub mod burn_in;
 pub mod catalogue;
 pub mod commands;
 pub mod derivation;

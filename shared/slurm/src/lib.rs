@@ -4,8 +4,10 @@
 //! (`X-SLURM-USER-NAME`, `X-SLURM-USER-TOKEN`, resolved per call so a
 //! rotated token file is picked up), the node list, one node, and a node
 //! update where the version has one (`POST /slurm/v0.0.<n>/node/{name}`,
-//! v0.0.39 and later: SLURM 22.05's v0.0.38 binds that path for GET only).
+//! v0.0.39 and later: SLURM 22.05's v0.0.38 binds that path for GET only),
+//! and the burn-in's batch jobs (`jobs`).
 
+mod jobs;
 mod version;
 
 use fleet_connector::paginate::{base_url, join};
@@ -14,6 +16,7 @@ use fleet_runtime::Credential;
 use reqwest::{RequestBuilder, Url};
 use serde::{Deserialize, Serialize};
 
+pub use jobs::{Job, Submission};
 pub use version::{from_openapi, ApiVersion, PROBE_ORDER};
 
 pub const HEADER_USER_NAME: &str = "X-SLURM-USER-NAME";
