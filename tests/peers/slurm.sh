@@ -63,6 +63,17 @@ nodes_ok() {
     && [ "$(sinfo -N -h -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$NODES" ]
 }
 slurmds_ok() { local n; for n in $(node_names); do alive "$DIR/run/slurmd-$n.pid" slurmd || return 1; done; }
+# The running slurm.conf is the one this script renders (node count and features): compared on the
+# NodeName lines, which are all that SLURM_NODES and this script's versions change.
+# Feature=...,<node>: a burn-in job pins its node with a constraint naming it (slurmrestd 22.05
+# ignores required_nodes and #SBATCH --nodelist), so every node carries its own name as a feature.
+node_lines() {
+  local i=0 n
+  for n in $(node_names); do i=$((i+1))
+    echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=localhost Port=$((NODE_PORT_BASE+i)) Feature=h100,ib,$n"
+  done
+}
+conf_current() { [ "$(grep '^NodeName=gpu' "$SLURM_CONF" 2>/dev/null)" = "$(node_lines)" ]; }
 healthy() {
   munge_ok && ctld_ok && slurmds_ok && nodes_ok && alive "$DIR/run/slurmrestd.pid" slurmrestd && rest_ok
 }
@@ -102,7 +113,7 @@ esac
 
 # Already running and healthy: say so and leave it alone (refresh the token when older than 12 h;
 # the old one stays valid for its day).
-if healthy; then
+if healthy && conf_current; then
   if [ -n "$(find "$DIR/jwt.token" -mmin +720 2>/dev/null)" ]; then write_token; fi
   say "already running: nodes=$(sinfo -h -o %N), REST http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ (token $DIR/jwt.token)"
   exit 0
@@ -195,16 +206,15 @@ SwitchType=switch/none
 GresTypes=gpu
 NodeName=DEFAULT CPUs=64 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=2 RealMemory=512000 Gres=gpu:h100:8 Feature=h100,ib State=UNKNOWN
 EOF
-i=0
-for n in $(node_names); do
-  i=$((i+1)); echo "NodeName=$n NodeAddr=127.0.0.1 NodeHostname=localhost Port=$((NODE_PORT_BASE+i))"
-done
+node_lines
 echo "PartitionName=gpu Nodes=gpu[01-${LAST#gpu}] Default=YES MaxTime=INFINITE State=UP"
 } >"$SLURM_CONF.new"
 printf 'AutoDetect=off\nNodeName=gpu[01-%s] Name=gpu Type=h100 File=%s/dev/nvidia[0-7]\n' "${LAST#gpu}" "$DIR" >"$DIR/etc/gres.conf"
 if [ -f "$SLURM_CONF" ] && ! cmp -s "$SLURM_CONF" "$SLURM_CONF.new" && ctld_ok; then
-  rm -f "$SLURM_CONF.new"
-  die "the running cluster has a different config (SLURM_NODES changed?): run '$0 stop' first"
+  # An older cluster (another SLURM_NODES, or this script changed): restart it fresh.
+  say "the running cluster has a different config: restarting it"
+  stop_all; rm -rf "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/run" "$DIR/jwt.token"
+  mkdir -p "$DIR"/{state,spool,log,run}
 fi
 mv "$SLURM_CONF.new" "$SLURM_CONF"; chmod 644 "$SLURM_CONF" "$DIR/etc/gres.conf"
 

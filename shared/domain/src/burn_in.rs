@@ -86,7 +86,11 @@ pub fn node_constraint(template: &str, node: &str) -> Result<String, String> {
             "the node feature template {t:?} has no {{node}}: the burn-in would run on any node"
         ));
     }
-    if node.is_empty() || !node.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+    if node.is_empty()
+        || !node
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
         return Err(format!(
             "{node:?} is not a SLURM node name a constraint can carry"
         ));
@@ -115,7 +119,8 @@ mod tests {
     #[test]
     fn every_fault_state_fails_the_stage_with_its_detail() {
         for s in FAULTS {
-            let Verdict::Failed(code, message) = verdict(&[s.to_string()], Some(768), "NonZeroExitCode")
+            let Verdict::Failed(code, message) =
+                verdict(&[s.to_string()], Some(768), "NonZeroExitCode")
             else {
                 panic!("{s} must fail");
             };
@@ -169,7 +174,10 @@ mod tests {
     #[test]
     fn the_constraint_names_the_node_or_is_refused() {
         assert_eq!(node_constraint("{node}", "gpu04").unwrap(), "gpu04");
-        assert_eq!(node_constraint("host_{node}", "gpu04").unwrap(), "host_gpu04");
+        assert_eq!(
+            node_constraint("host_{node}", "gpu04").unwrap(),
+            "host_gpu04"
+        );
         assert!(node_constraint("h100", "gpu04").is_err());
         assert!(node_constraint("{node}", "").is_err());
         assert!(node_constraint("{node}", "gpu04&gpu05").is_err());

@@ -123,12 +123,17 @@ impl Slurmrestd {
         };
         let resp = self
             .http
-            .send_once(url.as_str(), |c| auth.apply(c.post(url.clone()).json(&body)))
+            .send_once(url.as_str(), |c| {
+                auth.apply(c.post(url.clone()).json(&body))
+            })
             .await?;
         let a: SubmitAnswer = self.http.decode(url.as_str(), resp).await?;
         match a.job_id {
             Some(id) if a.errors.is_empty() => Ok(id),
-            _ => Err(refused(&format!("the submission of {}", job.name), &a.errors)),
+            _ => Err(refused(
+                &format!("the submission of {}", job.name),
+                &a.errors,
+            )),
         }
     }
 
