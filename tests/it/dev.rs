@@ -786,3 +786,107 @@ async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     env.cleanup().await;
 }
+
+/// Burn-in in the dev mesh: `single_node_test` submits to the simulated
+/// slurmrestd's job API, which passes a healthy node and fails one whose
+/// chassis health is not Ok; the standup matrix shows both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn burn_in_runs_on_the_simulated_slurmrestd_and_the_matrix_moves() {
+    let env = TestEnv::new().await;
+    let mut opts = DevOptions::new(64);
+    opts.isolate = false;
+    opts.sites = 1;
+    opts.consumers = false;
+    opts.agents = 0;
+    opts.held = true;
+    opts.tick = Duration::from_millis(500);
+    opts.resync_secs = 1.0;
+    let mesh = DevMesh::start(crate::support::fleet_config(&env), opts)
+        .await
+        .expect("the dev mesh starts");
+    let (healthy, faulty) = {
+        let s = mesh.scenario.lock().unwrap();
+        let pick = |ok: bool| {
+            s.devices
+                .iter()
+                .find(|d| (d.health == 0) == ok)
+                .map(|d| d.name.clone())
+                .expect("a device of each health")
+        };
+        (pick(true), pick(false))
+    };
+    let id_of = |name: String| {
+        let pool = env.pool.clone();
+        async move {
+            eventually("the device is created", || async {
+                sqlx::query_scalar::<_, String>("SELECT id FROM devices WHERE name = $1")
+                    .bind(&name)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap()
+            })
+            .await
+        }
+    };
+    let (healthy, faulty) = (id_of(healthy).await, id_of(faulty).await);
+    let client = workflow_client(&env);
+    let mut jobs = vec![];
+    for d in [&healthy, &faulty] {
+        let job = eventually("the workflow service takes the job", || async {
+            client
+                .create_job(&v1::CreateJobRequest {
+                    workflow: "single_node_test".into(),
+                    device_ids: vec![d.clone()],
+                    created_by: "dev-burn-in-test".into(),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| eprintln!("single_node_test: {e:?}"))
+                .ok()
+        })
+        .await;
+        jobs.push(job.id);
+    }
+    let passed = job_terminal(&env, &jobs[0], Duration::from_secs(90)).await;
+    assert_eq!(passed.status, "succeeded", "{passed:#?}");
+    assert!(
+        passed.devices[0].results[0]
+            .target
+            .starts_with("slurm:job/"),
+        "{passed:#?}"
+    );
+    let failed = job_terminal(&env, &jobs[1], Duration::from_secs(90)).await;
+    assert_eq!(failed.status, "failed", "{failed:#?}");
+    assert_eq!(failed.devices[0].failure_code, "BURN_IN_FAILED");
+
+    // The matrix's drill-through names the failed burn-in (the cell itself
+    // stays where the prefix clamp puts it: the device never enrolled).
+    let api = Api::new(&mesh.api_url, Some(&mesh.token)).unwrap();
+    let cell = eventually("the faulty device's cell", || async {
+        let mut cursor = String::new();
+        loop {
+            let mut q = vec![("limit", "50".to_string())];
+            if !cursor.is_empty() {
+                q.push(("cursor", cursor.clone()));
+            }
+            let page = api
+                .get("/api/v1/sites/s1/standup-pipeline/", &q)
+                .await
+                .ok()?;
+            for r in page["racks"].as_array()? {
+                for c in r["devices"].as_array()? {
+                    if c["device_id"] == faulty.as_str() {
+                        return Some(c.clone());
+                    }
+                }
+            }
+            cursor = page["next_cursor"].as_str()?.to_string();
+        }
+    })
+    .await;
+    let latest = &cell["latest_in_sequence_workflow"];
+    assert_eq!(latest["workflow"], "single_node_test", "{cell}");
+    assert_eq!(latest["failure_code"], "BURN_IN_FAILED", "{cell}");
+    mesh.shutdown().await;
+    env.cleanup().await;
+}

@@ -40,7 +40,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 pub use auth::{create_token, Scope};
-pub use config::Config;
+pub use config::{AcceptancePolicy, Config, GateConfig, PoolPolicy, StandupConfig};
 
 pub struct Inner {
     pub config: Config,

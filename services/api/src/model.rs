@@ -50,6 +50,8 @@ vocab_schemas!(
     stage_schema => fleet_domain::standup::Stage,
     stage_status_schema => fleet_domain::standup::CellStatus,
     suppression_schema => fleet_domain::standup::Suppression,
+    gate_outcome_schema => fleet_domain::standup::GateOutcome,
+    gate_scope_schema => fleet_domain::acceptance::GateScope,
 );
 
 pub fn error_code_schema() -> Object {

@@ -10,19 +10,21 @@ use std::collections::{BTreeMap, HashMap};
 use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
+use fleet_domain::acceptance::{self, GateScope, Members};
 use fleet_domain::eligibility::Workflow;
 use fleet_domain::jobs::DeviceRunStatus;
-use fleet_domain::standup::{self, CellStatus, Execution, Stage, Suppression};
-use fleet_domain::{DeviceClass, OperationalStatus};
+use fleet_domain::standup::{self, CellStatus, Execution, GateOutcome, Stage, Suppression};
+use fleet_domain::{DeviceClass, HealthStatus, OperationalStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::schema::{Array, ArrayBuilder};
 use utoipa::{IntoParams, ToSchema};
 
+use crate::config::AcceptancePolicy;
 use crate::error::{ApiError, ApiResult, P, Q};
 use crate::jobs::{device_status_schema, workflow_schema};
 use crate::model::{
-    device_class_schema, operational_status_schema, stage_schema, stage_status_schema,
-    suppression_schema,
+    device_class_schema, gate_outcome_schema, gate_scope_schema, operational_status_schema,
+    stage_schema, stage_status_schema, suppression_schema,
 };
 use crate::{page, App};
 
@@ -95,6 +97,21 @@ pub struct StandupCell {
     /// The execution whose result placed the cell (a failed cell's failure
     /// detail).
     pub placed_by: Option<StandupExecution>,
+    /// The site's (or pool's) acceptance gates for the device and how each
+    /// evaluates now; kept as evidence after the device moved on.
+    pub acceptance_gates: Vec<StandupGate>,
+}
+
+/// One acceptance gate of a device, evaluated per request.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StandupGate {
+    pub name: String,
+    #[schema(schema_with = stage_schema)]
+    pub stage: Stage,
+    #[schema(schema_with = gate_scope_schema)]
+    pub scope: GateScope,
+    #[schema(schema_with = gate_outcome_schema)]
+    pub outcome: GateOutcome,
 }
 
 /// One device's run in a job.
@@ -118,6 +135,8 @@ struct DeviceRow {
     rack: String,
     device_class: String,
     operational_status: String,
+    health_status: String,
+    pool_id: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -184,7 +203,8 @@ pub async fn pipeline(
     .await?;
     let (racks, next_cursor) = page::finish(racks, limit, |r| (r.clone(),));
     let devices: Vec<DeviceRow> = sqlx::query_as(&format!(
-        "SELECT d.id, d.name, COALESCE(d.rack, '') AS rack, d.device_class, d.operational_status \
+        "SELECT d.id, d.name, COALESCE(d.rack, '') AS rack, d.device_class, d.operational_status, \
+                d.health_status, d.pool_id \
          FROM devices d WHERE {IN_PIPELINE} AND COALESCE(d.rack, '') = ANY($2) \
          ORDER BY 3, d.name, d.id"
     ))
@@ -208,6 +228,8 @@ pub async fn pipeline(
     for r in &rows {
         by_device.entry(r.device_id.as_str()).or_default().push(r);
     }
+    let policy = app.config.standup.sites.get(&id);
+    let pools = pool_members(&app, &id, policy, &devices).await?;
     let mut out: Vec<StandupRack> = Vec::new();
     // Devices come sorted by rack: one row per run of a rack.
     for rack_devices in devices.chunk_by(|a, b| a.rack == b.rack) {
@@ -216,9 +238,28 @@ pub async fn pipeline(
             cells: BTreeMap::new(),
             devices: Vec::with_capacity(rack_devices.len()),
         };
+        let mut read = Vec::with_capacity(rack_devices.len());
         for d in rack_devices {
             let history = by_device.remove(d.id.as_str()).unwrap_or_default();
-            let Some(cell) = cell_of(&app, &id, d, &history)? else {
+            read.push(Read::of(d, &history)?);
+        }
+        // The rack's collective gates: every device of the rack (all of it
+        // is on this page) whose sequence has the stage.
+        let rack_members = |stage: Stage| {
+            let mut m = Members::default();
+            for r in read.iter().filter(|r| has_stage(r.class, policy, stage)) {
+                m.add(acceptance::newest_result(&r.executions, stage));
+            }
+            (!rack.rack.is_empty()).then_some(m)
+        };
+        let by_rack: HashMap<Stage, Option<Members>> =
+            [Stage::SingleNodeTest, Stage::MultiNodeTest]
+                .into_iter()
+                .map(|s| (s, rack_members(s)))
+                .collect();
+        for r in &read {
+            let gates = gates_of(r, policy, &by_rack, &pools);
+            let Some(cell) = cell_of(r, policy.is_some(), gates) else {
                 continue;
             };
             *rack
@@ -239,43 +280,178 @@ pub async fn pipeline(
     }))
 }
 
-/// The cell of one device; `None` for one without a sequence (a switch,
-/// which the query already leaves out).
-fn cell_of(
+/// One device as read, its history in the domain's terms.
+struct Read<'a> {
+    row: &'a DeviceRow,
+    class: DeviceClass,
+    operational: OperationalStatus,
+    health: HealthStatus,
+    history: Vec<StandupExecution>,
+    executions: Vec<Execution>,
+}
+
+impl<'a> Read<'a> {
+    fn of(row: &'a DeviceRow, history: &[&ExecutionRow]) -> ApiResult<Read<'a>> {
+        let history = history
+            .iter()
+            .map(|r| r.out())
+            .collect::<ApiResult<Vec<_>>>()?;
+        let executions = history
+            .iter()
+            .map(|o| Execution {
+                job_id: o.job_id.clone(),
+                workflow: o.workflow,
+                status: o.status,
+                created_at: o.created_at,
+            })
+            .collect();
+        Ok(Read {
+            row,
+            class: DeviceClass::parse(&row.device_class).map_err(stored)?,
+            operational: OperationalStatus::parse(&row.operational_status).map_err(stored)?,
+            health: HealthStatus::parse(&row.health_status).map_err(stored)?,
+            history,
+            executions,
+        })
+    }
+}
+
+/// Whether a device of `class` at a site with `policy` runs `stage`.
+fn has_stage(class: DeviceClass, policy: Option<&AcceptancePolicy>, stage: Stage) -> bool {
+    standup::sequence(class, policy.is_some()).is_some_and(|s| s.contains(&stage))
+}
+
+/// The classes whose sequence at the site has `stage`.
+fn classes_with(policy: Option<&AcceptancePolicy>, stage: Stage) -> Vec<&'static str> {
+    DeviceClass::ALL
+        .iter()
+        .filter(|&&c| has_stage(c, policy, stage))
+        .map(|c| c.as_str())
+        .collect()
+}
+
+/// The device's gates, each evaluated.
+fn gates_of(
+    r: &Read<'_>,
+    policy: Option<&AcceptancePolicy>,
+    by_rack: &HashMap<Stage, Option<Members>>,
+    pools: &HashMap<(String, Stage), Members>,
+) -> Vec<StandupGate> {
+    let Some(policy) = policy else {
+        return Vec::new();
+    };
+    let pool = r.row.pool_id.as_deref();
+    policy
+        .gates_for(pool)
+        .iter()
+        .filter(|g| has_stage(r.class, Some(policy), g.stage))
+        .map(|g| StandupGate {
+            name: g.name.clone(),
+            stage: g.stage,
+            scope: g.scope,
+            outcome: match g.scope {
+                GateScope::Device => acceptance::device_gate(r.health),
+                GateScope::Rack => {
+                    acceptance::collective_gate(by_rack.get(&g.stage).copied().flatten())
+                }
+                GateScope::Pool => acceptance::collective_gate(pool.map(|p| {
+                    pools
+                        .get(&(p.to_string(), g.stage))
+                        .copied()
+                        .unwrap_or_default()
+                })),
+            },
+        })
+        .collect()
+}
+
+/// The members of every pool of the page that a `pool` gate reads, per
+/// stage: one aggregate over the whole pool (it spans racks and pages).
+async fn pool_members(
     app: &App,
     site: &str,
-    d: &DeviceRow,
-    history: &[&ExecutionRow],
-) -> ApiResult<Option<StandupCell>> {
-    let class = DeviceClass::parse(&d.device_class).map_err(stored)?;
-    let operational = OperationalStatus::parse(&d.operational_status).map_err(stored)?;
-    let history = history
+    policy: Option<&AcceptancePolicy>,
+    devices: &[DeviceRow],
+) -> ApiResult<HashMap<(String, Stage), Members>> {
+    let mut out = HashMap::new();
+    let Some(policy) = policy else {
+        return Ok(out);
+    };
+    for stage in [Stage::SingleNodeTest, Stage::MultiNodeTest] {
+        let pools: Vec<&str> = {
+            let mut p: Vec<&str> = devices
+                .iter()
+                .filter_map(|d| d.pool_id.as_deref())
+                .filter(|p| {
+                    policy
+                        .gates_for(Some(p))
+                        .iter()
+                        .any(|g| g.stage == stage && g.scope == GateScope::Pool)
+                })
+                .collect();
+            p.sort_unstable();
+            p.dedup();
+            p
+        };
+        if pools.is_empty() {
+            continue;
+        }
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT d.pool_id, count(*), \
+                    count(*) FILTER (WHERE r.status = 'succeeded'), \
+                    count(*) FILTER (WHERE r.status = 'failed') \
+             FROM devices d LEFT JOIN LATERAL ( \
+                 SELECT jd.status FROM job_devices jd JOIN jobs j ON j.id = jd.job_id \
+                 WHERE jd.device_id = d.id AND j.workflow = $4 \
+                   AND (jd.status IS NULL OR jd.status NOT IN ('cancelled', 'terminated', 'superseded')) \
+                 ORDER BY j.created_at DESC, j.id DESC LIMIT 1) r ON true \
+             WHERE d.site_id = $1 AND d.deleted_at IS NULL AND NOT d.inventory_only \
+               AND d.device_class = ANY($2) AND d.pool_id = ANY($3) \
+             GROUP BY d.pool_id",
+        )
+        .bind(site)
+        .bind(classes_with(Some(policy), stage))
+        .bind(&pools)
+        .bind(stage.workflow().as_str())
+        .fetch_all(&app.pool)
+        .await?;
+        for (pool, total, succeeded, failed) in rows {
+            out.insert(
+                (pool, stage),
+                Members {
+                    total: total as usize,
+                    succeeded: succeeded as usize,
+                    failed: failed as usize,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The cell of one device; `None` for one without a sequence (a switch,
+/// which the query already leaves out).
+fn cell_of(r: &Read<'_>, acceptance_policy: bool, gates: Vec<StandupGate>) -> Option<StandupCell> {
+    let evaluated: Vec<standup::Gate> = gates
         .iter()
-        .map(|r| r.out())
-        .collect::<ApiResult<Vec<_>>>()?;
-    let executions: Vec<Execution> = history
-        .iter()
-        .map(|o| Execution {
-            job_id: o.job_id.clone(),
-            workflow: o.workflow,
-            status: o.status,
-            created_at: o.created_at,
+        .map(|g| standup::Gate {
+            stage: g.stage,
+            name: g.name.clone(),
+            outcome: g.outcome,
         })
         .collect();
-    let policy = app.config.standup_policy_sites.iter().any(|s| s == site);
-    let Some(c) = standup::place(&standup::Device {
-        class,
-        acceptance_policy: policy,
-        operational_status: operational,
-        executions: &executions,
-        gates: &[],
-    }) else {
-        return Ok(None);
-    };
+    let c = standup::place(&standup::Device {
+        class: r.class,
+        acceptance_policy,
+        operational_status: r.operational,
+        executions: &r.executions,
+        gates: &evaluated,
+    })?;
     let detail = |e: Option<Execution>| {
-        e.and_then(|e| history.iter().find(|o| o.job_id == e.job_id).cloned())
+        e.and_then(|e| r.history.iter().find(|o| o.job_id == e.job_id).cloned())
     };
-    Ok(Some(StandupCell {
+    let d = r.row;
+    Some(StandupCell {
         device_id: d.id.clone(),
         name: d.name.clone(),
         device_class: d.device_class.clone(),
@@ -286,5 +462,6 @@ fn cell_of(
         action_suppression_reasons: c.action_suppression_reasons,
         latest_in_sequence_workflow: detail(c.latest_in_sequence_workflow),
         placed_by: detail(c.placed_by),
-    }))
+        acceptance_gates: gates,
+    })
 }

@@ -179,6 +179,7 @@ pub async fn run(config: FleetConfig, args: DevArgs) -> anyhow::Result<()> {
     );
     let mut mesh = DevMesh::start(config, opts).await?;
     out!("API        {}", mesh.api_url);
+    out!("console    {}/ui/   (paste the token below; the Racks tab is the standup matrix, burn-in on the simulated slurmrestd)", mesh.api_url);
     out!("token      {}", mesh.token);
     out!(
         "try        FLEET_API_URL={} FLEET_TOKEN={} cargo run --release -- devices list --operational-status failed",

@@ -496,9 +496,9 @@ impl Sites {
             let key = format!("workflow.sites.{site}.openstack");
             let os = &sc.openstack;
             let fabric = crate::fabric::FabricSite::new(site, c, sc, &http)?;
-            // A site configured for the fabric workflows alone needs no
-            // OpenStack.
-            let session = if fabric.is_some()
+            // A site configured for the fabric workflows or burn-in alone
+            // needs no OpenStack.
+            let session = if (fabric.is_some() || !sc.slurm.url.trim().is_empty())
                 && os.ironic_url.trim().is_empty()
                 && os.auth_url.trim().is_empty()
             {

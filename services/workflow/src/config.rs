@@ -228,6 +228,30 @@ impl Config {
                 }
             }
         }
+        for (site, sc) in &self.sites {
+            let b = &sc.burn_in;
+            let key = |k: &str| format!("workflow.sites.{site}.burn_in.{k}");
+            if let Err(why) = fleet_domain::burn_in::node_constraint(&b.node_feature, "node") {
+                return Err(ConfigError::invalid(&key("node_feature"), &why));
+            }
+            for (stage, t) in [
+                ("single_node_test", &b.single_node_test),
+                ("multi_node_test", &b.multi_node_test),
+            ] {
+                if !t.script.is_empty() && !t.script.starts_with("#!") {
+                    return Err(ConfigError::invalid(
+                        &key(&format!("{stage}.script")),
+                        "must start with #! (SLURM runs it as a batch script)",
+                    ));
+                }
+                if t.time_limit < Duration::from_secs(60) {
+                    return Err(ConfigError::invalid(
+                        &key(&format!("{stage}.time_limit")),
+                        "must be at least 1m (SLURM counts it in minutes)",
+                    ));
+                }
+            }
+        }
         if self.max_attempts == 0 {
             return Err(ConfigError::invalid(
                 "workflow.max_attempts",
@@ -268,6 +292,69 @@ pub struct SiteConfig {
     /// Image Node and Unimage Node at a site with Nova and Placement
     /// (`placement_enabled`): the Nova arm.
     pub nova: NovaArmConfig,
+    /// The burn-in stages (`single_node_test`, `multi_node_test`): the
+    /// hardware test each submits as a SLURM job through `slurm`.
+    pub burn_in: BurnInConfig,
+}
+
+/// `workflow.sites.<site>.burn_in`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BurnInConfig {
+    /// The node feature that pins a test to the device's SLURM node, with
+    /// `{node}` for the node name (slurmrestd v0.0.38 takes no node list on
+    /// a submission, so each test node carries a feature naming it, as
+    /// `Feature=gpu04` in `slurm.conf`).
+    pub node_feature: String,
+    /// How long a submitted test may wait in the queue, on top of its time
+    /// limit, before the device fails with `BURN_IN_TIMEOUT` (its job is
+    /// cancelled).
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// The working directory and `PATH` of the test on the node.
+    pub working_directory: String,
+    pub path: String,
+    pub single_node_test: StageTest,
+    pub multi_node_test: StageTest,
+}
+
+/// One burn-in stage's test.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StageTest {
+    /// The batch script (its first line a `#!`); empty: jobs of the stage
+    /// at this site fail with `SITE_NOT_CONFIGURED`. It runs with
+    /// `FLEET_DEVICE_ID`, `FLEET_DEVICE_NAME`, `FLEET_JOB_ID` and
+    /// `FLEET_STAGE` set; exit 0 passes the stage.
+    pub script: String,
+    /// SLURM's time limit of the test; it ends `TIMEOUT` (a failure) after.
+    #[serde(with = "humantime_serde")]
+    pub time_limit: Duration,
+    /// The SLURM partition; empty: the cluster's default.
+    pub partition: String,
+}
+
+impl Default for BurnInConfig {
+    fn default() -> Self {
+        BurnInConfig {
+            node_feature: "{node}".into(),
+            queue_timeout: Duration::from_secs(3600),
+            working_directory: "/tmp".into(),
+            path: "/usr/local/bin:/usr/bin:/bin".into(),
+            single_node_test: StageTest::default(),
+            multi_node_test: StageTest::default(),
+        }
+    }
+}
+
+impl Default for StageTest {
+    fn default() -> Self {
+        StageTest {
+            script: String::new(),
+            time_limit: Duration::from_secs(4 * 3600),
+            partition: String::new(),
+        }
+    }
 }
 
 /// `workflow.sites.<site>.nova`: the Nova arm (seed 002: "moves the Ironic

@@ -35,6 +35,8 @@ pub(crate) const RUNS: &[Kind] = &[
     Kind::BackendVrfReturn,
     Kind::NvlinkRepairMove,
     Kind::NvlinkRepairReturn,
+    Kind::SingleNodeTest,
+    Kind::MultiNodeTest,
 ];
 
 fn db(e: sqlx::Error) -> Refusal {

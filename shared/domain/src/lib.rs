@@ -2,6 +2,7 @@
 //! predicates, the provision table, SLURM and Ironic vocabularies, and the
 //! pure operations the hub applies to a device. No IO at all.
 
+pub mod acceptance;
 pub mod binding;
 pub mod burn_in;
 pub mod catalogue;

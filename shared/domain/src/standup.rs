@@ -124,7 +124,7 @@ pub struct Execution {
 impl Execution {
     /// "cancelled, terminated, and superseded attempts are ignored for
     /// placement but kept in Job history."
-    fn placement_relevant(&self) -> bool {
+    pub(crate) fn placement_relevant(&self) -> bool {
         !matches!(
             self.status,
             Some(

@@ -70,7 +70,7 @@ fn strings(v: &Value) -> Vec<String> {
 async fn api_standup_pipeline_places_every_device_as_the_seed_says() {
     let env = TestEnv::new().await;
     let mut config = api_config();
-    config.standup_policy_sites = vec!["s1".into()];
+    config.standup.sites.insert("s1".into(), Default::default());
     let (addr, served) = Served::api(&env, &config).await;
     let read = token(&env, &[Scope::DeviceRead]).await;
 
@@ -288,5 +288,168 @@ async fn api_standup_pipeline_without_a_policy_skips_the_burn_in_stages() {
         );
         assert_eq!(c["available_actions"], json!(["release"]));
     }
+    served.stop(env).await;
+}
+
+/// Acceptance gates ("site conditions"): a device gate on its health after
+/// single_node_test, and multi_node_test composing an NVLink-domain rack
+/// gate and a pod gate; a pool's own policy replaces the site's.
+#[tokio::test]
+async fn api_standup_pipeline_holds_a_burn_in_stage_until_its_gates_pass() {
+    use fleet_api::{AcceptancePolicy, GateConfig, PoolPolicy};
+    use fleet_domain::acceptance::GateScope;
+    use fleet_domain::standup::Stage;
+
+    let env = TestEnv::new().await;
+    for pool in ["pod-a", "pod-b", "pod-c", "pod-x"] {
+        sqlx::query("INSERT INTO pools (id, site_id, kind) VALUES ($1, 's1', 'custom')")
+            .bind(pool)
+            .execute(&env.pool)
+            .await
+            .unwrap();
+    }
+    let gate = |name: &str, stage, scope| GateConfig {
+        name: name.into(),
+        stage,
+        scope,
+    };
+    let mut config = api_config();
+    config.standup.sites.insert(
+        "s1".into(),
+        AcceptancePolicy {
+            gates: vec![
+                gate("node_health", Stage::SingleNodeTest, GateScope::Device),
+                gate("nvlink_domain", Stage::MultiNodeTest, GateScope::Rack),
+                gate("pod", Stage::MultiNodeTest, GateScope::Pool),
+            ],
+            pools: [("pod-x".to_string(), PoolPolicy { gates: vec![] })]
+                .into_iter()
+                .collect(),
+        },
+    );
+    let (addr, served) = Served::api(&env, &config).await;
+    let read = token(&env, &[Scope::DeviceRead]).await;
+
+    const OK: &str = "succeeded";
+    let snt = vec![
+        ("enrollment", OK),
+        ("move_to_test_cluster", OK),
+        ("single_node_test", OK),
+    ];
+    let mnt = |status: &'static str| {
+        let mut j = snt.clone();
+        j.push(("multi_node_test", status));
+        j
+    };
+    // (name, rack, pool, health, jobs), then the cell it must get.
+    type Row = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+    );
+    let cases: Vec<(&str, Row, (&str, &str, Vec<&str>, Vec<&str>))> = vec![
+        ("'multi_node_test composes across every configured multi-node collective gate': a rack member has not run it, so the rack gate 'can't yet be evaluated' and holds",
+         ("a1", "ra", "pod-a", "healthy", mnt(OK)),
+         ("multi_node_test", "succeeded", vec![], vec!["acceptance_gate_unevaluated"])),
+        ("'Advancement out of single_node_test ... is held ... until its burn-in acceptance gate passes': degraded health fails the device gate",
+         ("a2", "ra", "pod-a", "degraded", snt.clone()),
+         ("single_node_test", "succeeded", vec![], vec!["acceptance_gate_failed"])),
+        ("the rack gate passes, but the pod has a member (a1's rack-mate a2) that has not passed: 'the device advances only once all of them pass'",
+         ("b1", "rb", "pod-a", "healthy", mnt(OK)),
+         ("multi_node_test", "succeeded", vec![], vec!["acceptance_gate_unevaluated"])),
+        ("(b1's rack-mate)",
+         ("b2", "rb", "pod-a", "healthy", mnt(OK)),
+         ("multi_node_test", "succeeded", vec![], vec!["acceptance_gate_unevaluated"])),
+        ("every gate passes: the device advances to release",
+         ("c1", "rc", "pod-b", "healthy", mnt(OK)),
+         ("release", "not_started", vec!["release"], vec![])),
+        ("(c1's rack- and pod-mate)",
+         ("c2", "rc", "pod-b", "healthy", mnt(OK)),
+         ("release", "not_started", vec!["release"], vec![])),
+        ("a rack-mate failed multi_node_test: the NVLink-domain gate fails",
+         ("d1", "rd", "pod-c", "healthy", mnt(OK)),
+         ("multi_node_test", "succeeded", vec![], vec!["acceptance_gate_failed"])),
+        ("'failed is a genuine negative placement result'",
+         ("d2", "rd", "pod-c", "healthy", mnt("failed")),
+         ("multi_node_test", "failed", vec!["multi_node_test"], vec![])),
+        ("'Any configured gate that can't yet be evaluated (missing evidence ...) holds too': health never read",
+         ("e1", "re", "pod-c", "unknown", snt.clone()),
+         ("single_node_test", "succeeded", vec![], vec!["acceptance_gate_unevaluated"])),
+        ("'(missing ... topology)': no rack and no pool",
+         ("f1", "", "", "healthy", mnt(OK)),
+         ("multi_node_test", "succeeded", vec![], vec!["acceptance_gate_unevaluated"])),
+        ("a pool's policy replaces the site's: pod-x has no gates",
+         ("x1", "rx", "pod-x", "unknown", mnt(OK)),
+         ("release", "not_started", vec!["release"], vec![])),
+    ];
+    let mut n = 0;
+    for (_, (name, rack, pool, health, jobs), _) in &cases {
+        let f = Fixture {
+            name,
+            rack,
+            class: "gpu_compute",
+            operational: "quarantine",
+            jobs: jobs.clone(),
+        };
+        insert(&env, &mut n, &f).await;
+        sqlx::query(
+            "UPDATE devices SET health_status = $2, pool_id = NULLIF($3, '') WHERE id = $1",
+        )
+        .bind(format!("dev_{name}"))
+        .bind(health)
+        .bind(pool)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    }
+    // Page by one rack at a time: a pod gate reads its whole pool, not the
+    // page.
+    let mut cells: Vec<Value> = vec![];
+    let mut cursor = String::new();
+    loop {
+        let page = get(
+            addr,
+            &format!("/api/v1/sites/s1/standup-pipeline/?limit=1{cursor}"),
+            &read,
+        )
+        .await
+        .expect(200);
+        for r in page["racks"].as_array().unwrap() {
+            cells.extend(r["devices"].as_array().unwrap().iter().cloned());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    for (sentence, (name, ..), (stage, status, actions, reasons)) in &cases {
+        let c = cells
+            .iter()
+            .find(|c| c["name"] == *name)
+            .unwrap_or_else(|| panic!("{name}: no cell"));
+        let got = (
+            c["stage"].as_str().unwrap(),
+            c["status"].as_str().unwrap(),
+            strings(&c["available_actions"]),
+            strings(&c["action_suppression_reasons"]),
+        );
+        assert_eq!(
+            got,
+            (*stage, *status, to(actions), to(reasons)),
+            "{sentence}: {c}"
+        );
+    }
+    let b1 = cells.iter().find(|c| c["name"] == "b1").unwrap();
+    assert_eq!(
+        b1["acceptance_gates"],
+        json!([
+            {"name": "node_health", "stage": "single_node_test", "scope": "device", "outcome": "passed"},
+            {"name": "nvlink_domain", "stage": "multi_node_test", "scope": "rack", "outcome": "passed"},
+            {"name": "pod", "stage": "multi_node_test", "scope": "pool", "outcome": "unevaluated"},
+        ]),
+        "each gate's evaluation is evidence on the cell"
+    );
     served.stop(env).await;
 }

@@ -7,6 +7,7 @@
 //! joins them and removes what the run made.
 
 pub mod agents;
+pub mod burn_in;
 pub mod engine;
 pub mod fabric;
 pub mod flips;

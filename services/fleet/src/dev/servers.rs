@@ -461,19 +461,19 @@ async fn placement_put_traits(
 // ---- slurmrestd v0.0.38, per site under /<site>/ ----
 
 fn slurm(app: App) -> Router {
-    Router::new()
+    let r = Router::new()
         .route("/{site}/openapi/v3", get(slurm_openapi))
         .route("/{site}/slurm/{v}/ping", get(slurm_ping))
-        .route("/{site}/slurm/{v}/nodes", get(slurm_nodes))
-        .with_state(app)
+        .route("/{site}/slurm/{v}/nodes", get(slurm_nodes));
+    crate::dev::burn_in::routes(r).with_state(app)
 }
 
-fn slurm_meta() -> Value {
+pub(crate) fn slurm_meta() -> Value {
     json!({"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
         "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}})
 }
 
-fn slurm_not_found() -> Response {
+pub(crate) fn slurm_not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         "Unable find requested URL. Please view /openapi/v3 for API reference.",
@@ -484,7 +484,8 @@ fn slurm_not_found() -> Response {
 async fn slurm_openapi() -> Response {
     body(
         StatusCode::OK,
-        json!({"openapi": "3.0.2", "paths": {"/slurm/v0.0.38/nodes": {}, "/slurm/v0.0.38/ping": {}}}),
+        json!({"openapi": "3.0.2", "paths": {"/slurm/v0.0.38/nodes": {}, "/slurm/v0.0.38/ping": {},
+            "/slurm/v0.0.38/job/submit": {}, "/slurm/v0.0.38/job/{job_id}": {}, "/slurm/v0.0.38/jobs": {}}}),
     )
 }
 

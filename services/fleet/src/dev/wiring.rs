@@ -257,7 +257,48 @@ pub(crate) fn wire_connectors(
             )
         })
         .collect();
+
+    // Burn-in runs as jobs on the simulated slurmrestd (each node's
+    // feature is its name); the sites have an acceptance policy whose
+    // gates the matrix holds on: the node's health after single-node
+    // acceptance, its rack (NVLink domain) and its pool after multi-node.
+    for (s, w) in config.workflow.sites.iter_mut() {
+        if let Some(sc) = config.connectors.slurm.sites.get(s) {
+            w.slurm = sc.clone();
+        }
+        w.burn_in.single_node_test.script = DEV_BURN_IN_SCRIPT.into();
+        w.burn_in.multi_node_test.script = DEV_BURN_IN_SCRIPT.into();
+    }
+    use fleet_api::{AcceptancePolicy, GateConfig};
+    use fleet_domain::acceptance::GateScope;
+    use fleet_domain::standup::Stage;
+    let gate = |name: &str, stage, scope| GateConfig {
+        name: name.into(),
+        stage,
+        scope,
+    };
+    config.api.standup.sites = sites
+        .iter()
+        .map(|s| {
+            (
+                s.clone(),
+                AcceptancePolicy {
+                    gates: vec![
+                        gate("node_health", Stage::SingleNodeTest, GateScope::Device),
+                        gate("nvlink_domain", Stage::MultiNodeTest, GateScope::Rack),
+                        gate("pod", Stage::MultiNodeTest, GateScope::Pool),
+                    ],
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
 }
+
+/// The burn-in the dev mesh submits (the simulated slurmrestd decides the
+/// outcome from the node's health; a real cluster would run this).
+const DEV_BURN_IN_SCRIPT: &str =
+    "#!/bin/bash\n# fleet dev burn-in: a real site runs its hardware test here\nexit 0\n";
 
 fn fast_poll(resync: f64) -> PollConfig {
     PollConfig {

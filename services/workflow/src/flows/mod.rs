@@ -5,6 +5,7 @@
 //! step, so a worker killed anywhere resumes the device from a fresh read
 //! and never repeats a write the system already shows.
 
+pub(crate) mod burn_in;
 pub(crate) mod enrolment;
 pub(crate) mod ironic_direct;
 pub(crate) mod mtc;
@@ -43,6 +44,9 @@ pub(crate) struct Carried {
     /// The code a wait that outlasts `workflow.step_timeout` fails with,
     /// when the step knows better than the workflow's default (not kept).
     pub timeout_code: Option<FailureCode>,
+    /// How long the step may wait, when longer than `workflow.step_timeout`
+    /// (a burn-in waits for its queue and its test's time limit; not kept).
+    pub wait_limit: Option<Duration>,
 }
 
 impl Carried {
@@ -104,7 +108,8 @@ fn timeout_code(kind: Kind) -> FailureCode {
         Kind::FrontendVrfIsolate | Kind::FrontendVrfReturn => FailureCode::SwitchVrfFlipFailed,
         Kind::BackendVrfIsolate | Kind::BackendVrfReturn => FailureCode::BackendVrfFlipFailed,
         Kind::NvlinkRepairMove | Kind::NvlinkRepairReturn => FailureCode::NvlinkMoveFailed,
-        _ => FailureCode::WorkflowInternalError,
+        Kind::SingleNodeTest | Kind::MultiNodeTest => FailureCode::BurnInTimeout,
+        Kind::MoveToTestCluster => FailureCode::WorkflowInternalError,
     }
 }
 
@@ -138,6 +143,7 @@ impl Workflow {
             pinned: run.pinned.as_object().cloned().unwrap_or_default(),
             results: run.results.0.clone(),
             timeout_code: None,
+            wait_limit: None,
         };
         let woken = self.waits.register(device_id);
         let outcome = self.step_loop(&r, &mut carried, run.attempts, woken).await;
@@ -161,6 +167,9 @@ impl Workflow {
         let mut waiting_since: Option<Instant> = None;
         loop {
             if store::cancel_requested(&self.pool, job_id).await? {
+                if matches!(kind, Kind::SingleNodeTest | Kind::MultiNodeTest) {
+                    self.cancel_burn_in(r, carried).await;
+                }
                 return Ok(Outcome::Cancelled);
             }
             let next = match self.step(r, carried).await {
@@ -200,6 +209,7 @@ impl Workflow {
                 }
                 Taken::Wait => {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
+                    let timeout = carried.wait_limit.unwrap_or(timeout).max(timeout);
                     if since.elapsed() > timeout {
                         return Ok(Outcome::Failed(
                             carried.timeout_code.unwrap_or(timeout_code(kind)),
@@ -275,10 +285,7 @@ impl Workflow {
             | Kind::BackendVrfIsolate
             | Kind::BackendVrfReturn => self.vrf_flip(r, carried).await,
             Kind::NvlinkRepairMove | Kind::NvlinkRepairReturn => self.nvlink(r, carried).await,
-            other => Ok(Taken::Failed(
-                FailureCode::WorkflowInternalError,
-                format!("workflow {other} has no steps in this build"),
-            )),
+            Kind::SingleNodeTest | Kind::MultiNodeTest => self.burn_in(r, carried).await,
         }
     }
 }

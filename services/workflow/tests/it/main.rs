@@ -2,6 +2,7 @@
 //! PostgreSQL and NATS and the real Ironic (`tests/peers/ironic.sh`).
 
 mod backend_flip;
+mod burn_in;
 mod eligibility;
 mod enrolment;
 mod fabric_fakes;

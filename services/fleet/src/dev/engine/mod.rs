@@ -34,6 +34,8 @@ pub struct Scenario {
     pub revisions: BTreeMap<String, (String, Vec<(String, String)>, &'static str)>,
     /// NMX-M operations (each completed when it is created).
     pub nmx_operations: u64,
+    /// The batch jobs the simulated slurmrestd holds (burn-in tests).
+    pub slurm_jobs: crate::dev::burn_in::Jobs,
     outage_ticks_left: u32,
     pub activity: Activity,
     rng: StdRng,
@@ -165,6 +167,7 @@ impl Scenario {
             by_name,
             revisions: BTreeMap::new(),
             nmx_operations: 0,
+            slurm_jobs: Default::default(),
             racks,
             outages: Outages::default(),
             outage_ticks_left: 0,
