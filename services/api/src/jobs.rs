@@ -353,6 +353,8 @@ pub struct JobFilter {
     pub status: Option<String>,
     #[param(schema_with = workflow_schema)]
     pub workflow: Option<String>,
+    /// Only jobs that name this device.
+    pub device: Option<String>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
 }
@@ -369,6 +371,7 @@ pub async fn list(State(app): State<App>, Q(f): Q<JobFilter>) -> ApiResult<Json<
         workflow: f.workflow.unwrap_or_default(),
         limit: limit as i32,
         after: after.unwrap_or_default(),
+        device_id: f.device.unwrap_or_default(),
     };
     let p = app
         .workflow

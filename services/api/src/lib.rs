@@ -9,6 +9,7 @@ pub mod auth;
 pub mod bindings;
 pub mod conditions;
 mod config;
+pub mod console;
 pub mod devices;
 pub mod drift;
 pub mod error;
@@ -53,6 +54,9 @@ pub struct Inner {
     pub tokens: auth::TokenCache,
     pub ttls: TtlConfig,
     pub metrics: metrics::ApiMetrics,
+    /// The console's live feed subscribes to STATUS through it.
+    pub nats: async_nats::Client,
+    pub subjects: Subjects,
 }
 
 /// The state every handler gets; cheap to clone.
@@ -127,8 +131,14 @@ impl App {
                 config.hub_timeout,
             ),
             hub: hub::HubClient {
-                client: fleet_hub_client::HubClient::new(nats, subjects, config.hub_timeout),
+                client: fleet_hub_client::HubClient::new(
+                    nats.clone(),
+                    subjects.clone(),
+                    config.hub_timeout,
+                ),
             },
+            nats,
+            subjects,
             tokens: auth::TokenCache::new(config.token_cache_ttl),
             ttls: TtlConfig::new(&common.freshness),
             metrics: metrics::ApiMetrics::new(),

@@ -1,6 +1,7 @@
 //! The one route table: method, path, scope, handler. The router is built
 //! from it and nothing else, every entry carries a scope (only `/healthz`,
-//! `/readyz` and `/metrics` are open), and a test walks it.
+//! `/readyz`, `/metrics` and the console's static assets under `/ui/` are
+//! open), and a test walks it.
 
 use std::sync::Arc;
 
@@ -17,8 +18,8 @@ use utoipa_axum::routes;
 use crate::auth::{self, Scope};
 use crate::error::ApiError;
 use crate::{
-    allocations, conditions, devices, drift, failure_codes, impairment, inventory, jobs, metrics,
-    openapi, sites, standup, App,
+    allocations, conditions, console, devices, drift, failure_codes, impairment, inventory, jobs,
+    metrics, openapi, sites, standup, App,
 };
 
 /// One route: its method and path come from the handler's
@@ -119,6 +120,8 @@ pub fn table() -> Vec<Route> {
         r(S::JobsConfirm, routes!(jobs::confirm)),
         r(S::DeviceRead, routes!(failure_codes::list)),
         r(S::DeviceRead, routes!(openapi::serve)),
+        r(S::DeviceRead, routes!(console::whoami)),
+        r(S::DeviceRead, routes!(console::status)),
     ]
 }
 
@@ -134,6 +137,7 @@ pub fn router(app: App) -> Router {
         api = api.route(&route.path, route.handler.route_layer(guard));
     }
     let api = api
+        .merge(crate::console::router())
         .fallback(|| async { ApiError::new(crate::error::Code::NotFound, "no such route") })
         .layer(middleware::from_fn_with_state(app.clone(), metrics::track))
         .layer(DefaultBodyLimit::max(app.config.max_body_bytes))

@@ -195,7 +195,8 @@ impl Workflow {
         }
         let limit = r.limit.clamp(1, 1000) as i64;
         let after = (!r.after.is_empty()).then_some(r.after.as_str());
-        let mut rows = store::list(&self.pool, status, workflow, after, limit + 1)
+        let device = (!r.device_id.is_empty()).then_some(r.device_id.as_str());
+        let mut rows = store::list(&self.pool, status, workflow, after, device, limit + 1)
             .await
             .map_err(db)?;
         let next_after = if rows.len() as i64 > limit {

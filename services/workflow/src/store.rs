@@ -256,17 +256,21 @@ pub(crate) async fn list(
     status: Option<&str>,
     workflow: Option<&str>,
     after: Option<&str>,
+    device: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {JOB_COLUMNS} FROM jobs j WHERE ($1::text IS NULL OR j.status = $1) \
          AND ($2::text IS NULL OR j.workflow = $2) AND ($3::text IS NULL OR j.id < $3) \
+         AND ($5::text IS NULL OR EXISTS \
+              (SELECT 1 FROM job_devices x WHERE x.job_id = j.id AND x.device_id = $5)) \
          ORDER BY j.id DESC LIMIT $4"
     ))
     .bind(status)
     .bind(workflow)
     .bind(after)
     .bind(limit)
+    .bind(device)
     .fetch_all(pool)
     .await
 }

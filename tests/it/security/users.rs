@@ -222,6 +222,8 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.status.operational.s1.d1", false),
                 Pub("$JS.API.STREAM.INFO.OBSERVATIONS", false),
                 Sub("_INBOX.api.x", true),
+                // The console's live feed (GET /api/v1/events/status/).
+                Sub("fleet.status.operational.s1.d1", true),
                 Sub("_INBOX.>", false),
                 Sub("fleet.hub.cmd.>", false),
             ],
