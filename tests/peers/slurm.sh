@@ -111,9 +111,23 @@ esac
 [[ "$NODES" =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 99 ] || die "SLURM_NODES must be 1..99"
 [[ "$REST_PORT" =~ ^[0-9]+$ ]] || die "SLURM_REST_PORT must be a port number"
 
+# A daemon started from a directory that was removed since (a CI clone) fails
+# its next getcwd: slurmrestd aborts on a job submission. Such a cluster is
+# restarted; daemons start from / so it cannot happen again.
+cwds_ok() {
+  local f pid
+  for f in "$DIR"/run/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null) || continue
+    case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in *"(deleted)") return 1 ;; esac
+  done
+  return 0
+}
+cd /
+
 # Already running and healthy: say so and leave it alone (refresh the token when older than 12 h;
 # the old one stays valid for its day).
-if healthy && conf_current; then
+if healthy && conf_current && cwds_ok; then
   if [ -n "$(find "$DIR/jwt.token" -mmin +720 2>/dev/null)" ]; then write_token; fi
   say "already running: nodes=$(sinfo -h -o %N), REST http://127.0.0.1:$REST_PORT/slurm/v0.0.38/ (token $DIR/jwt.token)"
   exit 0
@@ -150,7 +164,7 @@ getent group "$REST_GROUP" >/dev/null || die "group $REST_GROUP missing"
 
 T0=$(date +%s.%N)
 
-if ! ctld_ok; then
+if ! ctld_ok || ! cwds_ok; then
   # Fresh cluster: anything left over from an earlier run goes.
   stop_all 2>/dev/null || true
   rm -rf "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/run" "$DIR/jwt.token"
@@ -228,7 +242,7 @@ if ! munge_ok; then
 fi
 
 # 2. slurmctld
-if ! ctld_ok; then
+if ! ctld_ok || ! cwds_ok; then
   port_busy "$CTLD_PORT" && die "port 127.0.0.1:$CTLD_PORT is busy (another slurmctld?)"
   slurmctld -f "$SLURM_CONF" -i || { log_tail "$DIR/log/slurmctld.log"; die "slurmctld failed to start"; }
   for _ in $(seq 1 100); do

@@ -236,13 +236,25 @@ mod tests {
         assert_eq!(j.state(t).0, "PENDING");
         assert_eq!(j.state(t + QUEUED).0, "RUNNING");
         assert_eq!(j.state(t + QUEUED + RUNS).0, "COMPLETED");
-        let f = job(false, 30);
+        let f = SimJob {
+            submitted: t,
+            ..job(false, 30)
+        };
         assert_eq!(
             f.state(t + QUEUED + RUNS),
             ("FAILED", 256, "NonZeroExitCode")
         );
-        let mut c = job(true, 30);
-        c.cancelled = Some(t + QUEUED);
+        let c = SimJob {
+            submitted: t,
+            cancelled: Some(t + QUEUED),
+            ..job(true, 30)
+        };
         assert_eq!(c.state(t + QUEUED + RUNS).0, "CANCELLED");
+        let short = SimJob {
+            submitted: t,
+            time_limit: RUNS / 2,
+            ..job(true, 30)
+        };
+        assert_eq!(short.state(t + QUEUED + RUNS).0, "TIMEOUT");
     }
 }
