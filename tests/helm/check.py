@@ -80,9 +80,11 @@ for d in workloads:
         for e in c.get("env", []):
             secretish = any(w in e["name"] for w in ("PASSWORD", "TOKEN__VALUE", "SECRET"))
             check(not (secretish and "value" in e), f"{name}: {e['name']} is not a plain value")
+        # NATS answers /healthz only: ready once JetStream is.
+        ready = "/healthz?js-enabled-only=true" if c["name"] == "nats" else "/readyz"
         if d["kind"] != "Job":
             check(c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", f"{name}: liveness on /healthz")
-            check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", f"{name}: readiness on /readyz")
+            check(c.get("readinessProbe", {}).get("httpGet", {}).get("path") == ready, f"{name}: readiness on {ready}")
             check(d["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/scrape") == "true",
                   f"{name}: scrape annotations")
     labels = d["metadata"]["labels"]
@@ -95,6 +97,29 @@ for d in workloads:
     if d["kind"] == "StatefulSet":
         check(("Service", d["spec"]["serviceName"]) in by, f"{d['metadata']['name']}: its serviceName exists")
 pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+check(any(p["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/component") == "nats" for p in pdbs),
+      "a PodDisruptionBudget for the NATS cluster")
+
+# A 3-node NATS cluster whose routes name every server, every stream at
+# three replicas, and every service given the cluster's address.
+nats = by[("StatefulSet", "fleet-nats")]
+check(nats["spec"]["replicas"] == 3, "NATS runs three servers")
+conf = by[("ConfigMap", "fleet-nats-cluster")]["data"]
+check(all(f"nats://fleet-nats-{i}.fleet-nats-headless:6222" in conf["cluster.conf"] for i in range(3)),
+      "the NATS routes name every server")
+check("include ./nats.conf" in conf["cluster.conf"] and "users: [" in conf["nats.conf"],
+      "every NATS server runs the shipped users and permissions")
+for d in workloads:
+    for c in containers(d):
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        if "FLEET__NATS__URL" in env:
+            check(env["FLEET__NATS__URL"] == "nats://fleet-nats:4222", f"{d['metadata']['name']}: NATS is the cluster")
+            check(env.get("FLEET__NATS__NUM_REPLICAS") == "3", f"{d['metadata']['name']}: streams at three replicas")
+tls = {(d["kind"], d["metadata"]["name"]): d for d in render("nats.tls.enabled=true")}
+check("tls {" in tls[("ConfigMap", "fleet-nats-cluster")]["data"]["cluster.conf"],
+      "with nats.tls the servers serve TLS")
+external = render("nats.deploy=false", "nats.host=nats.example")
+check(not any(d["metadata"]["name"] == "fleet-nats" for d in external), "nats.deploy=false runs no NATS")
 check(any(p["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/component") == "hub" for p in pdbs),
       "a PodDisruptionBudget for the hub")
 

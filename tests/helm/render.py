@@ -76,10 +76,18 @@ def workloads(docs):
         if doc.get("kind") not in ("Deployment", "StatefulSet", "Job"):
             continue
         for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "nats":
+                continue  # the NATS servers (templates/nats.yaml), not a fleet service
             env = {}
             for e in c.get("env", []):
                 if "value" in e:
                     env[e["name"]] = str(e["value"])
+                elif "fieldRef" in e["valueFrom"]:
+                    # The downward API: the first pod's name, as a cluster sets it.
+                    field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                    if field != "metadata.name":
+                        sys.exit(f"render.py: {doc['metadata']['name']}: unexpected fieldRef {field}")
+                    env[e["name"]] = f"{doc['metadata']['name']}-0"
                 else:
                     ref = e["valueFrom"]["secretKeyRef"]
                     env[e["name"]] = {"secret": ref["name"], "key": ref["key"]}

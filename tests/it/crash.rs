@@ -1,7 +1,9 @@
 //! `spec/quality.md`: kill the hub with SIGKILL at random points while
 //! snapshots stream in, restart it, three times; the final database equals
 //! applying every snapshot once, the lifecycle log holds exactly the real
-//! transitions, and `STATUS` holds no duplicate event.
+//! transitions, and `STATUS` holds no duplicate event. And the same checks
+//! across a takeover: two replicas sharing the partitions by lease, one
+//! killed mid-stream.
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
@@ -15,7 +17,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::support::*;
 
-fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
+pub(crate) fn spawn_hub(env: &TestEnv, log: &std::path::Path, replica: &str) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -32,7 +34,14 @@ fn spawn_hub(env: &TestEnv, log: &std::path::Path) -> Child {
             "FLEET__NATS__PARTITIONS",
             env.common.nats.partitions.to_string(),
         )
+        .env(
+            "FLEET__NATS__NUM_REPLICAS",
+            env.common.nats.num_replicas.to_string(),
+        )
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
+        // A restarted pod keeps its name and re-claims its leases at once.
+        .env("FLEET__HUB__REPLICA", replica)
+        .env("FLEET__HUB__LEASE_TTL", "3s")
         .env("FLEET__HUB__ACK_WAIT", "2s")
         .env("FLEET__HUB__BATCH_SIZE", "32")
         .env("FLEET__HUB__LINGER", "2ms")
@@ -62,19 +71,18 @@ async fn drained(env: &TestEnv) -> bool {
     n == 0
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
-    let env = TestEnv::new().await;
-    let log = std::env::temp_dir().join(format!("{}-hub.log", env.db_name));
-    let mut hub = Reaped::new(spawn_hub(&env, &log));
+/// Which device each snapshot is of, in each device's time order.
+pub(crate) type Plan = Vec<(usize, v1::ConditionSnapshot)>;
 
-    let devices = 16;
-    let per_device = 20;
-    let mut ids = vec![];
-    for i in 0..devices {
-        ids.push(env.create_device("s1", &format!("gpu-x-{i:02}")).await);
-    }
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+/// Per device, `per_device` openstack snapshots with random values, in
+/// time order; and one interleaving of all of them that keeps each
+/// device's own order.
+pub(crate) fn plan_snapshots(
+    seed: u64,
+    devices: usize,
+    per_device: usize,
+) -> (Plan, Vec<v1::ConditionSnapshot>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let t0 = micros(Utc::now()) - chrono::Duration::seconds(600);
     // Per device, a sequence of openstack snapshots with random values.
     let mut plan: Vec<(usize, v1::ConditionSnapshot)> = vec![];
@@ -111,12 +119,18 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
             order.push(s);
         }
     }
+    (plan, order)
+}
 
-    let publisher = {
+/// Publishes `order`, a little at a time, so that kills land mid-stream.
+pub(crate) fn publish_all(
+    env: &TestEnv,
+    order: Vec<v1::ConditionSnapshot>,
+) -> tokio::task::JoinHandle<()> {
+    {
         let js = env.js.clone();
         let subjects = env.subjects.clone();
         let partitions = env.common.nats.partitions;
-        let order = order.clone();
         tokio::spawn(async move {
             for (i, s) in order.iter().enumerate() {
                 let key = s.device.clone().unwrap();
@@ -125,45 +139,59 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
                     .as_ref()
                     .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
                     .unwrap();
-                fleet_bus::publish_observation(
-                    &js,
-                    &subjects,
-                    partitions,
-                    "openstack",
-                    &key,
-                    at,
-                    "fleet.v1.ConditionSnapshot",
-                    None,
-                    s.encode_to_vec().into(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
+                // As a connector does: a publish that fails (a NATS server
+                // lost, a stream leader being elected) is sent again under
+                // the same Nats-Msg-Id, which the stream deduplicates.
+                let mut tries = 0;
+                loop {
+                    let sent = match fleet_bus::publish_observation(
+                        &js,
+                        &subjects,
+                        partitions,
+                        "openstack",
+                        &key,
+                        at,
+                        "fleet.v1.ConditionSnapshot",
+                        None,
+                        s.encode_to_vec().into(),
+                    )
+                    .await
+                    {
+                        Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match sent {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tries += 1;
+                            assert!(tries < 150, "publish {i} failed {tries} times: {e}");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
                 // Spread the stream over the kills below.
                 if i % 4 == 0 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
         })
-    };
-
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..700))).await;
-        hub.stop("KILL", Duration::from_secs(10)).await;
-        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
-        hub = Reaped::new(spawn_hub(&env, &log));
     }
-    publisher.await.unwrap();
+}
+
+/// Waits until every observation and outbox row is through, then checks
+/// that the final database equals applying every snapshot once, in order:
+/// status and conditions, the lifecycle log as the in-order history, and
+/// one `StatusChanged` per lifecycle row with none twice.
+pub(crate) async fn assert_applied_once(env: &TestEnv, ids: &[String], plan: &Plan) {
     eventually(
         "the hub drained every observation and the outbox",
-        || async { drained(&env).await.then_some(()) },
+        || async { drained(env).await.then_some(()) },
     )
     .await;
     // Redeliveries after the last kill arrive within ack_wait.
     tokio::time::sleep(Duration::from_secs(3)).await;
     eventually("drained again", || async {
-        drained(&env).await.then_some(())
+        drained(env).await.then_some(())
     })
     .await;
 
@@ -177,7 +205,7 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
         rec.no_schedule_reasons = vec!["unreachable".into()];
         let mut s = DeviceState::new(rec);
         let mut seq = vec!["unknown".to_string()];
-        for (pd, snap) in &plan {
+        for (pd, snap) in plan {
             if *pd != d {
                 continue;
             }
@@ -199,7 +227,7 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     for (id, v) in lifecycle {
         by_device.entry(id).or_default().push(v);
     }
-    for id in &ids {
+    for id in ids {
         let want = &expected[id];
         let got_status = env.device_field(id, "operational_status").await;
         assert_eq!(
@@ -239,14 +267,21 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     }
 
     // STATUS: one event per lifecycle row, none twice.
-    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.status.operational.>", env.common.nats.subject_root),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    // As a consumer would: retried while a lost NATS server's streams
+    // elect their leaders (cluster.rs).
+    let consumer = eventually("a consumer of STATUS", || async {
+        let stream = env.js.get_stream(env.streams.status()).await;
+        let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
+        stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                filter_subject: format!("{}.status.operational.>", env.common.nats.subject_root),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| eprintln!("a consumer of STATUS: {e}"))
+            .ok()
+    })
+    .await;
     let mut seen: HashMap<(String, i64), usize> = HashMap::new();
     let mut total = 0;
     let mut batch = consumer
@@ -267,8 +302,99 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
     );
     let rows: usize = by_device.values().map(|v| v.len()).sum();
     assert_eq!(total, rows, "one operational event per lifecycle row");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
+    let env = TestEnv::new().await;
+    let log = std::env::temp_dir().join(format!("{}-hub.log", env.db_name));
+    let mut hub = Reaped::new(spawn_hub(&env, &log, "crash-hub"));
+
+    let devices = 16;
+    let mut ids = vec![];
+    for i in 0..devices {
+        ids.push(env.create_device("s1", &format!("gpu-x-{i:02}")).await);
+    }
+    let (plan, order) = plan_snapshots(0x5eed, devices, 20);
+    let publisher = publish_all(&env, order);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(100..700))).await;
+        hub.stop("KILL", Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..300))).await;
+        hub = Reaped::new(spawn_hub(&env, &log, "crash-hub"));
+    }
+    publisher.await.unwrap();
+    assert_applied_once(&env, &ids, &plan).await;
     drop(hub);
+    let _ = std::fs::remove_file(&log);
+    env.cleanup().await;
+}
+
+/// The partition leases that are live now, by replica.
+pub(crate) async fn live_leases(env: &TestEnv) -> BTreeMap<String, Vec<i32>> {
+    let rows: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT replica, partition FROM hub_partition_leases
+          WHERE expires_at > now() ORDER BY partition",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let mut out: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for (r, p) in rows {
+        out.entry(r).or_default().push(p);
+    }
+    out
+}
+
+/// Issue 20, "Scale out": two hub replicas share the partitions through
+/// their leases, without static assignment; one is killed with SIGKILL
+/// mid-stream, the other takes its partitions over once their leases
+/// expire (`hub.lease_ttl` 3 s here, plus at most a round), and every
+/// observation is applied exactly once, in order, across the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_loses_its_partitions_to_the_other() {
+    let env = TestEnv::new().await;
+    let log = std::env::temp_dir().join(format!("{}-hubs.log", env.db_name));
+    let mut a = Reaped::new(spawn_hub(&env, &log, "replica-a"));
+    let b = Reaped::new(spawn_hub(&env, &log, "replica-b"));
+    let partitions = env.common.nats.partitions as usize;
+
+    let devices = 16;
+    let mut ids = vec![];
+    for i in 0..devices {
+        ids.push(env.create_device("s1", &format!("gpu-x-{i:02}")).await);
+    }
+    eventually("the two replicas share every partition", || async {
+        let l = live_leases(&env).await;
+        let held: usize = l.values().map(Vec::len).sum();
+        (l.len() == 2 && held == partitions).then_some(())
+    })
+    .await;
+
+    let (plan, order) = plan_snapshots(0x1ea5e, devices, 20);
+    let publisher = publish_all(&env, order);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    a.stop("KILL", Duration::from_secs(10)).await;
+    let killed = std::time::Instant::now();
+    eventually("replica-b holds every partition", || async {
+        let l = live_leases(&env).await;
+        (l.len() == 1 && l.get("replica-b").map(Vec::len) == Some(partitions)).then_some(())
+    })
+    .await;
+    let takeover = killed.elapsed();
+    println!(
+        "takeover of replica-a's partitions: {:.2} s after SIGKILL",
+        takeover.as_secs_f64()
+    );
+    publisher.await.unwrap();
+    assert_applied_once(&env, &ids, &plan).await;
+    let epochs: i64 = sqlx::query_scalar("SELECT max(epoch) FROM hub_partition_leases")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(epochs >= 2, "a taken-over lease carries a new epoch");
+    drop(b);
     let _ = std::fs::remove_file(&log);
     env.cleanup().await;
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod cluster;
 mod config_doc;
 mod crash;
 mod dev;

@@ -60,7 +60,7 @@ capabilities: { drop: ["ALL"] }
 {{- $root := index . 0 -}}
 {{- $user := index . 1 -}}
 - name: FLEET__NATS__URL
-  value: "{{ if $root.Values.nats.tls.enabled }}tls{{ else }}nats{{ end }}://{{ $root.Values.nats.host }}:{{ $root.Values.nats.port }}"
+  value: "{{ if $root.Values.nats.tls.enabled }}tls{{ else }}nats{{ end }}://{{ if $root.Values.nats.deploy }}{{ include "fleet.fullname" $root }}-nats{{ else }}{{ $root.Values.nats.host }}{{ end }}:{{ $root.Values.nats.port }}"
 - name: FLEET__NATS__USER
   value: {{ $user | quote }}
 - name: FLEET__NATS__PASSWORD
@@ -76,6 +76,8 @@ capabilities: { drop: ["ALL"] }
 {{- end }}
 - name: FLEET__NATS__PARTITIONS
   value: {{ $root.Values.nats.partitions | quote }}
+- name: FLEET__NATS__NUM_REPLICAS
+  value: {{ $root.Values.nats.numReplicas | quote }}
 - name: OTEL_SERVICE_NAME
   value: fleet-{{ $user }}
 {{- range $k, $v := $root.Values.env }}

@@ -150,24 +150,24 @@ mod tests {
             None,
             env(&[
                 ("FLEET__HUB__BATCH_SIZE", "64"),
-                ("FLEET__HUB__PARTITIONS", "1,3"),
+                ("FLEET__HUB__LEASE_TTL", "3s"),
                 ("FLEET__HUB__LINGER", "5ms"),
                 ("FLEET__CONNECTORS__SLURM__POLL__RESYNC_INTERVAL", "30s"),
             ]),
         )
         .unwrap();
         assert_eq!(c.hub.batch_size, 64);
-        assert_eq!(c.hub.partitions, vec![1, 3]);
+        assert_eq!(c.hub.lease_ttl, Duration::from_secs(3));
         assert_eq!(c.hub.linger, Duration::from_millis(5));
         assert_eq!(
             c.connectors.slurm.poll.resync_interval,
             Duration::from_secs(30)
         );
         assert_eq!(c.nats.url, "nats://127.0.0.1:4222");
-        let err = FleetConfig::load_from(None, env(&[("FLEET__HUB__PARTITIONS", "99")]))
+        let err = FleetConfig::load_from(None, env(&[("FLEET__HUB__LEASE_TTL", "100ms")]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("hub.partitions"), "{err}");
+        assert!(err.contains("hub.lease_ttl"), "{err}");
     }
 
     #[test]

@@ -10,8 +10,16 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Address of `/healthz`, `/readyz`, `/metrics`.
     pub listen: String,
-    /// The partitions this replica consumes; empty means all of them.
-    pub partitions: Vec<u32>,
+    /// This replica's name in the partition lease table; empty: the host
+    /// name and process id (`<hostname>-<pid>`). Two live replicas must not
+    /// share a name; a replica restarted under its name (a StatefulSet pod)
+    /// re-claims its leases at once instead of waiting for them to expire.
+    pub replica: String,
+    /// A partition lease not renewed for this long may be claimed by another
+    /// replica; replicas renew every third of it. A replica that dies loses
+    /// its partitions within about `lease_ttl` plus a third of it.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
     /// Messages applied in one transaction at most.
     pub batch_size: usize,
     /// Concurrent appliers; each owns the partitions `p mod lanes`.
@@ -43,7 +51,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:9401".into(),
-            partitions: vec![],
+            replica: String::new(),
+            lease_ttl: Duration::from_secs(9),
             batch_size: 256,
             lanes: 4,
             linger: Duration::from_millis(20),
@@ -60,14 +69,33 @@ impl Default for Config {
 
 impl Config {
     /// Keys whose environment value is a comma-separated list.
-    pub const LISTS: &'static [&'static str] = &["hub.partitions"];
+    pub const LISTS: &'static [&'static str] = &[];
 
-    pub fn validate(&self, common: &Common) -> Result<(), ConfigError> {
-        let partitions = common.nats.partitions;
-        if let Some(p) = self.partitions.iter().find(|p| **p >= partitions) {
+    /// The name this replica leases partitions under.
+    pub fn replica_name(&self) -> String {
+        if !self.replica.is_empty() {
+            return self.replica.clone();
+        }
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .unwrap_or_else(|| "hub".into());
+        format!("{host}-{}", std::process::id())
+    }
+
+    pub fn validate(&self, _common: &Common) -> Result<(), ConfigError> {
+        if self.lease_ttl < Duration::from_secs(1) {
+            return Err(ConfigError::invalid("hub.lease_ttl", "must be at least 1s"));
+        }
+        if self.replica.len() > 200 {
             return Err(ConfigError::invalid(
-                "hub.partitions",
-                format!("partition {p} is not below nats.partitions = {partitions}"),
+                "hub.replica",
+                "at most 200 characters",
             ));
         }
         if self.batch_size == 0 {

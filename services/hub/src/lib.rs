@@ -11,6 +11,7 @@ pub mod decode;
 pub(crate) mod drift;
 pub(crate) mod inventory;
 pub(crate) mod join;
+pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod observations;
 pub(crate) mod relay;
@@ -54,6 +55,11 @@ pub struct Hub {
     pub outbox_acked: std::sync::Mutex<Vec<i64>>,
     /// Where `/healthz`, `/readyz` and `/metrics` listen once running.
     pub ops_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// This replica's name in the lease table (`hub.replica`).
+    pub replica: String,
+    /// Per partition: the lease epoch this replica holds it under, 0 when
+    /// it does not hold it (`lease.rs`).
+    pub(crate) leases: Vec<AtomicU64>,
     /// Per partition: its delivery epoch, bumped by `rewind`, and the
     /// signal that wakes its fetcher.
     epochs: Vec<(AtomicU64, Notify)>,
@@ -86,6 +92,7 @@ impl Hub {
         fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Hub).await?;
         let ttls = ttls(&common.freshness)?;
         let config_partitions = common.nats.partitions;
+        let replica = config.replica_name();
         Ok(Arc::new(Hub {
             common,
             config,
@@ -100,19 +107,19 @@ impl Hub {
             outbox_claims: Default::default(),
             outbox_acked: Default::default(),
             ops_addr: Default::default(),
+            replica,
+            leases: (0..config_partitions).map(|_| AtomicU64::new(0)).collect(),
             epochs: (0..config_partitions)
                 .map(|_| (AtomicU64::new(0), Notify::new()))
                 .collect(),
         }))
     }
 
-    /// The partitions this replica consumes.
+    /// The partitions this replica holds a lease on and consumes now.
     pub fn partitions(&self) -> Vec<u32> {
-        if self.config.partitions.is_empty() {
-            (0..self.common.nats.partitions).collect()
-        } else {
-            self.config.partitions.clone()
-        }
+        (0..self.common.nats.partitions)
+            .filter(|p| self.lease_epoch(*p) != 0)
+            .collect()
     }
 
     /// Copies a message to `DLQ` with its reason (cut to fit the server's
@@ -165,9 +172,11 @@ impl Hub {
     async fn fetch_partition(
         self: Arc<Self>,
         partition: u32,
+        lease: u64,
         lane: mpsc::Sender<observations::Item>,
         mut shutdown: Shutdown,
     ) {
+        let held = |hub: &Hub| hub.lease_epoch(partition) == lease;
         let durable = format!("hub-p{partition}");
         let filter = self.subjects.obs_partition(partition);
         let mut backoff = Duration::from_millis(200);
@@ -175,7 +184,7 @@ impl Hub {
         // with it) comes again first, in stream order, instead of after
         // `ack_wait` behind newer messages.
         let mut rewound = true;
-        while !shutdown.is_triggered() {
+        while !shutdown.is_triggered() && held(&self) {
             let epoch = self.epoch(partition);
             if rewound {
                 rewound = false;
@@ -234,9 +243,15 @@ impl Hub {
                     _ = shutdown.wait() => return,
                 };
                 if self.epoch(partition) != epoch {
+                    drop(messages);
+                    if !held(&self) {
+                        // The lease is gone (handed back or taken over):
+                        // its new owner consumes from what is unacked.
+                        tracing::info!(partition, "partition lease gone; fetcher stops");
+                        return;
+                    }
                     // A batch of this partition failed for want of the
                     // database: rewind once it is back.
-                    drop(messages);
                     if !self.database_back(&mut shutdown).await {
                         return;
                     }
@@ -267,7 +282,11 @@ impl Hub {
     /// messages or `linger` after the first, and applies them in one
     /// transaction. It stops when its fetchers are gone and its queue is
     /// empty, so the batch in hand is always finished and acked.
-    async fn apply_lane(self: Arc<Self>, mut rx: mpsc::Receiver<observations::Item>) {
+    async fn apply_lane(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<observations::Item>,
+        _running: mpsc::Sender<()>,
+    ) {
         let linger = self.config.linger;
         let max = self.config.batch_size;
         while let Some(first) = rx.recv().await {
@@ -306,21 +325,26 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     let (mut shell, addr) =
         fleet_store::Shell::start("hub", ops, &hub.nats, &hub.pool, &shutdown).await?;
     let _ = hub.ops_addr.set(addr);
-    tracing::info!(%addr, partitions = ?hub.partitions(), "hub running");
+    tracing::info!(%addr, replica = %hub.replica, "hub running");
 
     let lanes = hub.config.lanes.max(1);
     let mut senders = Vec::with_capacity(lanes);
+    // Closed once every lane has ended, so the leases are handed back only
+    // after what the lanes held is applied and acked.
+    let (running, lanes_done) = mpsc::channel::<()>(1);
     for _ in 0..lanes {
         let (tx, rx) = mpsc::channel(hub.config.batch_size * 2);
         senders.push(tx);
         // A lane ends once its fetchers are gone and its queue is applied.
-        shell.spawn(hub.clone().apply_lane(rx));
+        shell.spawn(hub.clone().apply_lane(rx, running.clone()));
     }
-    for p in hub.partitions() {
-        let lane = senders[p as usize % lanes].clone();
-        shell.spawn(hub.clone().fetch_partition(p, lane, shutdown.clone()));
-    }
-    drop(senders);
+    drop(running);
+    // The lease loop claims partitions and starts their fetchers; it keeps
+    // the lanes' senders until its fetchers are gone.
+    shell.spawn(
+        hub.clone()
+            .lease_loop(senders, lanes_done, shutdown.clone()),
+    );
     let (route, limits) = hub.command_route();
     shell.respond(hub.clone(), route, limits);
     shell.spawn(hub.clone().sweep_loop(shutdown.clone()));

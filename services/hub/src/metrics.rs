@@ -24,6 +24,9 @@ pub struct HubMetrics {
     pub confirmed: Counter,
     pub observations_pending: Gauge,
     pub observations_unconsumed: Gauge,
+    pub lease_held: Gauge,
+    pub lease_lost: Counter,
+    pub lease_round_seconds: Histogram,
     pub registry: Arc<Mutex<Registry>>,
 }
 
@@ -63,6 +66,19 @@ impl HubMetrics {
             observations_unconsumed: m.gauge(
                 "observations_unconsumed",
                 "OBSERVATIONS messages on subjects no hub consumer filters (alert when above 0)",
+            ),
+            lease_held: m.gauge(
+                "partition_leases_held",
+                "OBSERVATIONS partitions this replica holds a lease on and consumes",
+            ),
+            lease_lost: m.counter(
+                "partition_leases_lost",
+                "Partition leases this replica found taken over (not handed back)",
+            ),
+            lease_round_seconds: m.histogram(
+                "partition_lease_round_seconds",
+                "Time of one lease round (heartbeat, renew, hand back, claim)",
+                exponential_buckets(0.001, 2.0, 12),
             ),
             registry: m.registry(),
         }

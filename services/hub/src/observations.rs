@@ -14,6 +14,7 @@ use fleet_domain::{DomainError, KeyKind, Source};
 use fleet_store::StoreError;
 
 use crate::decode::{self, Key, Observation};
+use crate::lease::Fenced;
 use crate::work::{Summary, Work};
 use crate::Hub;
 
@@ -133,7 +134,12 @@ impl Hub {
             return stats;
         }
         match self.apply(&good).await {
-            Ok((s, rows)) => {
+            Ok(Err(Fenced(lost))) => {
+                // Not acked: the partitions' next owner gets them again.
+                let batch: BTreeSet<u32> = good.iter().map(|i| i.partition).collect();
+                self.fenced(&lost, &batch);
+            }
+            Ok(Ok((s, rows))) => {
                 merge(&mut stats, s);
                 for item in &good {
                     self.ack(&item.msg).await;
@@ -155,8 +161,15 @@ impl Hub {
             Err(e) if good.len() > 1 => {
                 tracing::warn!(error = %e, batch = good.len(), "batch failed; retrying its messages one at a time");
                 for item in good {
+                    if item.epoch != self.epoch(item.partition) {
+                        // Its partition was let go or rewound meanwhile.
+                        continue;
+                    }
                     match self.apply(std::slice::from_ref(&item)).await {
-                        Ok((s, rows)) => {
+                        Ok(Err(Fenced(lost))) => {
+                            self.fenced(&lost, &BTreeSet::from([item.partition]));
+                        }
+                        Ok(Ok((s, rows))) => {
                             merge(&mut stats, s);
                             self.ack(&item.msg).await;
                             self.publish_committed(rows).await;
@@ -205,7 +218,7 @@ impl Hub {
     pub async fn apply(
         &self,
         items: &[Item],
-    ) -> Result<(BatchStats, Vec<fleet_outbox::Pending>), StoreError> {
+    ) -> Result<Result<(BatchStats, Vec<fleet_outbox::Pending>), Fenced>, StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
         let obs: Vec<(&Item, &Observation)> = items
@@ -213,6 +226,12 @@ impl Hub {
             .map(|i| (i, i.parsed.as_ref().expect("only parsed items")))
             .collect();
         let mut tx = self.pool.begin().await?;
+        // First, and held to the commit: the batch's partitions are still
+        // this replica's (lease.rs).
+        let partitions: BTreeSet<u32> = items.iter().map(|i| i.partition).collect();
+        if let Err(f) = self.fence(&mut tx, &partitions).await? {
+            return Ok(Err(f));
+        }
 
         let mut by_kind: BTreeMap<KeyKind, HashSet<(String, String)>> = BTreeMap::new();
         for (_, o) in &obs {
@@ -363,7 +382,7 @@ impl Hub {
             return Err(e.into());
         }
         stats.summary = summary;
-        Ok((stats, work.outbox))
+        Ok(Ok((stats, work.outbox)))
     }
 }
 

@@ -47,6 +47,9 @@ pub struct NatsConfig {
     /// How many bytes `OBSERVATIONS` may hold; past it publishes are
     /// refused (and retried by the publishers).
     pub observations_max_bytes: i64,
+    /// Copies of every stream on a NATS cluster (JetStream's
+    /// `num_replicas`): 3 survives one server lost; 1 on a single server.
+    pub num_replicas: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -79,6 +82,7 @@ impl Default for NatsConfig {
             partitions: 16,
             observations_max_age: Duration::from_secs(24 * 3600),
             observations_max_bytes: 1 << 30,
+            num_replicas: 1,
         }
     }
 }
@@ -110,11 +114,16 @@ impl NatsConfig {
                 "carries credentials, which NATS clients ignore there; set nats.user with nats.password or nats.password_file (or nats.token, nats.nkey_seed_file, nats.creds_file) instead",
             ));
         }
+        self.server_addrs()?;
         if self.subject_root.trim().is_empty() {
             return Err(bad("nats.subject_root", "is required"));
         }
         if self.partitions == 0 {
             return Err(bad("nats.partitions", "must be at least 1"));
+        }
+        if !(1..=5).contains(&self.num_replicas) {
+            // JetStream's own bounds for a stream's replicas.
+            return Err(bad("nats.num_replicas", "must be 1 to 5"));
         }
         let password = !self.password.is_empty() || !self.password_file.is_empty();
         if !self.password.is_empty() && !self.password_file.is_empty() {
@@ -151,6 +160,24 @@ impl NatsConfig {
             return Err(bad("nats.inbox_prefix", "must be a plain subject prefix"));
         }
         Ok(())
+    }
+
+    /// Every server of `url` (comma-separated: the servers of a cluster;
+    /// the client moves to another when its own goes away).
+    pub fn server_addrs(&self) -> Result<Vec<async_nats::ServerAddr>, NatsConfigError> {
+        self.url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| {
+                u.parse::<async_nats::ServerAddr>().map_err(|e| {
+                    bad(
+                        "nats.url",
+                        format!("{} is not a NATS server address: {e}", redact_url(u)),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// The URL with any credential in it redacted, for logs and errors.
@@ -253,7 +280,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<async_nats::Clie
         .options(name)
         .await?
         .retry_on_initial_connect()
-        .connect(config.url.as_str())
+        .connect(config.server_addrs().map_err(BusError::Config)?)
         .await
         .map_err(|e| config.connect_error(e))
 }
@@ -263,7 +290,7 @@ pub async fn connect_now(config: &NatsConfig, name: &str) -> Result<async_nats::
     config
         .options(name)
         .await?
-        .connect(config.url.as_str())
+        .connect(config.server_addrs().map_err(BusError::Config)?)
         .await
         .map_err(|e| config.connect_error(e))
 }
@@ -285,6 +312,24 @@ mod tests {
         assert_eq!(e.key, "nats.url");
         assert!(!e.to_string().contains("s3cret"), "{e}");
         assert_eq!(c.display_url(), "nats://hub:<redacted>@nats:4222");
+    }
+
+    #[test]
+    fn a_cluster_is_every_server_of_the_url_and_replicas_are_bounded() {
+        let c = with(|c| c.url = "nats://n1:4222, nats://n2:4222,nats://n3:4222".into());
+        assert!(c.validate().is_ok());
+        assert_eq!(c.server_addrs().unwrap().len(), 3);
+        let e = with(|c| c.url = "nats://n1:4222,nats://n2:notaport".into())
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.key, "nats.url", "{e}");
+        for (replicas, ok) in [(0, false), (1, true), (3, true), (5, true), (6, false)] {
+            let r = with(|c| c.num_replicas = replicas).validate();
+            assert_eq!(r.is_ok(), ok, "{replicas}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.key, "nats.num_replicas");
+            }
+        }
     }
 
     #[test]

@@ -38,9 +38,10 @@ impl StreamNames {
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
-/// How much `OBSERVATIONS` may hold. Past either limit a publish is
-/// refused (the connector retries and its publish-failure metric rises):
-/// nothing already in the stream is dropped to make room.
+/// How much `OBSERVATIONS` may hold, and how many copies every stream
+/// keeps. Past either limit a publish is refused (the connector retries and
+/// its publish-failure metric rises): nothing already in the stream is
+/// dropped to make room.
 #[derive(Debug, Clone, Copy)]
 pub struct ObservationLimits {
     pub max_age: Duration,
@@ -48,6 +49,8 @@ pub struct ObservationLimits {
     /// The partition count P, recorded in the stream's description so
     /// every publisher can check it agrees with the hub; 0 records none.
     pub partitions: u32,
+    /// `nats.num_replicas`, for every stream (consumers inherit it).
+    pub num_replicas: usize,
 }
 
 impl ObservationLimits {
@@ -56,16 +59,7 @@ impl ObservationLimits {
             max_age: config.observations_max_age.max(Duration::from_secs(60)),
             max_bytes: config.observations_max_bytes,
             partitions: config.partitions,
-        }
-    }
-}
-
-impl Default for ObservationLimits {
-    /// The default limits, recording no partition count.
-    fn default() -> Self {
-        ObservationLimits {
-            partitions: 0,
-            ..Self::of(&crate::NatsConfig::default())
+            num_replicas: config.num_replicas.max(1),
         }
     }
 }
@@ -95,12 +89,8 @@ pub enum Owner {
     Radar,
 }
 
-/// The stream configurations of `spec/mesh.md`.
-pub fn stream_configs(names: &StreamNames, subjects: &Subjects) -> Vec<stream::Config> {
-    stream_configs_with(names, subjects, ObservationLimits::default())
-}
-
-/// [`stream_configs`] with the configured limits of `OBSERVATIONS`.
+/// The stream configurations of `spec/mesh.md`, with the configured limits
+/// of `OBSERVATIONS` and every stream's replicas.
 pub fn stream_configs_with(
     names: &StreamNames,
     subjects: &Subjects,
@@ -114,6 +104,7 @@ pub fn stream_configs_with(
             subjects: vec![subjects.obs_all()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
+            num_replicas: limits.num_replicas,
             duplicate_window: Duration::from_secs(120),
             max_age: limits.max_age,
             max_bytes: limits.max_bytes,
@@ -125,6 +116,7 @@ pub fn stream_configs_with(
             subjects: vec![subjects.status_all()],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
+            num_replicas: limits.num_replicas,
             max_age: 7 * DAY,
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
@@ -134,6 +126,7 @@ pub fn stream_configs_with(
             subjects: vec![subjects.radar_all()],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
+            num_replicas: limits.num_replicas,
             max_messages_per_subject: 1,
             ..Default::default()
         },
@@ -142,6 +135,7 @@ pub fn stream_configs_with(
             subjects: vec![subjects.job_all()],
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
+            num_replicas: limits.num_replicas,
             ..Default::default()
         },
         stream::Config {
@@ -149,6 +143,7 @@ pub fn stream_configs_with(
             subjects: vec![subjects.dlq_all()],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
+            num_replicas: limits.num_replicas,
             max_age: 14 * DAY,
             ..Default::default()
         },
@@ -266,13 +261,15 @@ pub async fn check_observations(
     Ok(true)
 }
 
-/// Creates or updates every stream.
+/// Creates or updates every stream, with the configured limits and
+/// replicas (tests and benchmarks, which play every owner).
 pub async fn ensure_streams(
     js: &jetstream::Context,
-    names: &StreamNames,
-    subjects: &Subjects,
+    config: &crate::NatsConfig,
 ) -> Result<(), BusError> {
-    for config in stream_configs(names, subjects) {
+    let names = StreamNames::new(&config.stream_prefix);
+    let subjects = Subjects::new(&config.subject_root, &config.radar_root);
+    for config in stream_configs_with(&names, &subjects, ObservationLimits::of(config)) {
         let name = config.name.clone();
         js.create_or_update_stream(config)
             .await

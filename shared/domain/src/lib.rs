@@ -20,6 +20,7 @@ pub mod inventory;
 pub mod ironic;
 pub mod ironic_direct;
 pub mod jobs;
+pub mod lease;
 pub mod limits;
 pub mod mtc;
 pub mod nova_arm;

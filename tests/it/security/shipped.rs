@@ -79,76 +79,137 @@ pub fn compose() -> Compose {
 }
 
 pub struct ShippedNats {
+    /// The first server's client port.
     pub port: u16,
-    child: Child,
+    /// Every server's client port (one, or the nodes of a cluster).
+    pub ports: Vec<u16>,
+    children: Vec<Child>,
     dir: std::path::PathBuf,
 }
 
 impl Drop for ShippedNats {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl ShippedNats {
+    /// One server running the shipped configuration.
     pub async fn start() -> ShippedNats {
-        let port = free_port();
+        Self::start_nodes(1).await
+    }
+
+    /// A 3-node cluster, each node running the shipped configuration, as
+    /// compose and Helm run it (docs/scaling.md).
+    pub async fn cluster() -> ShippedNats {
+        Self::start_nodes(3).await
+    }
+
+    async fn start_nodes(n: usize) -> ShippedNats {
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let route_urls = routes
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let dir = std::env::temp_dir().join(format!("fleet-shipped-nats-{}", ulid::Ulid::new()));
         std::fs::create_dir_all(&dir).unwrap();
         let shipped = std::fs::read_to_string(repo("helm/fleet/files/nats.conf")).unwrap();
         assert!(shipped.contains("port: 4222") && shipped.contains("    users: ["));
-        let conf = shipped
-            .replace("port: 4222", &format!("port: {port}"))
-            .replace("http_port: 8222", "")
-            .replace(
-                "\"/data/jetstream\"",
-                &format!("\"{}\"", dir.join("js").display()),
-            )
-            .replace(
-                "    users: [",
-                &format!(
-                    "    users: [\n      {{ user: {}, password: {} }}",
-                    ADMIN.0, ADMIN.1
-                ),
-            );
-        let path = dir.join("nats.conf");
-        std::fs::write(&path, conf).unwrap();
-        let mut cmd = Command::new("nats-server");
-        cmd.arg("-c")
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for (k, v) in compose().nats_passwords {
-            cmd.env(k, v);
-        }
-        cmd.env("FLEET_NATS_AGENT_PASSWORD", AGENT_PASSWORD);
-        let child = cmd
-            .spawn()
-            .expect("nats-server is needed on PATH (Debian package nats-server)");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                break;
+        let mut children = vec![];
+        for (i, port) in ports.iter().enumerate() {
+            let conf = shipped
+                .replace("port: 4222", &format!("port: {port}"))
+                .replace("http_port: 8222", "")
+                .replace(
+                    "\"/data/jetstream\"",
+                    &format!("\"{}\"", dir.join(format!("js{i}")).display()),
+                )
+                .replace(
+                    "    users: [",
+                    &format!(
+                        "    users: [\n      {{ user: {}, password: {} }}",
+                        ADMIN.0, ADMIN.1
+                    ),
+                );
+            let path = dir.join(format!("nats{i}.conf"));
+            std::fs::write(&path, conf).unwrap();
+            let mut cmd = Command::new("nats-server");
+            cmd.arg("-c")
+                .arg(&path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if n > 1 {
+                cmd.args(["--server_name", &format!("nats-{}", i + 1)])
+                    .args(["--cluster_name", "fleet"])
+                    .args(["--cluster", &format!("nats://127.0.0.1:{}", routes[i])])
+                    .args(["--routes", &route_urls]);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            for (k, v) in compose().nats_passwords {
+                cmd.env(k, v);
+            }
+            cmd.env("FLEET_NATS_AGENT_PASSWORD", AGENT_PASSWORD);
+            children.push(
+                cmd.spawn()
+                    .expect("nats-server is needed on PATH (Debian package nats-server)"),
+            );
         }
-        ShippedNats { port, child, dir }
+        let nats = ShippedNats {
+            port: ports[0],
+            ports,
+            children,
+            dir,
+        };
+        nats.until_ready(n).await;
+        nats
     }
 
+    /// Waits until every server answers and JetStream can place a stream
+    /// on all of them (a cluster has elected its meta leader).
+    async fn until_ready(&self, replicas: usize) {
+        for port in &self.ports {
+            for _ in 0..100 {
+                if tokio::net::TcpStream::connect(("127.0.0.1", *port))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        if replicas == 1 {
+            return;
+        }
+        let first = self.url().split(',').next().unwrap_or_default().to_string();
+        fleet_testkit::nats_cluster::until_replicated(replicas, || async {
+            async_nats::ConnectOptions::with_user_and_password(ADMIN.0.into(), ADMIN.1.into())
+                .connect(first.as_str())
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the shipped NATS cluster did not form within 30 s: {e}"));
+    }
+
+    /// Every server's address, comma-separated, as `nats.url` takes them.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        fleet_testkit::nats_cluster::loopback_urls(&self.ports)
     }
 
     /// A test environment (fresh database) on this server, with the shipped
     /// subject root and stream names, reading as `test-admin`.
     pub async fn env(&self) -> TestEnv {
         let url = self.url();
+        let replicas = self.ports.len();
         TestEnv::with_nats_config(move |n| {
             n.url = url;
+            n.num_replicas = replicas;
             n.user = ADMIN.0.into();
             n.password = fleet_bus::Secret::new(ADMIN.1);
             n.subject_root = "fleet".into();
@@ -181,9 +242,7 @@ impl ShippedNats {
     ) -> FleetConfig {
         let mut map: HashMap<String, String> = HashMap::new();
         for (k, v) in vars {
-            let v = v
-                .replace("@nats:4222", &format!("@127.0.0.1:{}", self.port))
-                .replace("nats://nats:4222", &self.url());
+            let v = self.to_these_servers(v);
             if k == "FLEET__DATABASE__URL" {
                 map.insert(k.clone(), env.common.database.url.clone());
             } else if k.ends_with("__LISTEN") {
@@ -197,6 +256,34 @@ impl ShippedNats {
         c.database.url = env.common.database.url.clone();
         c.database.max_connections = 4;
         c
+    }
+
+    /// A deployment's NATS addresses made these servers': compose's
+    /// `nats`, `nats-2`, `nats-3` and Helm's `<release>-nats-<i>` pods, in
+    /// order; one server takes every address.
+    fn to_these_servers(&self, v: &str) -> String {
+        if !v.contains("://") || !v.contains(":4222") {
+            return v.to_string();
+        }
+        let parts: Vec<String> = v
+            .split(',')
+            .enumerate()
+            .map(|(i, u)| {
+                let port = self.ports[i.min(self.ports.len() - 1)];
+                let (scheme, rest) = u.trim().split_once("://").expect("a URL");
+                let (userinfo, _) = rest
+                    .rsplit_once('@')
+                    .map(|(u, h)| (format!("{u}@"), h))
+                    .unwrap_or((String::new(), rest));
+                format!("{scheme}://{userinfo}127.0.0.1:{port}")
+            })
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        parts
+            .into_iter()
+            .filter(|p| seen.insert(p.clone()))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// A client as `user` that records the server's permission errors.
@@ -228,7 +315,7 @@ impl ShippedNats {
                     }
                 }
             })
-            .connect(self.url())
+            .connect(n.server_addrs().unwrap())
             .await
             .unwrap_or_else(|e| panic!("{user} connects: {e}"));
         (client, rx)

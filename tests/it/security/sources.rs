@@ -51,7 +51,7 @@ async fn raw_publish(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connector_cannot_pose_as_another_source() {
-    let nats = ShippedNats::start().await;
+    let nats = ShippedNats::cluster().await;
     let env = nats.env().await;
     let c = nats.service_config("hub", &env);
     let hub = fleet_hub::Hub::connect(c.common(), c.hub)

@@ -60,7 +60,11 @@ pub struct TestEnv {
 
 /// Deletes every stream with the test's prefix and drops its database.
 async fn remove(db_name: &str, stream_prefix: &str, nats: &str) {
-    if let Ok(client) = async_nats::connect(nats).await {
+    let addrs: Vec<async_nats::ServerAddr> = nats
+        .split(',')
+        .filter_map(|u| u.trim().parse().ok())
+        .collect();
+    if let Ok(client) = async_nats::connect(addrs).await {
         let js = async_nats::jetstream::new(client);
         let mut names = js.stream_names();
         let mut mine = vec![];
@@ -161,7 +165,7 @@ impl TestEnv {
         let js = async_nats::jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects)
+        fleet_bus::ensure_streams(&js, &config.nats)
             .await
             .expect("create streams");
         sqlx::query("INSERT INTO sites (id, name) VALUES ('s1', 'site one'), ('s2', 'site two')")
@@ -727,6 +731,7 @@ pub mod api;
 pub mod connector;
 pub mod gateway;
 pub mod ironic;
+pub mod nats_cluster;
 pub mod nova;
 pub mod placement;
 pub mod slurm;

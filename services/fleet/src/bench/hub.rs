@@ -123,7 +123,7 @@ impl Bench {
         let js = async_nats::jetstream::new(nats.clone());
         let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
         let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        fleet_bus::ensure_streams(&js, &config.nats).await?;
 
         eprintln!("bench: inserting {} devices", args.devices);
         sqlx::query("INSERT INTO sites (id, name) VALUES ($1, 'bench')")
@@ -188,6 +188,9 @@ impl Bench {
             .env("FLEET__NATS__STREAM_PREFIX", &c.nats.stream_prefix)
             .env("FLEET__NATS__PARTITIONS", c.nats.partitions.to_string())
             .env("FLEET__HUB__LISTEN", &c.hub.listen)
+            // One name across the phases' restarts: the next process
+            // re-claims the killed one's leases at once.
+            .env("FLEET__HUB__REPLICA", "bench-hub")
             .env("FLEET__FRESHNESS__DEFAULT_TTL", "1day")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -117,9 +117,7 @@ async fn bench(config: &FleetConfig, args: &PlacerBench) -> anyhow::Result<Strin
     {
         let nats = fleet_bus::connect_now(&config.nats, "fleet-bench").await?;
         let js = async_nats::jetstream::new(nats);
-        let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-        let streams = StreamNames::new(&config.nats.stream_prefix);
-        fleet_bus::ensure_streams(&js, &streams, &subjects).await?;
+        fleet_bus::ensure_streams(&js, &config.nats).await?;
     }
     let placer = Placer::connect(config.common(), config.placer.clone()).await?;
     let (trigger, shutdown) = Shutdown::new();
