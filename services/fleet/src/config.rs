@@ -53,6 +53,10 @@ const MOVED: &[(&str, &str)] = &[
         "freshness.ttl_secs",
         "freshness.ttl (durations: FLEET__FRESHNESS__TTL__SLURM=90s)",
     ),
+    (
+        "hub.partitions",
+        "hub.replica and hub.lease_ttl (replicas share the partitions through leases, docs/scaling.md)",
+    ),
 ];
 
 impl FleetConfig {
@@ -168,6 +172,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("hub.lease_ttl"), "{err}");
+        // The static assignment is gone: a deployment still setting it is
+        // refused at start, with where to go.
+        let err = FleetConfig::load_from(None, env(&[("FLEET__HUB__PARTITIONS", "1,3")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("hub.partitions") && err.contains("hub.replica"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -268,7 +268,7 @@ impl ConfigError {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Layout<'a> {
     /// Keys whose environment value is a comma-separated list
-    /// (`FLEET__HUB__PARTITIONS=0,1,2`).
+    /// (`FLEET__SECTION__KEY=a,b,c`).
     pub lists: &'a [&'a str],
     /// Keys that moved, with where they went: a configuration still
     /// setting one is refused at start instead of being ignored.
