@@ -95,8 +95,18 @@ async def main():
             else:
                 e = status_pb2.StatusChanged()
                 e.ParseFromString(msg.data)
-                print(f"{e.device_id} {e.axis}: {e.from_value or '(born)'} -> {e.to} "
-                      f"v{e.version} {e.cause} trace {trace}")
+                # Contract v2 (docs/subjects.md): a birth is one `device`
+                # event with every axis's first value; a transaction's
+                # condition changes are one `conditions` event.
+                if e.axis == "device":
+                    change = "born " + " ".join(f"{a.axis}={a.value}" for a in e.axes)
+                elif e.axis == "conditions":
+                    change = " ".join(f"{c.condition_type}:{c.from_status or '(new)'}->{c.to_status}"
+                                      for c in e.conditions)
+                else:
+                    change = f"{e.from_value} -> {e.to}"
+                print(f"{e.device_id} {e.axis}: {change} v{e.version} (schema v{e.schema_version or 1}) "
+                      f"{e.cause} trace {trace}")
             seen += 1
     finally:
         await nc.close()

@@ -266,7 +266,7 @@ pub(crate) async fn assert_applied_once(env: &TestEnv, ids: &[String], plan: &Pl
         assert_eq!(rows.last(), Some(&got_status));
     }
 
-    // STATUS: one event per lifecycle row, none twice.
+    // STATUS: one operational event (or birth) per lifecycle row, none twice.
     // As a consumer would: retried while a lost NATS server's streams
     // elect their leaders (cluster.rs).
     let consumer = eventually("a consumer of STATUS", || async {
@@ -274,7 +274,10 @@ pub(crate) async fn assert_applied_once(env: &TestEnv, ids: &[String], plan: &Pl
         let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
         stream
             .create_consumer(async_nats::jetstream::consumer::pull::Config {
-                filter_subject: format!("{}.status.operational.>", env.common.nats.subject_root),
+                filter_subject: format!("{}.status.>", env.common.nats.subject_root),
+                // Read, never acked: nothing holds the delivery back at
+                // max_ack_pending (1,000) or delivers a message twice.
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
                 ..Default::default()
             })
             .await
@@ -284,16 +287,41 @@ pub(crate) async fn assert_applied_once(env: &TestEnv, ids: &[String], plan: &Pl
     .await;
     let mut seen: HashMap<(String, i64), usize> = HashMap::new();
     let mut total = 0;
-    let mut batch = consumer
-        .fetch()
-        .max_messages(100_000)
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = batch.next().await {
-        let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
-        *seen.entry((e.device_id, e.version)).or_default() += 1;
-        total += 1;
+    // Until the consumer has nothing pending: one fetch may return less
+    // than the stream holds (a cluster answers a pull in parts).
+    loop {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(10_000)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .unwrap();
+        let mut fetched = 0;
+        while let Some(Ok(m)) = batch.next().await {
+            fetched += 1;
+            let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
+            // A birth (one `device` event) carries the operational birth row.
+            if e.value_of("operational").is_none() {
+                continue;
+            }
+            *seen.entry((e.device_id, e.version)).or_default() += 1;
+            total += 1;
+        }
+        let mut consumer = consumer.clone();
+        let pending = match consumer.info().await {
+            Ok(i) => i.num_pending,
+            Err(e) => {
+                eprintln!("STATUS consumer info: {e}");
+                1
+            }
+        };
+        if pending == 0 {
+            break;
+        }
+        if fetched == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(

@@ -100,12 +100,28 @@ func main() {
 			fmt.Fprintln(os.Stderr, "follow_status: undecodable event:", err)
 			continue
 		}
-		from := e.GetFromValue()
-		if from == "" {
-			from = "(born)"
+		// Contract v2 (docs/subjects.md): a birth is one `device` event
+		// with every axis's first value; a transaction's condition changes
+		// are one `conditions` event.
+		change := e.GetFromValue() + " -> " + e.GetTo()
+		switch e.GetAxis() {
+		case "device":
+			change = "born"
+			for _, a := range e.GetAxes() {
+				change += " " + a.GetAxis() + "=" + a.GetValue()
+			}
+		case "conditions":
+			change = ""
+			for _, c := range e.GetConditions() {
+				from := c.GetFromStatus()
+				if from == "" {
+					from = "(new)"
+				}
+				change += " " + c.GetConditionType() + ":" + from + "->" + c.GetToStatus()
+			}
 		}
-		fmt.Printf("%s %s: %s -> %s v%d %s trace %s\n", e.GetDeviceId(), e.GetAxis(), from, e.GetTo(),
-			e.GetVersion(), e.GetCause(), msg.Header.Get("traceparent"))
+		fmt.Printf("%s %s: %s v%d (schema v%d) %s trace %s\n", e.GetDeviceId(), e.GetAxis(), change,
+			e.GetVersion(), e.GetSchemaVersion(), e.GetCause(), msg.Header.Get("traceparent"))
 		seen++
 	}
 	if *limit > 0 && seen < *limit {

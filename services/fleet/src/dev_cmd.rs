@@ -324,10 +324,12 @@ async fn show(
             let converged = agreement.as_ref().is_some_and(Agreement::converged);
             if converged {
                 derived_at = Some(secs);
+                let events = mesh.hub_status_events().await.unwrap_or(0.0);
                 out!(
-                    "\nfleet fully derived: all {} devices match the scenario's ground truth (operational status, health, connectivity) after {secs:.1} s (every device had an applied OpenStack snapshot after {:.1} s); the scenario evolves from now on",
+                    "\nfleet fully derived: all {} devices match the scenario's ground truth (operational status, health, connectivity) after {secs:.1} s (every device had an applied OpenStack snapshot after {:.1} s; {events:.0} StatusChanged events until then, {:.1} per device); the scenario evolves from now on",
                     p.of,
-                    snapshots_at.unwrap_or(secs)
+                    snapshots_at.unwrap_or(secs),
+                    events / (p.of.max(1) as f64)
                 );
                 mesh.release();
                 if exit_when_derived {

@@ -222,7 +222,11 @@ impl Work {
 }
 
 /// Lifecycle rows (one per changed axis, a birth row per kind on creation)
-/// and `StatusChanged` outbox rows for one device.
+/// and `StatusChanged` outbox rows for one device, contract version 2
+/// (`status.proto`): a birth is one `device` event with every axis's first
+/// value and the conditions it was born with; otherwise one event per axis
+/// that changed and at most one `conditions` event listing every condition
+/// that changed.
 fn events(
     t: &Touched,
     now: DateTime<Utc>,
@@ -243,6 +247,16 @@ fn events(
             .map(|c| (c.axis, c.from, c.to))
             .collect()
     };
+    let conditions: Vec<v1::ConditionChange> = t
+        .after
+        .condition_changes(&t.before.conditions)
+        .into_iter()
+        .map(|c| v1::ConditionChange {
+            condition_type: c.condition_type.to_string(),
+            from_status: c.from.map(|s| s.to_string()).unwrap_or_default(),
+            to_status: c.to.to_string(),
+        })
+        .collect();
     let trace = t.trace.clone().unwrap_or_else(|| {
         fleet_runtime::telemetry::downstream_traceparent(&tracing::Span::none(), None)
     });
@@ -252,46 +266,77 @@ fn events(
         .iter()
         .map(|c| c.to_string())
         .collect();
-    let mut emit = |axis: Axis, from: String, to: String, condition_type: Option<String>| {
-        let msg = v1::StatusChanged {
-            device_id: r.id.clone(),
-            site: r.site_id.clone(),
-            axis: axis.to_string(),
-            from_value: from,
-            to,
-            at: Some(timestamp(now)),
-            version: r.version,
-            decisive: match (axis, &condition_type) {
-                (Axis::Operational, _) => decisive.clone(),
-                (Axis::Conditions, Some(c)) => vec![c.clone()],
-                _ => vec![],
-            },
-            cause: t.cause.clone(),
-        };
+    let base = v1::StatusChanged {
+        device_id: r.id.clone(),
+        site: r.site_id.clone(),
+        at: Some(timestamp(now)),
+        version: r.version,
+        cause: t.cause.clone(),
+        schema_version: fleet_proto::STATUS_SCHEMA_VERSION,
+        ..Default::default()
+    };
+    let mut emit = |msg: v1::StatusChanged| {
         outbox_rows.push(OutboxRow {
-            subject: subjects.status(axis.as_str(), &r.site_id, &r.id),
+            subject: subjects.status(&msg.axis, &r.site_id, &r.id),
             schema: fleet_proto::schema::<v1::StatusChanged>(),
             payload: msg.encode_to_vec(),
             traceparent: Some(trace.clone()),
         });
     };
-    for (axis, from, to) in changes {
+    for (axis, _, to) in &changes {
         lifecycle.push(LifecycleRow {
             device_id: r.id.clone(),
             kind: axis.to_string(),
             value: to.clone(),
             cause: t.cause.clone(),
         });
-        emit(axis, from, to, None);
     }
-    for c in t.after.condition_changes(&t.before.conditions) {
-        emit(
-            Axis::Conditions,
-            c.from
-                .map(|s| format!("{}={}", c.condition_type, s))
-                .unwrap_or_default(),
-            format!("{}={}", c.condition_type, c.to),
-            Some(c.condition_type.to_string()),
-        );
+    if t.born {
+        emit(v1::StatusChanged {
+            axis: Axis::Device.to_string(),
+            to: "born".into(),
+            decisive,
+            axes: changes
+                .into_iter()
+                .map(|(axis, _, value)| v1::AxisValue {
+                    axis: axis.to_string(),
+                    value,
+                })
+                .collect(),
+            conditions,
+            ..base
+        });
+        return;
+    }
+    for (axis, from, to) in changes {
+        emit(v1::StatusChanged {
+            axis: axis.to_string(),
+            from_value: from,
+            to,
+            decisive: if axis == Axis::Operational {
+                decisive.clone()
+            } else {
+                vec![]
+            },
+            ..base.clone()
+        });
+    }
+    if !conditions.is_empty() {
+        let listed = |f: fn(&v1::ConditionChange) -> &str| {
+            conditions
+                .iter()
+                .filter(|c| !f(c).is_empty())
+                .map(|c| format!("{}={}", c.condition_type, f(c)))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        emit(v1::StatusChanged {
+            axis: Axis::Conditions.to_string(),
+            from_value: listed(|c| &c.from_status),
+            to: listed(|c| &c.to_status),
+            decisive: conditions.iter().map(|c| c.condition_type.clone()).collect(),
+            conditions,
+            ..base
+        });
     }
 }

@@ -97,12 +97,17 @@ impl Placer {
         }
     }
 
-    /// `schedulable` events into the capacity view.
+    /// `schedulable` events, and births with their first bucket, into the
+    /// capacity view.
     async fn on_schedulable(&self, events: Vec<StatusEvent>) -> Result<(), PlacerError> {
         for e in events {
-            self.metrics.status_event("schedulable");
-            let Ok(bucket) = CapacityBucket::parse(&e.event.to) else {
-                tracing::warn!(device_id = %e.event.device_id, to = %e.event.to, "schedulable event names no bucket; ignored");
+            self.metrics.status_event(&e.event.axis);
+            let Some(to) = e.event.value_of(Axis::Schedulable.as_str()) else {
+                tracing::warn!(device_id = %e.event.device_id, axis = %e.event.axis, "event gives no schedulable bucket; ignored");
+                continue;
+            };
+            let Ok(bucket) = CapacityBucket::parse(to) else {
+                tracing::warn!(device_id = %e.event.device_id, to = %to, "schedulable event names no bucket; ignored");
                 continue;
             };
             self.apply_bucket(&e.event.device_id, bucket, e.event.version)
@@ -251,9 +256,10 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
             deadline: Duration::from_secs(30),
         },
     );
-    {
+    // A device's first bucket comes with its birth (the `device` event).
+    for axis in [Axis::Schedulable, Axis::Device] {
         let p = placer.clone();
-        let c = p.consumer(Axis::Schedulable);
+        let c = p.consumer(axis);
         let (js, subjects) = (p.js.clone(), p.subjects.clone());
         shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let p = p.clone();

@@ -409,6 +409,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
     let (mut shell, addr) = Shell::start("radar", ops, &radar.nats, &radar.pool, &shutdown).await?;
     tracing::info!(%addr, "radar running");
     for axis in [
+        Axis::Device,
         Axis::Inventory,
         Axis::Operational,
         Axis::Health,

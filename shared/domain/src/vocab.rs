@@ -139,6 +139,9 @@ vocab!(
     Triage => "triage", Custody => "custody", Enrollment => "enrollment",
     InventoryOnly => "inventory_only", Serial => "serial", Rack => "rack", NetboxId => "netbox_id",
     Conditions => "conditions",
+    // A device's birth: one event with every axis's first value (never a
+    // lifecycle kind: a birth has a row per axis).
+    Device => "device",
 });
 
 vocab!(

@@ -19,6 +19,33 @@ pub fn schema<M: Name>() -> String {
     M::full_name()
 }
 
+/// `StatusChanged.schema_version` of the events the hub publishes
+/// (docs/subjects.md): a birth is one `device` event, a transaction's
+/// condition changes one `conditions` event.
+pub const STATUS_SCHEMA_VERSION: u32 = 2;
+
+impl v1::StatusChanged {
+    /// Whether this is a device's birth (the `device` event).
+    pub fn is_birth(&self) -> bool {
+        self.axis == "device"
+    }
+
+    /// The value this event gives `axis`: `to` for an event of that axis,
+    /// the first value for a birth, `None` otherwise.
+    pub fn value_of(&self, axis: &str) -> Option<&str> {
+        if self.axis == axis {
+            Some(&self.to)
+        } else if self.is_birth() {
+            self.axes
+                .iter()
+                .find(|a| a.axis == axis)
+                .map(|a| a.value.as_str())
+        } else {
+            None
+        }
+    }
+}
+
 /// An error code from its wire name (`"NOT_FOUND"`); an unknown or empty
 /// name is `UNAVAILABLE` (a peer speaking a newer set of codes failed in a
 /// way this one cannot name).

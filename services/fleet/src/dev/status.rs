@@ -212,6 +212,13 @@ impl DevMesh {
         let text = http_get(&self.hub_metrics_url).await?;
         Ok(sum_metric(&text, "fleet_hub_observations"))
     }
+
+    /// `fleet_hub_status_events_total` (StatusChanged events written) from
+    /// the hub's `/metrics`.
+    pub async fn hub_status_events(&self) -> anyhow::Result<f64> {
+        let text = http_get(&self.hub_metrics_url).await?;
+        Ok(sum_metric(&text, "fleet_hub_status_events"))
+    }
 }
 
 /// Counts the hub's rows `(site, name, operational, health, connectivity)`

@@ -91,29 +91,50 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
         ]
     );
 
-    let events = eventually("operational events on STATUS", || async {
-        let ev: Vec<v1::StatusChanged> = status_events(&env, &id)
-            .await
-            .into_iter()
-            .filter(|e| e.axis == "operational")
-            .collect();
-        (ev.len() >= 2).then_some(ev)
+    // Contract v2 (status.proto): the birth is one `device` event; the
+    // snapshot's transaction is one event per axis that changed and one
+    // `conditions` event listing all six conditions.
+    let events = eventually("the birth and the snapshot's events on STATUS", || async {
+        let ev = status_events(&env, &id).await;
+        ev.iter().any(|e| e.axis == "conditions").then_some(ev)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let again: Vec<v1::StatusChanged> = status_events(&env, &id)
-        .await
-        .into_iter()
-        .filter(|e| e.axis == "operational")
-        .collect();
+    let again = status_events(&env, &id).await;
     assert_eq!(again.len(), events.len(), "no duplicate events");
-    let change = &events[1];
+    assert!(events
+        .iter()
+        .all(|e| e.schema_version == fleet_proto::STATUS_SCHEMA_VERSION));
+    let births: Vec<&v1::StatusChanged> = events.iter().filter(|e| e.is_birth()).collect();
+    assert_eq!(births.len(), 1, "a birth is one event: {events:?}");
+    assert_eq!(births[0].version, 1);
+    assert_eq!(births[0].value_of("operational"), Some("unknown"));
+    assert_eq!(births[0].axes.len(), 16, "every tracked axis's first value");
+    let mut axes: Vec<&str> = events.iter().map(|e| e.axis.as_str()).collect();
+    axes.sort();
+    let before = axes.len();
+    axes.dedup();
+    assert_eq!(axes.len(), before, "at most one event per axis: {events:?}");
+    let change = events
+        .iter()
+        .find(|e| e.axis == "operational")
+        .expect("the operational change");
     assert_eq!(
         (change.from_value.as_str(), change.to.as_str()),
         ("unknown", "in_use")
     );
     assert_eq!(change.decisive, vec!["CustomerReady", "InstanceAllocated"]);
     assert_eq!(change.cause, "source:openstack");
+    let conditions = events
+        .iter()
+        .find(|e| e.axis == "conditions")
+        .expect("the conditions event");
+    assert_eq!(conditions.conditions.len(), 6, "{conditions:?}");
+    assert!(conditions
+        .conditions
+        .iter()
+        .all(|c| c.from_status.is_empty() && !c.to_status.is_empty()));
+    assert_eq!(conditions.version, change.version, "one transaction");
 
     trigger.trigger();
     task.await.unwrap();
@@ -410,7 +431,7 @@ async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut stream = env.js.get_stream(env.streams.status()).await.unwrap();
     let in_stream = stream.info().await.unwrap().state.messages;
-    assert!(in_stream > 3 * 10, "births of three devices: {in_stream}");
+    assert_eq!(in_stream, 3 + 1, "a birth event per device and the orphan");
     assert_eq!(hub.metrics.outbox_published.get(), in_stream);
     trigger.trigger();
     task.await.unwrap();

@@ -177,7 +177,7 @@ impl DeviceRecord {
             Axis::Serial => self.serial.clone().unwrap_or_default(),
             Axis::Rack => self.rack.clone().unwrap_or_default(),
             Axis::NetboxId => self.netbox_id.map(|n| n.to_string()).unwrap_or_default(),
-            Axis::Conditions => String::new(),
+            Axis::Conditions | Axis::Device => String::new(),
         }
     }
 
