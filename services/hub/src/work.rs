@@ -334,7 +334,10 @@ fn events(
             axis: Axis::Conditions.to_string(),
             from_value: listed(|c| &c.from_status),
             to: listed(|c| &c.to_status),
-            decisive: conditions.iter().map(|c| c.condition_type.clone()).collect(),
+            decisive: conditions
+                .iter()
+                .map(|c| c.condition_type.clone())
+                .collect(),
             conditions,
             ..base
         });

@@ -635,6 +635,8 @@ pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::Config {
             filter_subject: format!("{}.status.*.*.{}", env.common.nats.subject_root, device),
+            // Read, never acked: nothing holds delivery at max_ack_pending.
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
             ..Default::default()
         })
         .await

@@ -145,6 +145,146 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
 /// snapshot moves only the freshness row without loading the device; a
 /// single write to a row the source owns makes the next snapshot go the
 /// full way, which puts the snapshot's value back.
+/// Issue 20: "StatusChanged events per device from creation through the
+/// first snapshot of each of six sources ... <= 15". Contract v2 publishes
+/// the birth as one event and each snapshot's condition changes as one; the
+/// count the v1 contract would have published for the same transactions
+/// (a birth event per axis, an event per condition) is derived from the
+/// same events and printed beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
+    let env = TestEnv::new().await;
+    let (_hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-six-01").await;
+    let t0 = micros(Utc::now());
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    let health: Vec<v1::Condition> = [
+        "ChassisHealth",
+        "PowerSupplyHealth",
+        "FanHealth",
+        "ThermalHealth",
+        "MemoryHealth",
+        "StorageHealth",
+        "ProcessorHealth",
+        "NetworkAdapterHealth",
+        "GpuHealth",
+        "FpgaHealth",
+    ]
+    .iter()
+    .map(|t| cond(t, "True", "Ok"))
+    .collect();
+    let snapshots = vec![
+        openstack(
+            "s1",
+            "gpu-six-01",
+            at(1),
+            true,
+            false,
+            true,
+            false,
+            true,
+            false,
+        ),
+        snapshot(
+            "slurm",
+            "s1",
+            "name",
+            "gpu-six-01",
+            at(2),
+            vec![
+                cond("SlurmRegistered", "True", "Registered"),
+                cond("SlurmNodeHealthy", "True", "Idle"),
+            ],
+        ),
+        snapshot("health-status", "s1", "name", "gpu-six-01", at(3), health),
+        snapshot(
+            "frontend-fabric",
+            "s1",
+            "name",
+            "gpu-six-01",
+            at(4),
+            vec![cond(
+                "FrontendPortsObservedInCustomerVrf",
+                "False",
+                "NotInCustomerVrf",
+            )],
+        ),
+        snapshot(
+            "backend-fabric",
+            "s1",
+            "name",
+            "gpu-six-01",
+            at(5),
+            vec![cond(
+                "BackendPortsObservedInMaintenanceVrf",
+                "False",
+                "NotInMaintenanceVrf",
+            )],
+        ),
+        snapshot(
+            "nvlink-fabric",
+            "s1",
+            "name",
+            "gpu-six-01",
+            at(6),
+            vec![cond(
+                "NvLinkGpusObservedInRepairPartition",
+                "False",
+                "NotInRepairPartition",
+            )],
+        ),
+    ];
+    for s in &snapshots {
+        env.publish_snapshot(s).await;
+    }
+    eventually("every source's snapshot applied", || async {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM device_source_freshness WHERE device_id = $1")
+                .bind(&id)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap();
+        (n == 6).then_some(())
+    })
+    .await;
+    outbox_drained(&env).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let events = status_events(&env, &id).await;
+    let conditions: usize = events.iter().map(|e| e.conditions.len()).sum();
+    assert_eq!(conditions, 6 + 2 + 10 + 3, "every condition listed once");
+    let v1: usize = events
+        .iter()
+        .map(|e| {
+            if e.is_birth() {
+                e.axes.len() + e.conditions.len()
+            } else if e.axis == "conditions" {
+                e.conditions.len()
+            } else {
+                1
+            }
+        })
+        .sum();
+    println!(
+        "StatusChanged events from creation through the first snapshot of six sources: {} (contract v1 for the same transactions: {v1}): {:?}",
+        events.len(),
+        events.iter().map(|e| &e.axis).collect::<Vec<_>>()
+    );
+    assert!(
+        events.len() <= 15,
+        "{} events: {:?}",
+        events.len(),
+        events.iter().map(|e| &e.axis).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        events.iter().filter(|e| e.axis == "conditions").count(),
+        6,
+        "one conditions event per source's transaction"
+    );
+    trigger.trigger();
+    task.await.unwrap();
+    env.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     let env = TestEnv::new().await;
