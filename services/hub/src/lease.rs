@@ -157,6 +157,11 @@ impl Hub {
                 .collect(),
             ..Round::default()
         };
+        // Replicas that died long ago (a SIGKILL leaves its row) are
+        // forgotten; an expired row never counts as live anyway.
+        sqlx::query("DELETE FROM hub_replicas WHERE expires_at < now() - interval '1 hour'")
+            .execute(&mut *tx)
+            .await?;
         let live: i64 =
             sqlx::query_scalar("SELECT count(*) FROM hub_replicas WHERE expires_at > now()")
                 .fetch_one(&mut *tx)
