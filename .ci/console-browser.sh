@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ ! -x /usr/bin/chromium ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+  # A fresh machine may have no package lists yet: update once, then retry.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 fi
 python3 -c "import playwright" 2>/dev/null || python3 -m pip install --quiet playwright
 cargo build --quiet --bin fleet
