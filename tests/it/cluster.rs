@@ -57,7 +57,7 @@ async fn three_hubs_on_a_three_node_cluster_lose_a_replica_and_a_server_and_appl
     )
     .await;
 
-    let (plan, order) = plan_snapshots(0xc1a5, devices, 60);
+    let (plan, order) = plan_snapshots(0xc1a5, devices, 90);
     let publisher = publish_all(&env, order);
 
     // A hub replica first: the other two take its partitions over.
