@@ -12,7 +12,6 @@ use std::time::Duration;
 use chrono::Utc;
 use fleet_domain::state::{DeviceRecord, DeviceState, Ttls};
 use fleet_proto::{v1, Message};
-use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
 use crate::support::*;
@@ -267,61 +266,15 @@ pub(crate) async fn assert_applied_once(env: &TestEnv, ids: &[String], plan: &Pl
     }
 
     // STATUS: one operational event (or birth) per lifecycle row, none twice.
-    // As a consumer would: retried while a lost NATS server's streams
-    // elect their leaders (cluster.rs).
-    let consumer = eventually("a consumer of STATUS", || async {
-        let stream = env.js.get_stream(env.streams.status()).await;
-        let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
-        stream
-            .create_consumer(async_nats::jetstream::consumer::pull::Config {
-                filter_subject: format!("{}.status.>", env.common.nats.subject_root),
-                // Read, never acked: nothing holds the delivery back at
-                // max_ack_pending (1,000) or delivers a message twice.
-                ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| eprintln!("a consumer of STATUS: {e}"))
-            .ok()
-    })
-    .await;
     let mut seen: HashMap<(String, i64), usize> = HashMap::new();
     let mut total = 0;
-    // Until the consumer has nothing pending: one fetch may return less
-    // than the stream holds (a cluster answers a pull in parts).
-    loop {
-        let mut batch = consumer
-            .fetch()
-            .max_messages(10_000)
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await
-            .unwrap();
-        let mut fetched = 0;
-        while let Some(Ok(m)) = batch.next().await {
-            fetched += 1;
-            let e = v1::StatusChanged::decode(m.payload.as_ref()).unwrap();
-            // A birth (one `device` event) carries the operational birth row.
-            if e.value_of("operational").is_none() {
-                continue;
-            }
-            *seen.entry((e.device_id, e.version)).or_default() += 1;
-            total += 1;
+    for e in read_status(env, &format!("{}.status.>", env.common.nats.subject_root)).await {
+        // A birth (one `device` event) carries the operational birth row.
+        if e.value_of("operational").is_none() {
+            continue;
         }
-        let mut consumer = consumer.clone();
-        let pending = match consumer.info().await {
-            Ok(i) => i.num_pending,
-            Err(e) => {
-                eprintln!("STATUS consumer info: {e}");
-                1
-            }
-        };
-        if pending == 0 {
-            break;
-        }
-        if fetched == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        *seen.entry((e.device_id, e.version)).or_default() += 1;
+        total += 1;
     }
     let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
     assert!(

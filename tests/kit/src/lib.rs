@@ -631,27 +631,60 @@ pub async fn start_hub(
 
 /// Collects every `StatusChanged` on STATUS for a device.
 pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged> {
-    let stream = env.js.get_stream(env.streams.status()).await.unwrap();
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            filter_subject: format!("{}.status.*.*.{}", env.common.nats.subject_root, device),
-            // Read, never acked: nothing holds delivery at max_ack_pending.
-            ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    read_status(
+        env,
+        &format!("{}.status.*.*.{}", env.common.nats.subject_root, device),
+    )
+    .await
+}
+
+/// Every `StatusChanged` on `STATUS` under `filter`, from the beginning,
+/// as a consumer would read them: retried while a lost NATS server's
+/// streams elect their leaders, never acked (nothing holds delivery back
+/// at max_ack_pending or delivers a message twice), and fetched until the
+/// consumer has nothing pending (a cluster answers a pull in parts).
+pub async fn read_status(env: &TestEnv, filter: &str) -> Vec<v1::StatusChanged> {
+    let consumer = eventually("a consumer of STATUS", || async {
+        let stream = env.js.get_stream(env.streams.status()).await;
+        let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
+        stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                filter_subject: filter.to_string(),
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| eprintln!("a consumer of STATUS: {e}"))
+            .ok()
+    })
+    .await;
     let mut out = vec![];
-    let mut batch = consumer
-        .fetch()
-        .max_messages(10_000)
-        .messages()
-        .await
-        .unwrap();
-    while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
-        out.push(v1::StatusChanged::decode(m.payload.as_ref()).unwrap());
+    loop {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(10_000)
+            .messages()
+            .await
+            .unwrap();
+        let mut fetched = 0;
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            fetched += 1;
+            out.push(v1::StatusChanged::decode(m.payload.as_ref()).unwrap());
+        }
+        let pending = match consumer.clone().info().await {
+            Ok(i) => i.num_pending,
+            Err(e) => {
+                eprintln!("STATUS consumer info: {e}");
+                1
+            }
+        };
+        if pending == 0 {
+            return out;
+        }
+        if fetched == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
-    out
 }
 
 /// Runs a placer against the environment until its trigger fires; returns
