@@ -315,8 +315,9 @@ async fn sigkill_at_random_points_loses_nothing_and_duplicates_nothing() {
 /// The partition leases that are live now, by replica.
 pub(crate) async fn live_leases(env: &TestEnv) -> BTreeMap<String, Vec<i32>> {
     let rows: Vec<(String, i32)> = sqlx::query_as(
-        "SELECT replica, partition FROM hub_partition_leases
-          WHERE expires_at > now() ORDER BY partition",
+        "SELECT l.replica, l.partition FROM hub_partition_leases l
+           JOIN hub_replicas r ON r.replica = l.replica
+          WHERE r.expires_at > now() ORDER BY l.partition",
     )
     .fetch_all(&env.pool)
     .await

@@ -1,11 +1,13 @@
-//! Partition leases (migration 0017, docs/scaling.md "Partition leases"):
+//! Partition leases (migrations 0017 and 0018, docs/scaling.md "Partition leases"):
 //! hub replicas share the OBSERVATIONS partitions without static
 //! assignment. Every round (a third of `hub.lease_ttl`) a replica
-//! heartbeats, renews what it holds, and follows `fleet_domain::lease::plan`
+//! heartbeats (which renews every lease it holds), checks which it still
+//! holds, and follows `fleet_domain::lease::plan`
 //! to hand back what is above its share or claim free and expired leases
 //! up to it; a claimed partition gets a fetcher, a lost one loses it.
 //!
-//! A replica that dies stops renewing: its leases expire after
+//! A lease lives as long as its replica's heartbeat (`hub_replicas`). A
+//! replica that dies stops heartbeating: its leases expire after
 //! `hub.lease_ttl` and the survivors claim them at their next round, so a
 //! takeover takes at most `lease_ttl` plus one round. Safety holds without
 //! any clock but PostgreSQL's: every batch reads its partitions' lease rows
@@ -132,18 +134,21 @@ impl Hub {
         .bind(ttl)
         .execute(&mut *tx)
         .await?;
+        // A lease lives as long as its replica's heartbeat: renewing it
+        // writes nothing to the lease row, which every batch of its
+        // partition holds FOR SHARE. (Renewing each lease row did: the
+        // update waited for the lanes' batches and the next batches for it,
+        // a stall of up to 200 ms every round.)
         let held = self.held();
         let (ps, es): (Vec<i32>, Vec<i64>) =
             held.iter().map(|(p, e)| (*p as i32, *e as i64)).unzip();
         let renewed: Vec<i32> = sqlx::query_scalar(
-            "UPDATE hub_partition_leases l
-                SET expires_at = now() + make_interval(secs => $2)
-               FROM UNNEST($3::int[], $4::bigint[]) AS h(partition, epoch)
-              WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.replica = $1
-          RETURNING l.partition",
+            "SELECT l.partition FROM hub_partition_leases l
+               JOIN UNNEST($2::int[], $3::bigint[]) AS h(partition, epoch)
+                 ON l.partition = h.partition AND l.epoch = h.epoch
+              WHERE l.replica = $1",
         )
         .bind(&self.replica)
-        .bind(ttl)
         .bind(&ps)
         .bind(&es)
         .fetch_all(&mut *tx)
@@ -169,7 +174,8 @@ impl Hub {
         let claimable: Vec<i32> = sqlx::query_scalar(
             "SELECT p FROM generate_series(0, $1 - 1) AS p
               WHERE NOT EXISTS (SELECT 1 FROM hub_partition_leases l
-                                 WHERE l.partition = p AND l.expires_at > now()
+                                  JOIN hub_replicas r ON r.replica = l.replica
+                                 WHERE l.partition = p AND r.expires_at > now()
                                    AND l.replica <> $2)",
         )
         .bind(partitions as i32)
@@ -197,17 +203,17 @@ impl Hub {
         if !plan.claim.is_empty() {
             let claim: Vec<i32> = plan.claim.iter().map(|p| *p as i32).collect();
             let claimed: Vec<(i32, i64)> = sqlx::query_as(
-                "INSERT INTO hub_partition_leases AS l (partition, replica, epoch, expires_at)
-                 SELECT p, $2, 1, now() + make_interval(secs => $3) FROM UNNEST($1::int[]) AS p
+                "INSERT INTO hub_partition_leases AS l (partition, replica, epoch)
+                 SELECT p, $2, 1 FROM UNNEST($1::int[]) AS p
                  ON CONFLICT (partition) DO UPDATE
-                    SET replica = EXCLUDED.replica, epoch = l.epoch + 1,
-                        expires_at = EXCLUDED.expires_at
-                  WHERE l.expires_at <= now() OR l.replica = EXCLUDED.replica
+                    SET replica = EXCLUDED.replica, epoch = l.epoch + 1
+                  WHERE l.replica = EXCLUDED.replica
+                     OR NOT EXISTS (SELECT 1 FROM hub_replicas r
+                                     WHERE r.replica = l.replica AND r.expires_at > now())
               RETURNING partition, epoch",
             )
             .bind(&claim)
             .bind(&self.replica)
-            .bind(ttl)
             .fetch_all(&mut *tx)
             .await?;
             round.claimed = claimed
