@@ -119,16 +119,11 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
         .unwrap();
     let mut hub = Reaped::new(hub);
     let id = env.create_device("s1", "gpu-otel-01").await;
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "gpu-otel-01",
         micros(Utc::now()),
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
+        Node::Maintenance,
     ))
     .await;
     eventually("the snapshot applied", || async {

@@ -46,9 +46,9 @@ async fn a_database_outage_loses_no_transition() {
     let plan = |name: &str| {
         vec![
             // quarantine, then in use, then available.
-            openstack("s1", name, at(0), true, true, false, false, false, false),
-            openstack("s1", name, at(5), true, false, true, true, false, false),
-            openstack("s1", name, at(10), true, false, true, false, true, false),
+            openstack_as("s1", name, at(0), Node::Maintenance),
+            openstack_as("s1", name, at(5), Node::InUse),
+            openstack_as("s1", name, at(10), Node::Available),
         ]
     };
     for i in 0..devices {

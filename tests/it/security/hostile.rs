@@ -62,9 +62,7 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
     let long_key = snapshot("openstack", "s1", "name", &"k".repeat(3000), now, vec![]);
     env.publish_snapshot(&long_key).await;
     // A year -93000 timestamp.
-    let mut ancient = openstack(
-        "s1", "gpu-h-01", now, true, true, false, false, false, false,
-    );
+    let mut ancient = openstack_as("s1", "gpu-h-01", now, Node::Maintenance);
     ancient.observed_at = Some(fleet_proto::timestamp(
         Utc.with_ymd_and_hms(1969, 1, 1, 0, 0, 0).unwrap(),
     ));
@@ -74,18 +72,14 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
     // A message near the 1 MiB max payload: undecodable filler.
     publish_raw(&env, &key, vec![0xff; 1_048_300]).await;
     // A reason far too long.
-    let mut long_reason = openstack(
-        "s1", "gpu-h-01", now, true, true, false, false, false, false,
-    );
+    let mut long_reason = openstack_as("s1", "gpu-h-01", now, Node::Maintenance);
     long_reason.conditions[0].reason = "r".repeat(10_000);
     env.publish_snapshot(&long_reason).await;
     // And a good snapshot of the same device behind them all (a later
     // time: the same one would be a duplicate message id).
     let later = now + chrono::Duration::seconds(1);
-    env.publish_snapshot(&openstack(
-        "s1", "gpu-h-01", later, true, true, false, false, false, false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "gpu-h-01", later, Node::Maintenance))
+        .await;
     eventually("the good snapshot applied", || async {
         (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
     })
@@ -145,32 +139,17 @@ async fn unresolved_observations_are_cut_and_expire() {
     let (hub, trigger, task) = start_hub(&env).await;
     let now = micros(Utc::now());
     // A large observation for a key no device has: kept cut to 16 KiB.
-    let mut big = openstack(
-        "s1",
-        "nobody-00",
-        now,
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
-    );
+    let mut big = openstack_as("s1", "nobody-00", now, Node::Maintenance);
     for c in big.conditions.iter_mut().take(4) {
         c.message = "m".repeat(8000);
     }
     env.publish_snapshot(&big).await;
     for i in 1..4 {
-        env.publish_snapshot(&openstack(
+        env.publish_snapshot(&openstack_as(
             "s1",
             &format!("nobody-{i:02}"),
             now,
-            true,
-            true,
-            false,
-            false,
-            false,
-            false,
+            Node::Maintenance,
         ))
         .await;
     }

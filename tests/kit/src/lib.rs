@@ -487,6 +487,52 @@ pub fn openstack(
     )
 }
 
+/// The states of an Ironic node the tests publish, each as the six
+/// conditions connector-openstack maps it to ([`openstack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// Healthy, allocated and customer-ready.
+    InUse,
+    /// Healthy, in Ironic maintenance.
+    Maintenance,
+    /// Healthy, ready and available, not allocated.
+    Available,
+    /// Deploy failed, nothing else.
+    Failed,
+    /// Healthy, leased to the maintenance project.
+    MaintenancePool,
+    /// Deploy failed and in Ironic maintenance.
+    FailedInMaintenance,
+}
+
+/// [`openstack`] for a node in one of the usual states.
+pub fn openstack_as(
+    site: &str,
+    name: &str,
+    at: DateTime<Utc>,
+    node: Node,
+) -> v1::ConditionSnapshot {
+    let [healthy, maintenance, ready, allocated, available, maint_pool] = match node {
+        Node::InUse => [true, false, true, true, false, false],
+        Node::Maintenance => [true, true, false, false, false, false],
+        Node::Available => [true, false, true, false, true, false],
+        Node::Failed => [false; 6],
+        Node::MaintenancePool => [true, false, false, false, false, true],
+        Node::FailedInMaintenance => [false, true, false, false, false, false],
+    };
+    openstack(
+        site,
+        name,
+        at,
+        healthy,
+        maintenance,
+        ready,
+        allocated,
+        available,
+        maint_pool,
+    )
+}
+
 /// A time at the microsecond precision PostgreSQL stores.
 pub fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
     fleet_proto::datetime(Some(&timestamp(t))).unwrap()

@@ -161,16 +161,11 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
     let mut ids = vec![];
     for n in names {
         let id = env.create_device("s1", n).await;
-        env.publish_snapshot(&openstack(
+        env.publish_snapshot(&openstack_as(
             "s1",
             n,
             micros(Utc::now()),
-            true,
-            false,
-            false,
-            false,
-            false,
-            true,
+            Node::MaintenancePool,
         ))
         .await;
         ids.push(id);

@@ -397,7 +397,12 @@ impl<'a> FreshnessColumns<'a> {
         self.settled.push(f.settled_version);
     }
 
-    async fn write(self, tx: &mut Tx<'_>, sql: &str, now: DateTime<Utc>) -> Result<(), sqlx::Error> {
+    async fn write(
+        self,
+        tx: &mut Tx<'_>,
+        sql: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), sqlx::Error> {
         if self.ids.is_empty() {
             return Ok(());
         }
@@ -643,20 +648,20 @@ impl<'a> ConditionColumns<'a> {
             return Ok(());
         }
         sqlx::query(sql)
-        .bind(&self.device_id)
-        .bind(&self.ctype)
-        .bind(&self.status)
-        .bind(&self.reason)
-        .bind(&self.message)
-        .bind(&self.source)
-        .bind(&self.condition_of)
-        .bind(&self.durable)
-        .bind(&self.observed_at)
-        .bind(&self.received_at)
-        .bind(&self.decisive)
-        .bind(&self.last_transition_at)
-        .execute(&mut **tx)
-        .await?;
+            .bind(&self.device_id)
+            .bind(&self.ctype)
+            .bind(&self.status)
+            .bind(&self.reason)
+            .bind(&self.message)
+            .bind(&self.source)
+            .bind(&self.condition_of)
+            .bind(&self.durable)
+            .bind(&self.observed_at)
+            .bind(&self.received_at)
+            .bind(&self.decisive)
+            .bind(&self.last_transition_at)
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     }
 }

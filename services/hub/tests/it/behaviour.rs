@@ -277,10 +277,8 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
     assert_eq!(n, 0, "nothing was applied");
 
     // The hub is still alive and applies good input.
-    env.publish_snapshot(&openstack(
-        "s1", "gpu-d-01", now, false, false, false, false, false, false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "gpu-d-01", now, Node::Failed))
+        .await;
     eventually("failed", || async {
         (env.device_field(&id, "operational_status").await == "failed").then_some(())
     })
@@ -347,26 +345,19 @@ async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
 
     // Stale: an older snapshot after a newer one is not applied.
     let id = env.create_device("s1", "gpu-s-01").await;
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "gpu-s-01",
         t0 + chrono::Duration::seconds(10),
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
+        Node::Maintenance,
     ))
     .await;
     eventually("quarantine", || async {
         (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
     })
     .await;
-    env.publish_snapshot(&openstack(
-        "s1", "gpu-s-01", t0, false, false, false, false, false, false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "gpu-s-01", t0, Node::Failed))
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         env.device_field(&id, "operational_status").await,
@@ -699,16 +690,11 @@ async fn inventory_only_devices_are_never_derived() {
         "true",
         "inherited from the site"
     );
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "inv",
         "gpu-i-01",
         micros(Utc::now()),
-        false,
-        true,
-        false,
-        false,
-        false,
-        false,
+        Node::FailedInMaintenance,
     ))
     .await;
     eventually("conditions stored", || async {
@@ -736,16 +722,11 @@ async fn a_silent_source_is_swept_to_unknown() {
         .insert("openstack".into(), Duration::from_secs(1));
     let (_hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-q-01").await;
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "gpu-q-01",
         micros(Utc::now()),
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
+        Node::Maintenance,
     ))
     .await;
     eventually("quarantine", || async {
@@ -796,17 +777,7 @@ async fn status_events_continue_the_publishers_trace() {
     let env = TestEnv::new().await;
     let (_hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-t-01").await;
-    let snap = openstack(
-        "s1",
-        "gpu-t-01",
-        micros(Utc::now()),
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
-    );
+    let snap = openstack_as("s1", "gpu-t-01", micros(Utc::now()), Node::Maintenance);
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     fleet_bus::publish_observation(
         &env.js,

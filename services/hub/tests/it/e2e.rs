@@ -14,18 +14,8 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
     let id = env.create_device("s1", "gpu-a1-01").await;
 
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack(
-        "s1",
-        "gpu-a1-01",
-        t0,
-        true,
-        false,
-        true,
-        true,
-        false,
-        false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "gpu-a1-01", t0, Node::InUse))
+        .await;
     eventually("operational_status in_use", || async {
         (env.device_field(&id, "operational_status").await == "in_use").then_some(())
     })
@@ -49,16 +39,11 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
 
     // A freshness-only resync changes nothing but the freshness row.
     let version = env.device_field(&id, "version").await;
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "gpu-a1-01",
         t0 + chrono::Duration::seconds(30),
-        true,
-        false,
-        true,
-        true,
-        false,
-        false,
+        Node::InUse,
     ))
     .await;
     eventually("freshness moved", || async {
@@ -174,17 +159,7 @@ async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
     .map(|t| cond(t, "True", "Ok"))
     .collect();
     let snapshots = vec![
-        openstack(
-            "s1",
-            "gpu-six-01",
-            at(1),
-            true,
-            false,
-            true,
-            false,
-            true,
-            false,
-        ),
+        openstack_as("s1", "gpu-six-01", at(1), Node::Available),
         snapshot(
             "slurm",
             "s1",
@@ -291,19 +266,7 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     let (hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-fast-01").await;
     let t0 = micros(Utc::now()) - chrono::Duration::seconds(60);
-    let snap = |at| {
-        openstack(
-            "s1",
-            "gpu-fast-01",
-            at,
-            true,
-            false,
-            true,
-            true,
-            false,
-            false,
-        )
-    };
+    let snap = |at| openstack_as("s1", "gpu-fast-01", at, Node::InUse);
     let freshness = |id: String| {
         let pool = env.pool.clone();
         async move {

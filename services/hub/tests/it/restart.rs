@@ -67,16 +67,11 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     }
     let t0 = micros(Utc::now());
     for i in 0..10 {
-        env.publish_snapshot(&openstack(
+        env.publish_snapshot(&openstack_as(
             "s1",
             &format!("gpu-r-{i:02}"),
             t0,
-            true,
-            true,
-            false,
-            false,
-            false,
-            false,
+            Node::Maintenance,
         ))
         .await;
     }
@@ -122,16 +117,11 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     .await;
     // New observations after the restart are applied: the consumers came back.
     for i in 0..10 {
-        env.publish_snapshot(&openstack(
+        env.publish_snapshot(&openstack_as(
             "s1",
             &format!("gpu-r-{i:02}"),
             t0 + chrono::Duration::seconds(10),
-            true,
-            false,
-            true,
-            true,
-            false,
-            false,
+            Node::InUse,
         ))
         .await;
     }
@@ -161,10 +151,8 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     let (hub, trigger, task) = start_hub(&env).await;
     let id = env.create_device("s1", "gpu-p-01").await;
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack(
-        "s1", "gpu-p-01", t0, true, true, false, false, false, false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "gpu-p-01", t0, Node::Maintenance))
+        .await;
     eventually("quarantine", || async {
         (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
     })
@@ -181,16 +169,11 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
             .map(|_| ())
     })
     .await;
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "gpu-p-01",
         t0 + chrono::Duration::seconds(5),
-        true,
-        false,
-        true,
-        true,
-        false,
-        false,
+        Node::InUse,
     ))
     .await;
     // A command meanwhile answers UNAVAILABLE, never a guess.

@@ -218,10 +218,8 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
             }
             3 => {
                 let at = t0 + chrono::Duration::milliseconds(round);
-                env.publish_snapshot(&openstack(
-                    "s1", &names[i], at, false, false, false, false, false, false,
-                ))
-                .await;
+                env.publish_snapshot(&openstack_as("s1", &names[i], at, Node::Failed))
+                    .await;
                 fails += 1;
             }
             _ => {
@@ -365,16 +363,11 @@ async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
         "{full:?}"
     );
 
-    env.publish_snapshot(&openstack(
+    env.publish_snapshot(&openstack_as(
         "s1",
         "p1-gpu-0",
         micros(Utc::now()),
-        false,
-        false,
-        false,
-        false,
-        false,
-        false,
+        Node::Failed,
     ))
     .await;
     go_silent_long_ago(&env, "dev_p1_00001", 1).await;

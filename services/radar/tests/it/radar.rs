@@ -204,60 +204,20 @@ async fn every_row_of_the_mapping_table_is_projected() {
     // ready, allocated, available, maintenance pool), health from the
     // chassis composite, custody from Borneo, SLURM for validation.
     for name in ["avail", "triage", "staged"] {
-        env.publish_snapshot(&openstack(
-            "s1",
-            name,
-            now(),
-            true,
-            false,
-            true,
-            false,
-            true,
-            false,
-        ))
-        .await;
+        env.publish_snapshot(&openstack_as("s1", name, now(), Node::Available))
+            .await;
         env.publish_snapshot(&chassis(name, "Ok")).await;
     }
-    env.publish_snapshot(&openstack(
-        "s1",
-        "inuse",
-        now(),
-        true,
-        false,
-        true,
-        true,
-        false,
-        false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "inuse", now(), Node::InUse))
+        .await;
     env.publish_snapshot(&chassis("inuse", "Ok")).await;
     env.publish_snapshot(&custody("deleg", "GOOGLE_OWNED"))
         .await;
-    env.publish_snapshot(&openstack(
-        "s1",
-        "quar",
-        now(),
-        true,
-        true,
-        false,
-        false,
-        false,
-        false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "quar", now(), Node::Maintenance))
+        .await;
     env.publish_snapshot(&chassis("quar", "Warning")).await;
-    env.publish_snapshot(&openstack(
-        "s1",
-        "valid",
-        now(),
-        true,
-        false,
-        false,
-        false,
-        false,
-        true,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "valid", now(), Node::MaintenancePool))
+        .await;
     env.publish_snapshot(&snapshot(
         "slurm",
         "s1",
@@ -272,18 +232,8 @@ async fn every_row_of_the_mapping_table_is_projected() {
     .await;
     env.publish_snapshot(&chassis("valid", "Critical")).await;
     env.publish_snapshot(&custody("drain", "DRAINED")).await;
-    env.publish_snapshot(&openstack(
-        "s1",
-        "failed",
-        now(),
-        false,
-        false,
-        false,
-        false,
-        false,
-        false,
-    ))
-    .await;
+    env.publish_snapshot(&openstack_as("s1", "failed", now(), Node::Failed))
+        .await;
     env.publish_snapshot(&chassis("failed", "Ok")).await;
 
     eventually("statuses derived", || async {

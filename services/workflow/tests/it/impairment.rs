@@ -50,17 +50,7 @@ impl Setup {
         let id = device_for(&self.env, "s1", name, &uuid).await;
         self.placement.provider(&uuid, &[OTHER, READY]);
         self.env
-            .publish_snapshot(&openstack(
-                "s1",
-                name,
-                Utc::now(),
-                true,
-                false,
-                true,
-                true,
-                false,
-                false,
-            ))
+            .publish_snapshot(&openstack_as("s1", name, Utc::now(), Node::InUse))
             .await;
         let env = &self.env;
         eventually(&format!("{id} in_use"), || async {

@@ -40,10 +40,8 @@ impl Fleet {
             let uuid = fleet_testkit::ironic::random_uuid();
             devices.push(device_for(&env, "s1", &name, &uuid).await);
             placement.provider(&uuid, &[READY]);
-            env.publish_snapshot(&openstack(
-                "s1", &name, t0, true, false, true, true, false, false,
-            ))
-            .await;
+            env.publish_snapshot(&openstack_as("s1", &name, t0, Node::InUse))
+                .await;
         }
         eventually(&format!("{n} devices in service"), || async {
             let c: i64 = sqlx::query_scalar(
