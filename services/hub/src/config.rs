@@ -15,9 +15,10 @@ pub struct Config {
     /// share a name; a replica restarted under its name (a StatefulSet pod)
     /// re-claims its leases at once instead of waiting for them to expire.
     pub replica: String,
-    /// A partition lease not renewed for this long may be claimed by another
-    /// replica; replicas renew every third of it. A replica that dies loses
-    /// its partitions within about `lease_ttl` plus a third of it.
+    /// A replica that has not heartbeated for this long loses its partition
+    /// leases to the others; replicas heartbeat every third of it, which
+    /// renews every lease they hold. A replica that dies loses its
+    /// partitions within about `lease_ttl` plus a third of it.
     #[serde(with = "humantime_serde")]
     pub lease_ttl: Duration,
     /// Messages applied in one transaction at most.
