@@ -937,17 +937,32 @@ async fn stand_in_for_autovacuum(pool: &PgPool) -> Option<JoinHandle<()>> {
     tracing::warn!(
         "PostgreSQL runs with autovacuum off: fleet dev vacuums and analyzes its tables every 20 s (longer when a pass takes long)"
     );
-    let pool = pool.clone();
+    // A connection of its own, and a first pass after 2 s: at 100,000
+    // devices the agents' first reads, planned while `devices` still looked
+    // empty, ran for minutes and held every connection of the shared pool,
+    // so the analyze that would have fixed their plans never got one.
+    let options = pool.connect_options();
     Some(tokio::spawn(async move {
-        let mut pause = Duration::from_secs(20);
+        use sqlx::Connection;
+        let mut pause = Duration::from_secs(2);
+        let mut conn: Option<sqlx::PgConnection> = None;
         loop {
             tokio::time::sleep(pause).await;
             let started = tokio::time::Instant::now();
-            if let Err(e) = sqlx::query(&format!("VACUUM (ANALYZE) {MAINTAINED}"))
-                .execute(&pool)
-                .await
-            {
-                tracing::warn!(error = %e, "fleet dev: vacuum/analyze failed; next interval retries");
+            if conn.is_none() {
+                conn = sqlx::PgConnection::connect_with(&options)
+                    .await
+                    .map_err(|e| tracing::warn!(error = %e, "fleet dev: no connection to vacuum/analyze with; next interval retries"))
+                    .ok();
+            }
+            if let Some(c) = conn.as_mut() {
+                if let Err(e) = sqlx::query(&format!("VACUUM (ANALYZE) {MAINTAINED}"))
+                    .execute(&mut *c)
+                    .await
+                {
+                    tracing::warn!(error = %e, "fleet dev: vacuum/analyze failed; next interval retries");
+                    conn = None;
+                }
             }
             // At most a sixth of the time vacuuming: at 100,000 devices a
             // pass takes seconds and every 20 s it held a core a third busy.
