@@ -339,12 +339,9 @@ pub async fn write_diffs(
     // about half of an upsert's speculative insertion (issue 20).
     let (mut new, mut changed) = (ConditionColumns::default(), ConditionColumns::default());
     for (before, after) in pairs {
-        for row in after.conditions.values() {
-            match before.conditions.get(&row.condition_type) {
-                None => new.push(&after.record.id, row),
-                Some(b) if b != row => changed.push(&after.record.id, row),
-                Some(_) => {}
-            }
+        for (is_new, _, row) in diff(&before.conditions, &after.conditions) {
+            let to = if is_new { &mut new } else { &mut changed };
+            to.push(&after.record.id, row);
         }
     }
     written.conditions = (new.device_id.len() + changed.device_id.len()) as u64;
@@ -353,12 +350,9 @@ pub async fn write_diffs(
 
     let (mut new, mut changed) = (FreshnessColumns::default(), FreshnessColumns::default());
     for (before, after) in pairs {
-        for (source, f) in &after.freshness {
-            match before.freshness.get(source) {
-                None => new.push(&after.record.id, *source, f),
-                Some(b) if b != f => changed.push(&after.record.id, *source, f),
-                Some(_) => {}
-            }
+        for (is_new, source, f) in diff(&before.freshness, &after.freshness) {
+            let to = if is_new { &mut new } else { &mut changed };
+            to.push(&after.record.id, *source, f);
         }
     }
     written.freshness = (new.ids.len() + changed.ids.len()) as u64;
@@ -366,6 +360,20 @@ pub async fn write_diffs(
     changed.write(tx, UPDATE_FRESHNESS, now).await?;
     write_bindings(tx, pairs).await?;
     Ok(written)
+}
+
+/// The rows of `after` to write, each with whether `before` lacks it (an
+/// INSERT) or holds another value (an UPDATE); rows equal in both are left
+/// out.
+fn diff<'a, K: Ord, V: PartialEq>(
+    before: &'a BTreeMap<K, V>,
+    after: &'a BTreeMap<K, V>,
+) -> impl Iterator<Item = (bool, &'a K, &'a V)> {
+    after.iter().filter_map(|(k, v)| match before.get(k) {
+        None => Some((true, k, v)),
+        Some(b) if b != v => Some((false, k, v)),
+        Some(_) => None,
+    })
 }
 
 const INSERT_FRESHNESS: &str = "INSERT INTO device_source_freshness \
@@ -428,11 +436,7 @@ async fn write_bindings(
     let changed: Vec<(&str, &BindingRow)> = pairs
         .iter()
         .flat_map(|(before, after)| {
-            after
-                .bindings
-                .values()
-                .filter(|b| before.bindings.get(&b.resource) != Some(*b))
-                .map(|b| (after.record.id.as_str(), b))
+            diff(&before.bindings, &after.bindings).map(|(_, _, b)| (after.record.id.as_str(), b))
         })
         .collect();
     if changed.is_empty() {
