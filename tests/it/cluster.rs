@@ -110,7 +110,7 @@ async fn three_hubs_on_a_three_node_cluster_lose_a_replica_and_a_server_and_appl
         .await
         .unwrap_or_else(|_| panic!("the publisher did not finish\n{}", cluster.logs()))
         .unwrap();
-    assert_applied_once(&env, &ids, &plan).await;
+    assert_applied_once(&env, &ids, &plan, &log).await;
     drop(hubs);
     let _ = std::fs::remove_file(&log);
     env.cleanup().await;
