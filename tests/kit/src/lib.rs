@@ -631,10 +631,7 @@ impl Drop for Reaped {
 pub fn spawn_service<F, E>(
     what: &'static str,
     run: impl FnOnce(fleet_runtime::Shutdown) -> F,
-) -> (
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-)
+) -> Running
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Debug,
@@ -657,6 +654,30 @@ pub async fn stop(
 ) {
     trigger.trigger();
     task.await.expect("the service stops cleanly");
+}
+
+/// A service a test runs: the trigger that stops it and its task.
+pub type Running = (
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+);
+
+/// The services a test started, stopped in the order they were given
+/// (the service that depends on the others first).
+pub struct Services(Vec<Running>);
+
+impl From<Vec<Running>> for Services {
+    fn from(v: Vec<Running>) -> Self {
+        Services(v)
+    }
+}
+
+impl Services {
+    pub async fn stop(self) {
+        for (trigger, task) in self.0 {
+            stop(trigger, task).await;
+        }
+    }
 }
 
 /// Runs a hub against the environment until its trigger fires.

@@ -14,7 +14,7 @@ use fleet_domain::eligibility::Workflow as Kind;
 use fleet_domain::failure::FailureCode;
 use fleet_slurm::{Job, Submission};
 
-use super::{not_configured, Carried, Run, Taken};
+use super::{not_configured, Carried, Run, StepOutcome, Taken};
 use crate::activities::{slurm_error, CallError};
 use crate::config::StageTest;
 use crate::store::StepResult;
@@ -29,11 +29,7 @@ const SUBMITTED_AT: &str = "submitted_at";
 const GRACE: Duration = Duration::from_secs(300);
 
 impl Workflow {
-    pub(super) async fn burn_in(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn burn_in(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let device = r.device;
         let site = self.site_of(device)?;
         let b = &site.config.burn_in;

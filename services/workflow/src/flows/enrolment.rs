@@ -10,7 +10,7 @@ use fleet_hub_client::HubCallError;
 use fleet_proto::v1;
 use serde_json::{json, Value};
 
-use super::{Carried, Run, Taken};
+use super::{Carried, Run, StepOutcome, Taken};
 use crate::activities::CallError;
 use crate::Workflow;
 
@@ -44,11 +44,7 @@ fn hub_error(e: HubCallError) -> CallError {
 }
 
 impl Workflow {
-    pub(super) async fn enrolment(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn enrolment(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let device = r.device;
         let site = self.site_of(device)?;
         // The node the run pinned; before that the device's

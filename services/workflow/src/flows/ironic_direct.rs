@@ -6,19 +6,15 @@ use fleet_domain::eligibility::Workflow as Kind;
 use fleet_domain::ironic_direct::{image_next, unimage_next, Next, NodeView};
 use serde_json::json;
 
-use super::{not_configured, Carried, Run, Taken};
-use crate::activities::{mint_instance_uuid, CallError};
+use super::{not_configured, Carried, Run, StepOutcome, Taken};
+use crate::activities::mint_instance_uuid;
 use crate::Workflow;
 
 /// The `instance_uuid` the run minted or recovered.
 const INSTANCE_UUID: &str = "instance_uuid";
 
 impl Workflow {
-    pub(super) async fn ironic_direct(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn ironic_direct(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let device = r.device;
         let site = self.site_of(device)?;
         if r.kind == Kind::ImageNode && site.config.image_source.trim().is_empty() {

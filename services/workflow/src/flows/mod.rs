@@ -59,6 +59,9 @@ impl Carried {
     }
 }
 
+/// What a step comes to: what it did, or the call that failed it.
+pub(crate) type StepOutcome = Result<Taken, CallError>;
+
 /// What one step did.
 pub(crate) enum Taken {
     /// A step completed: record it and take the next.
@@ -270,7 +273,7 @@ impl Workflow {
     }
 
     /// One step of the run's workflow.
-    async fn step(&self, r: &Run<'_>, carried: &mut Carried) -> Result<Taken, CallError> {
+    async fn step(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         match r.kind {
             // "The backend is chosen from the site's current capability".
             Kind::ImageNode | Kind::UnimageNode if r.device.placement_enabled => {

@@ -17,7 +17,7 @@ use fleet_domain::mtc::{
 use fleet_domain::OperationalStatus;
 use serde_json::{json, Value};
 
-use super::{not_configured, Carried, Run, Taken};
+use super::{not_configured, Carried, Run, StepOutcome, Taken};
 use crate::activities::{bind_ops, mint_instance_uuid, slurm_error, CallError, Site};
 use crate::Workflow;
 
@@ -31,7 +31,7 @@ impl Workflow {
         &self,
         r: &Run<'_>,
         carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    ) -> StepOutcome {
         let device = r.device;
         let site = self.site_of(device)?;
         let ident = device.node_ident();
@@ -128,7 +128,7 @@ impl Workflow {
         carried: &mut Carried,
         site: &Site,
         node: &fleet_openstack::ironic::Node,
-    ) -> Result<Taken, CallError> {
+    ) -> StepOutcome {
         let device = r.device;
         // The maintenance (SLURM) lease first.
         let slurm_project = site.config.openstack.maintenance_project_id.trim();
@@ -225,7 +225,7 @@ impl Workflow {
         carried: &mut Carried,
         site: &Site,
         node: &fleet_openstack::ironic::Node,
-    ) -> Result<Taken, CallError> {
+    ) -> StepOutcome {
         let device = r.device;
         let Some(slurm) = &site.slurm else {
             return Err(not_configured(

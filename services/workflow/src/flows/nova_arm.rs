@@ -11,7 +11,7 @@ use fleet_openstack::ironic::Node;
 use fleet_openstack::nova::{CreateServer, Server};
 use serde_json::json;
 
-use super::{Carried, Run, Taken};
+use super::{Carried, Run, StepOutcome, Taken};
 use crate::activities::{CallError, Site};
 use crate::config::RoleImage;
 use crate::store::DeviceRow;
@@ -74,11 +74,7 @@ pub(super) fn nova_role<'a>(
 }
 
 impl Workflow {
-    pub(super) async fn nova_arm(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn nova_arm(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let device = r.device;
         let not_configured = |what: String| Ok(Taken::Failed(FailureCode::SiteNotConfigured, what));
         let Some(site) = self.sites.get(&device.site_id) else {

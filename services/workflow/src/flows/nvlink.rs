@@ -16,7 +16,7 @@ use fleet_fabric::nmx::{host_gpus, partition_named, partition_of};
 use fleet_latch::Latch;
 use serde_json::Value;
 
-use super::{latch_error, Carried, Run, Taken};
+use super::{latch_error, Carried, Run, StepOutcome, Taken};
 use crate::activities::CallError;
 use crate::fabric::fabric_error;
 use crate::store::{self, StepResult};
@@ -40,11 +40,7 @@ fn pin(c: &mut Carried, p: &NvPinned) {
 }
 
 impl Workflow {
-    pub(super) async fn nvlink(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn nvlink(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let dir = match r.kind {
             Kind::NvlinkRepairReturn => NvDirection::Return,
             _ => NvDirection::Move,

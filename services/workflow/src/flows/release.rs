@@ -12,7 +12,7 @@ use fleet_domain::{ConditionStatus, OperationalStatus};
 use fleet_proto::v1;
 use serde_json::json;
 
-use super::{Run, Taken};
+use super::{Run, StepOutcome, Taken};
 use crate::activities::CallError;
 use crate::store;
 use crate::Workflow;
@@ -23,7 +23,7 @@ fn status(s: Option<&str>) -> Option<ConditionStatus> {
 }
 
 impl Workflow {
-    pub(super) async fn release(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+    pub(super) async fn release(&self, r: &Run<'_>) -> StepOutcome {
         let o = r.job.options.0;
         let path = match release::path(o.release_to_customer_pool, o.engagement_mode) {
             Ok(p) => p,
@@ -52,7 +52,7 @@ impl Workflow {
     /// hub's `delegate`, which re-checks them with the device locked. A
     /// hub refusal is explained by a fresh latch read when a latch turned,
     /// else `RELEASE_HANDBACK_REFUSED` with the hub's reason.
-    async fn metal_hand_back(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+    async fn metal_hand_back(&self, r: &Run<'_>) -> StepOutcome {
         let p = self.preflight(&r.device.id).await?;
         if p.operational_status == OperationalStatus::Delegated.as_str() {
             return Ok(Taken::Done);
@@ -118,7 +118,7 @@ impl Workflow {
         }
     }
 
-    async fn hand_back(&self, r: &Run<'_>) -> Result<Taken, CallError> {
+    async fn hand_back(&self, r: &Run<'_>) -> StepOutcome {
         let device = r.device;
         let site = self.site_of(device)?;
         let ident = device.node_ident();

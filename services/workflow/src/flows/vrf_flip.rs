@@ -17,7 +17,7 @@ use fleet_domain::failure::FailureCode;
 use fleet_latch::Latch;
 use serde_json::Value;
 
-use super::{latch_error, Carried, Run, Taken};
+use super::{latch_error, Carried, Run, StepOutcome, Taken};
 use crate::activities::CallError;
 use crate::fabric::fabric_error;
 use crate::store::StepResult;
@@ -82,11 +82,7 @@ fn results(reads: &BTreeMap<String, SwitchRead>, p: &FlipPinned, target: &str) -
 }
 
 impl Workflow {
-    pub(super) async fn vrf_flip(
-        &self,
-        r: &Run<'_>,
-        carried: &mut Carried,
-    ) -> Result<Taken, CallError> {
+    pub(super) async fn vrf_flip(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
         let Some((plane, direction)) = flip_of(r.kind) else {
             return Ok(Taken::Failed(
                 FailureCode::WorkflowInternalError,

@@ -17,10 +17,7 @@ const WITHIN: Duration = Duration::from_secs(120);
 struct BurnIn {
     env: TestEnv,
     slurm: fleet_slurm::Slurmrestd,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl BurnIn {
@@ -55,7 +52,7 @@ impl BurnIn {
         BurnIn {
             env,
             slurm,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)],
+            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
         }
     }
 
@@ -79,10 +76,7 @@ impl BurnIn {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.env.cleanup().await;
     }
 }

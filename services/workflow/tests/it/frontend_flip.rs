@@ -26,10 +26,7 @@ struct Rig {
     leaf01: FakeNvue,
     leaf02: FakeNvue,
     _netbox: FakeNetbox,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Rig {
@@ -64,7 +61,7 @@ impl Rig {
             leaf01,
             leaf02,
             _netbox: netbox,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)],
+            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
         }
     }
 
@@ -89,10 +86,7 @@ impl Rig {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.env.cleanup().await;
     }
 }

@@ -19,10 +19,7 @@ const OTHER: &str = "HW_CPU_X86_AVX2";
 struct Setup {
     env: TestEnv,
     placement: FakePlacement,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Setup {
@@ -39,7 +36,7 @@ impl Setup {
         Setup {
             env,
             placement,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)],
+            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
         }
     }
 
@@ -72,10 +69,7 @@ impl Setup {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.env.cleanup().await;
     }
 }

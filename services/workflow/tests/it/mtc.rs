@@ -29,10 +29,7 @@ const WITHIN: Duration = Duration::from_secs(120);
 struct Mtc {
     ironic: RealIronic,
     env: TestEnv,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Mtc {
@@ -118,7 +115,8 @@ impl Mtc {
                 (trigger, task),
                 (os_trigger, os_task),
                 (hub_trigger, hub_task),
-            ],
+            ]
+            .into(),
         }
     }
 
@@ -165,10 +163,7 @@ impl Mtc {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.ironic.cleanup().await;
         self.env.cleanup().await;
     }

@@ -17,10 +17,7 @@ struct Rig {
     device: String,
     host: String,
     nmx: FakeNmx,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Rig {
@@ -60,15 +57,12 @@ impl Rig {
             device,
             host,
             nmx,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)],
+            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
         }
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.env.cleanup().await;
     }
 }

@@ -24,10 +24,7 @@ struct Release {
     ironic: RealIronic,
     env: TestEnv,
     netbox: MockServer,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Release {
@@ -65,7 +62,8 @@ impl Release {
                 (trigger, task),
                 (os_trigger, os_task),
                 (hub_trigger, hub_task),
-            ],
+            ]
+            .into(),
         }
     }
 
@@ -142,10 +140,7 @@ impl Release {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.ironic.cleanup().await;
         self.env.cleanup().await;
     }

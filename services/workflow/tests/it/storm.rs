@@ -19,10 +19,7 @@ struct Fleet {
     env: TestEnv,
     placement: FakePlacement,
     devices: Vec<String>,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Fleet {
@@ -66,7 +63,7 @@ impl Fleet {
             env,
             placement,
             devices,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)],
+            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
         }
     }
 
@@ -117,10 +114,7 @@ impl Fleet {
     }
 
     async fn stop(self) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         self.env.cleanup().await;
     }
 }

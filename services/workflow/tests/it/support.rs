@@ -131,10 +131,7 @@ pub async fn mirrored(env: &TestEnv, device: &str, state: &str) {
 /// that Ironic, and the workflow service configured for it.
 pub struct Mesh {
     pub site: fleet_workflow::SiteConfig,
-    stops: Vec<(
-        fleet_runtime::shutdown::ShutdownTrigger,
-        tokio::task::JoinHandle<()>,
-    )>,
+    stops: Services,
 }
 
 impl Mesh {
@@ -205,17 +202,15 @@ impl Mesh {
             (trigger, task),
             (os_trigger, os_task),
             (hub_trigger, hub_task),
-        ];
+        ]
+        .into();
         (ironic, env, Mesh { site, stops })
     }
 
     /// Stops the services (the workflow service first), removes the
     /// test's nodes and its environment.
     pub async fn stop(self, ironic: RealIronic, env: TestEnv) {
-        for (trigger, task) in self.stops {
-            trigger.trigger();
-            task.await.unwrap();
-        }
+        self.stops.stop().await;
         ironic.cleanup().await;
         env.cleanup().await;
     }
