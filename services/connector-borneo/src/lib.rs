@@ -14,7 +14,7 @@ pub(crate) mod mapping;
 pub(crate) mod oauth;
 
 use fleet_connector::paginate::{base_url, join, Pages};
-use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::{Common, Shutdown};
@@ -154,16 +154,8 @@ impl BorneoSite {
 }
 
 impl Target for BorneoSite {
-    fn source(&self) -> Source {
-        Source::Borneo
-    }
-
-    fn site(&self) -> &str {
-        &self.site
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        OUTAGE_REASON
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(Source::Borneo, &self.site, OUTAGE_REASON)
     }
 
     async fn poll(

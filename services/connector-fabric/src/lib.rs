@@ -22,7 +22,9 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::base_url;
 use fleet_connector::PollConfig;
-use fleet_connector::{ConnectorMetrics, HttpClient, PollContext, Runtime, SourceError, Target};
+use fleet_connector::{
+    ConnectorMetrics, HttpClient, PollContext, Runtime, Scope, SourceError, Target,
+};
 use fleet_domain::Source;
 use fleet_fabric::netbox::{AuthScheme, Netbox};
 use fleet_fabric::nmx::Nmx;
@@ -161,24 +163,10 @@ impl NvlinkSite {
 }
 
 impl Target for FabricTarget {
-    fn source(&self) -> Source {
+    fn scope(&self) -> Scope<'_> {
         match self {
-            FabricTarget::Plane(p) => p.plane.source(),
-            FabricTarget::Nvlink(_) => Source::NvlinkFabric,
-        }
-    }
-
-    fn site(&self) -> &str {
-        match self {
-            FabricTarget::Plane(p) => &p.site,
-            FabricTarget::Nvlink(n) => &n.site,
-        }
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        match self {
-            FabricTarget::Plane(_) => NETBOX_UNREACHABLE,
-            FabricTarget::Nvlink(_) => NMX_UNREACHABLE,
+            FabricTarget::Plane(p) => Scope::new(p.plane.source(), &p.site, NETBOX_UNREACHABLE),
+            FabricTarget::Nvlink(n) => Scope::new(Source::NvlinkFabric, &n.site, NMX_UNREACHABLE),
         }
     }
 
@@ -450,7 +438,7 @@ mod tests {
             &ConnectorMetrics::new(),
         )
         .unwrap();
-        let sources: Vec<Source> = ok.iter().map(|t| t.source()).collect();
+        let sources: Vec<Source> = ok.iter().map(|t| t.scope().source).collect();
         assert_eq!(
             sources,
             vec![

@@ -13,7 +13,7 @@ pub mod mapping;
 
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, join};
-use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::config::Credential;
@@ -133,16 +133,8 @@ impl HealthSite {
 }
 
 impl Target for HealthSite {
-    fn source(&self) -> Source {
-        Source::HealthStatus
-    }
-
-    fn site(&self) -> &str {
-        &self.site
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        MIMIR_UNREACHABLE
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(Source::HealthStatus, &self.site, MIMIR_UNREACHABLE)
     }
 
     fn outage_mirror(&self) -> Option<Mirror> {

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{base_url, collect_pages, join};
-use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
 use fleet_runtime::config::Credential;
@@ -82,16 +82,8 @@ impl NetboxSite {
 }
 
 impl Target for NetboxSite {
-    fn source(&self) -> Source {
-        Source::Netbox
-    }
-
-    fn site(&self) -> &str {
-        &self.site
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        OUTAGE_REASON
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(Source::Netbox, &self.site, OUTAGE_REASON)
     }
 
     fn vanished(&self, key: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {

@@ -18,7 +18,7 @@ use crate::mapping::{
 use chrono::{DateTime, Utc};
 use fleet_connector::paginate::{join, Pages};
 use fleet_connector::snapshot::all_unknown;
-use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_openstack::ironic::nodes_url;
 use fleet_openstack::{Session, HEADER_API_VERSION, HEADER_IRONIC_VERSION};
@@ -122,16 +122,8 @@ impl OpenstackSite {
 }
 
 impl Target for OpenstackSite {
-    fn source(&self) -> Source {
-        Source::Openstack
-    }
-
-    fn site(&self) -> &str {
-        &self.site
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        IRONIC_UNREACHABLE
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(Source::Openstack, &self.site, IRONIC_UNREACHABLE)
     }
 
     fn vanished(&self, key: &v1::DeviceKey, at: DateTime<Utc>) -> Option<v1::ConditionSnapshot> {

@@ -10,7 +10,7 @@ pub use config::{Config, SiteConfig};
 pub(crate) mod mapping;
 
 use chrono::{DateTime, Utc};
-use fleet_connector::{HttpClient, PollContext, Section, SourceError, Target};
+use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use fleet_runtime::{Common, Shutdown};
@@ -35,16 +35,8 @@ impl SlurmSite {
 }
 
 impl Target for SlurmSite {
-    fn source(&self) -> Source {
-        Source::Slurm
-    }
-
-    fn site(&self) -> &str {
-        &self.site
-    }
-
-    fn outage_reason(&self) -> &'static str {
-        SCHEDULER_UNREACHABLE
+    fn scope(&self) -> Scope<'_> {
+        Scope::new(Source::Slurm, &self.site, SCHEDULER_UNREACHABLE)
     }
 
     fn outage_mirror(&self) -> Option<Mirror> {

@@ -32,7 +32,7 @@ pub use error::SourceError;
 pub use fleet_runtime::Credential;
 pub use http::HttpClient;
 pub use metrics::ConnectorMetrics;
-pub use poll::{PollContext, Target, Tracker};
+pub use poll::{PollContext, Scope, Target, Tracker};
 pub use publish::Bus;
 pub use recurring::Recurring;
 

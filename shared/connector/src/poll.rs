@@ -29,15 +29,31 @@ pub struct PollContext<'a> {
     pub metrics: &'a ConnectorMetrics,
 }
 
+/// What a target reads: its source at one fleet site.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub source: Source,
+    /// The fleet site (a label for logs and metrics).
+    pub site: &'a str,
+    /// The reason of the `Unknown` conditions while the source cannot be
+    /// read (`IronicUnreachable`, `SchedulerUnreachable`, ...).
+    pub outage_reason: &'static str,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(source: Source, site: &'a str, outage_reason: &'static str) -> Self {
+        Scope {
+            source,
+            site,
+            outage_reason,
+        }
+    }
+}
+
 /// One scope of one source: a client for the system and a pure mapping
 /// from its JSON to snapshots.
 pub trait Target: Send + 'static {
-    fn source(&self) -> Source;
-    /// The fleet site this target reads (a label for logs and metrics).
-    fn site(&self) -> &str;
-    /// The reason of the `Unknown` conditions while the source cannot be
-    /// read (`IronicUnreachable`, `SchedulerUnreachable`, ...).
-    fn outage_reason(&self) -> &'static str;
+    fn scope(&self) -> Scope<'_>;
     /// The mirror an outage snapshot carries. `None` leaves every mirror
     /// at its last-known value.
     fn outage_mirror(&self) -> Option<Mirror> {
@@ -59,11 +75,12 @@ pub trait Target: Send + 'static {
         at: DateTime<Utc>,
         message: &str,
     ) -> Option<v1::ConditionSnapshot> {
+        let scope = self.scope();
         all_unknown(
-            self.source(),
+            scope.source,
             key.clone(),
             at,
-            self.outage_reason(),
+            scope.outage_reason,
             message,
             self.outage_mirror(),
         )
@@ -196,8 +213,10 @@ pub async fn run_target<T: Target>(
     poll: PollConfig,
     mut shutdown: Shutdown,
 ) {
-    let source = target.source().as_str();
-    let site = target.site().to_string();
+    let scope = target.scope();
+    let source = scope.source.as_str();
+    let site = scope.site.to_string();
+    let outage_reason = scope.outage_reason;
     let interval = poll
         .resync_interval
         .clamp(Duration::from_millis(50), Duration::from_secs(86_400));
@@ -315,7 +334,7 @@ pub async fn run_target<T: Target>(
                 };
                 if failed_reads == 1 {
                     tracing::error!(source, site, kind = e.kind(), error = %e, devices = snapshots.len(),
-                        reason = target.outage_reason(), "{what}");
+                        reason = outage_reason, "{what}");
                 } else {
                     tracing::debug!(source, site, kind = e.kind(), error = %e, failed_reads, "source still cannot be read");
                 }
@@ -357,14 +376,8 @@ mod tests {
     }
 
     impl Target for Fake {
-        fn source(&self) -> Source {
-            Source::Slurm
-        }
-        fn site(&self) -> &str {
-            "s1"
-        }
-        fn outage_reason(&self) -> &'static str {
-            "SchedulerUnreachable"
+        fn scope(&self) -> Scope<'_> {
+            Scope::new(Source::Slurm, "s1", "SchedulerUnreachable")
         }
         fn outage_mirror(&self) -> Option<Mirror> {
             Some(Mirror::Slurm(v1::SlurmMirror {
