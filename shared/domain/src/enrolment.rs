@@ -83,14 +83,11 @@ pub enum EnrolNext {
     },
     Wait,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 fn fail(code: FailureCode, message: String) -> EnrolNext {
-    EnrolNext::Fail { code, message }
+    EnrolNext::Fail(code, message)
 }
 
 /// Text Ironic puts in `last_error` when inspection could not boot the
@@ -272,7 +269,7 @@ mod tests {
 
     fn code(n: EnrolNext) -> FailureCode {
         match n {
-            EnrolNext::Fail { code, .. } => code,
+            EnrolNext::Fail(code, _) => code,
             other => panic!("expected a failure, got {other:?}"),
         }
     }

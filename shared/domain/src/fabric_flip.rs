@@ -186,14 +186,11 @@ pub enum FlipNext {
     /// record the verified latch.
     WriteVerified,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 fn fail(code: FailureCode, message: String) -> FlipNext {
-    FlipNext::Fail { code, message }
+    FlipNext::Fail(code, message)
 }
 
 /// The run's plan from the device's cabled ports `(switch, port)` on the
@@ -401,7 +398,7 @@ mod tests {
 
     fn code(n: FlipNext) -> Option<FailureCode> {
         match n {
-            N::Fail { code, .. } => Some(code),
+            N::Fail(code, _) => Some(code),
             _ => None,
         }
     }
@@ -671,7 +668,7 @@ mod tests {
         r.get_mut("leaf01").unwrap().ports[0].1 = Err("the switch lists no such interface".into());
         let m = flip_next(Plane::Frontend, &r, &FlipPinned::default(), ISOLATE);
         assert!(
-            matches!(&m, N::Fail { code: FailureCode::SwitchVrfFlipFailed, message } if message.contains("leaf01:swp1")),
+            matches!(&m, N::Fail(FailureCode::SwitchVrfFlipFailed, message) if message.contains("leaf01:swp1")),
             "{m:?}"
         );
     }

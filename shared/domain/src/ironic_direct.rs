@@ -46,14 +46,11 @@ pub enum Next {
         instance_uuid: String,
     },
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 fn fail(code: FailureCode, message: String) -> Next {
-    Next::Fail { code, message }
+    Next::Fail(code, message)
 }
 
 /// States Ironic is in while it deploys.
@@ -223,7 +220,7 @@ mod tests {
 
     fn code(n: Next) -> Option<FailureCode> {
         match n {
-            Next::Fail { code, .. } => Some(code),
+            Next::Fail(code, _) => Some(code),
             _ => None,
         }
     }
@@ -289,7 +286,7 @@ mod tests {
         let mut failed = node("deploy failed", Some("i-1"));
         failed.last_error = Some("boom");
         match image_next(&failed, Some("i-1")) {
-            Next::Fail { code, message } => {
+            Next::Fail(code, message) => {
                 assert_eq!(code, F::IronicDeployFailed);
                 assert!(message.contains("boom"), "{message}");
             }

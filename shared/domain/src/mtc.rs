@@ -82,10 +82,7 @@ pub enum Reclaim {
     TearDown,
     Wait,
     Next(Phase),
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 /// Phase 2. `ours`: the instance this run's own imaging bound (a re-run
@@ -98,19 +95,19 @@ pub fn reclaim_next(
     requested: bool,
 ) -> Reclaim {
     if n.maintenance {
-        return Reclaim::Fail {
-            code: FailureCode::IronicNodeInMaintenance,
-            message: format!("node {} is in maintenance", n.uuid),
-        };
+        return Reclaim::Fail(
+            FailureCode::IronicNodeInMaintenance,
+            format!("node {} is in maintenance", n.uuid),
+        );
     }
     if is_failure(n.provision_state) && n.provision_state != "deploy failed" {
-        return Reclaim::Fail {
-            code: FailureCode::IronicFailureState,
-            message: format!(
+        return Reclaim::Fail(
+            FailureCode::IronicFailureState,
+            format!(
                 "node {} is in the failure state {}",
                 n.uuid, n.provision_state
             ),
-        };
+        );
     }
     if !n.target_provision_state.is_empty() {
         return Reclaim::Wait;
@@ -127,14 +124,14 @@ pub fn reclaim_next(
         return Reclaim::Wait;
     }
     if !force_reclaim {
-        return Reclaim::Fail {
-            code: FailureCode::MtcCustomerInstancePresent,
-            message: format!(
+        return Reclaim::Fail(
+            FailureCode::MtcCustomerInstancePresent,
+            format!(
                 "node {} is bound to instance {}: set force_reclaim to reclaim it",
                 n.uuid,
                 n.instance_uuid.unwrap_or("(none recorded)")
             ),
-        };
+        );
     }
     Reclaim::TearDown
 }
@@ -160,10 +157,7 @@ pub enum Adopt {
     /// The hub has not derived `validation` yet.
     WaitValidation,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 /// A drain or down reason the workflow may clear: none, a reboot, or one a
@@ -182,32 +176,29 @@ pub fn adopt_next(s: &SlurmRead<'_>, resume_requested: bool) -> Adopt {
     let n = normalise(states);
     if let Some(bad) = n.first_bad() {
         if !resumable(s.reason) {
-            return Adopt::Fail {
-                code: FailureCode::SlurmNodeDrainedByOperator,
-                message: format!(
+            return Adopt::Fail(
+                FailureCode::SlurmNodeDrainedByOperator,
+                format!(
                     "SLURM holds the node {} for {:?}: not the workflow's to clear",
                     bad.as_str(),
                     s.reason
                 ),
-            };
+            );
         }
         if !s.update_supported {
-            return Adopt::Fail {
-                code: FailureCode::SlurmNodeUpdateUnsupported,
-                message: format!(
+            return Adopt::Fail(FailureCode::SlurmNodeUpdateUnsupported, format!(
                     "SLURM holds the node {} and this slurmrestd has no node update (v0.0.38, SLURM 22.05): resume it with scontrol",
                     bad.as_str()
-                ),
-            };
+                ));
         }
         if resume_requested {
-            return Adopt::Fail {
-                code: FailureCode::SlurmRequestRefused,
-                message: format!(
+            return Adopt::Fail(
+                FailureCode::SlurmRequestRefused,
+                format!(
                     "SLURM still holds the node {} after a RESUME it accepted",
                     bad.as_str()
                 ),
-            };
+            );
         }
         return Adopt::Resume;
     }
@@ -249,10 +240,7 @@ mod tests {
         let bound = node("active", Some("cust-1"));
         assert!(matches!(
             reclaim_next(&bound, None, false, false),
-            Reclaim::Fail {
-                code: FailureCode::MtcCustomerInstancePresent,
-                ..
-            }
+            Reclaim::Fail(FailureCode::MtcCustomerInstancePresent, _)
         ));
         assert_eq!(reclaim_next(&bound, None, true, false), Reclaim::TearDown);
         assert_eq!(reclaim_next(&bound, None, true, true), Reclaim::Wait);
@@ -303,10 +291,7 @@ mod tests {
         // "A 200 is never trusted": still drained after the RESUME.
         assert!(matches!(
             adopt_next(&drained, true),
-            Adopt::Fail {
-                code: FailureCode::SlurmRequestRefused,
-                ..
-            }
+            Adopt::Fail(FailureCode::SlurmRequestRefused, _)
         ));
     }
 
@@ -315,18 +300,12 @@ mod tests {
         let operator = slurm(Some(&["IDLE", "DRAIN"]), "bad dimm, ticket 42", true);
         assert!(matches!(
             adopt_next(&operator, false),
-            Adopt::Fail {
-                code: FailureCode::SlurmNodeDrainedByOperator,
-                ..
-            }
+            Adopt::Fail(FailureCode::SlurmNodeDrainedByOperator, _)
         ));
         let old = slurm(Some(&["DOWN"]), "Node unexpectedly rebooted", false);
         assert!(matches!(
             adopt_next(&old, false),
-            Adopt::Fail {
-                code: FailureCode::SlurmNodeUpdateUnsupported,
-                ..
-            }
+            Adopt::Fail(FailureCode::SlurmNodeUpdateUnsupported, _)
         ));
         assert!(resumable(""));
         assert!(resumable("fleet:x"));

@@ -88,14 +88,11 @@ pub enum Next {
     /// Nova or Ironic is moving: read again later.
     Wait,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 fn fail(code: FailureCode, message: String) -> Next {
-    Next::Fail { code, message }
+    Next::Fail(code, message)
 }
 
 /// Nova states a server passes through on its way to `ACTIVE`.
@@ -415,7 +412,7 @@ mod tests {
 
     fn code(n: Next) -> Option<FailureCode> {
         match n {
-            Next::Fail { code, .. } => Some(code),
+            Next::Fail(code, _) => Some(code),
             _ => None,
         }
     }
@@ -534,7 +531,7 @@ mod tests {
             let mut s = server("s-1", st);
             s.fault = Some("No valid host was found.");
             match image_next(&n, &P, Some("s-1"), &Found::Server(Some(s))) {
-                Next::Fail { code, message } => {
+                Next::Fail(code, message) => {
                     assert_eq!(code, F::NovaServerFailed, "{st}");
                     assert!(message.contains("No valid host"), "{message}");
                 }

@@ -145,14 +145,11 @@ pub enum NvNext {
     Wait,
     WriteVerified,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 fn fail(code: FailureCode, message: String) -> NvNext {
-    NvNext::Fail { code, message }
+    NvNext::Fail(code, message)
 }
 
 /// The next partition update towards the target, or `None` at it.
@@ -379,13 +376,7 @@ mod tests {
             false,
         );
         assert!(
-            matches!(
-                refused,
-                N::Fail {
-                    code: FailureCode::NvlinkCustodyRefused,
-                    ..
-                }
-            ),
+            matches!(refused, N::Fail(FailureCode::NvlinkCustodyRefused, _)),
             "{refused:?}"
         );
     }
@@ -407,16 +398,7 @@ mod tests {
             ..planned
         };
         let n = mv(&moved, &again);
-        assert!(
-            matches!(
-                n,
-                N::Fail {
-                    code: FailureCode::NvlinkDrift,
-                    ..
-                }
-            ),
-            "{n:?}"
-        );
+        assert!(matches!(n, N::Fail(FailureCode::NvlinkDrift, _)), "{n:?}");
     }
 
     #[test]
@@ -448,17 +430,11 @@ mod tests {
         assert_eq!(at(OpState::parse("Completed")), N::OperationDone);
         assert!(matches!(
             at(OpState::parse("failed")),
-            N::Fail {
-                code: FailureCode::NvlinkMoveFailed,
-                ..
-            }
+            N::Fail(FailureCode::NvlinkMoveFailed, _)
         ));
         assert!(matches!(
             at(OpState::Gone),
-            N::Fail {
-                code: FailureCode::NvlinkMoveFailed,
-                ..
-            }
+            N::Fail(FailureCode::NvlinkMoveFailed, _)
         ));
     }
 
@@ -526,25 +502,19 @@ mod tests {
         mm.repair_id = None;
         assert!(matches!(
             mv(&mm, &NvPinned::default()),
-            N::Fail {
-                code: FailureCode::SiteNotConfigured,
-                ..
-            }
+            N::Fail(FailureCode::SiteNotConfigured, _)
         ));
         let mut mm = m(None, None, None);
         mm.host_gpus = None;
         assert!(matches!(
             mv(&mm, &NvPinned::default()),
-            N::Fail {
-                code: FailureCode::NvlinkMoveFailed,
-                ..
-            }
+            N::Fail(FailureCode::NvlinkMoveFailed, _)
         ));
         let mut mm = m(None, None, None);
         mm.partition_of.remove("g2");
         let n = mv(&mm, &NvPinned::default());
         assert!(
-            matches!(&n, N::Fail { code: FailureCode::NvlinkMoveFailed, message } if message.contains("g2")),
+            matches!(&n, N::Fail(FailureCode::NvlinkMoveFailed, message) if message.contains("g2")),
             "{n:?}"
         );
     }

@@ -176,16 +176,13 @@ pub enum R1Next {
     /// Both written: the hub has not derived `available` yet.
     WaitAvailable,
     Done,
-    Fail {
-        code: FailureCode,
-        message: String,
-    },
+    Fail(FailureCode, String),
 }
 
 /// The fully managed hand-back's next step on a fresh read; each step skips
 /// itself when the read shows it done, so a re-run repeats no write.
 pub fn r1_next(r: &R1Read<'_>) -> R1Next {
-    let fail = |code, message| R1Next::Fail { code, message };
+    let fail = |code, message| R1Next::Fail(code, message);
     if is_failure(r.provision_state) {
         return fail(
             FailureCode::IronicFailureState,
@@ -441,10 +438,7 @@ mod tests {
         };
         assert!(matches!(
             r1_next(&deployed),
-            R1Next::Fail {
-                code: FailureCode::IronicNodeNotAvailable,
-                ..
-            }
+            R1Next::Fail(FailureCode::IronicNodeNotAvailable, _)
         ));
         let bound = R1Read {
             instance_uuid: Some("i-1"),
@@ -452,10 +446,7 @@ mod tests {
         };
         assert!(matches!(
             r1_next(&bound),
-            R1Next::Fail {
-                code: FailureCode::IronicNodeNotAvailable,
-                ..
-            }
+            R1Next::Fail(FailureCode::IronicNodeNotAvailable, _)
         ));
         let customer = R1Read {
             lessee: Some("cust-project"),
@@ -463,10 +454,7 @@ mod tests {
         };
         assert!(matches!(
             r1_next(&customer),
-            R1Next::Fail {
-                code: FailureCode::IronicLesseeUnexpected,
-                ..
-            }
+            R1Next::Fail(FailureCode::IronicLesseeUnexpected, _)
         ));
         let failed = R1Read {
             provision_state: "clean failed",
@@ -474,10 +462,7 @@ mod tests {
         };
         assert!(matches!(
             r1_next(&failed),
-            R1Next::Fail {
-                code: FailureCode::IronicFailureState,
-                ..
-            }
+            R1Next::Fail(FailureCode::IronicFailureState, _)
         ));
     }
 }

@@ -118,7 +118,7 @@ impl Workflow {
                 }
                 EnrolNext::Wait => Taken::Wait,
                 EnrolNext::Done => Taken::Done,
-                EnrolNext::Fail { code, message } => Taken::Failed(code, message),
+                EnrolNext::Fail(code, message) => Taken::Failed(code, message),
             },
         )
     }

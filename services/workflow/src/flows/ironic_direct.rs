@@ -91,7 +91,7 @@ impl Workflow {
             }
             Next::Wait => Taken::Wait,
             Next::Done => Taken::Done,
-            Next::Fail { code, message } => Taken::Failed(code, message),
+            Next::Fail(code, message) => Taken::Failed(code, message),
         })
     }
 }

@@ -102,7 +102,7 @@ impl Workflow {
                             carried.pin(PHASE, p.as_str());
                             Taken::Step("reclaimed")
                         }
-                        Reclaim::Fail { code, message } => Taken::Failed(code, message),
+                        Reclaim::Fail(code, message) => Taken::Failed(code, message),
                     },
                 )
             }
@@ -206,7 +206,7 @@ impl Workflow {
                 return Ok(Taken::Step("deploy_requested"));
             }
             Next::Wait => return Ok(Taken::Wait),
-            Next::Fail { code, message } => return Ok(Taken::Failed(code, message)),
+            Next::Fail(code, message) => return Ok(Taken::Failed(code, message)),
             Next::ClearBinding { .. } => {
                 return Ok(Taken::Failed(
                     FailureCode::WorkflowInternalError,
@@ -279,7 +279,7 @@ impl Workflow {
                 Taken::WaitHub
             }
             Adopt::Done => Taken::Done,
-            Adopt::Fail { code, message } => Taken::Failed(code, message),
+            Adopt::Fail(code, message) => Taken::Failed(code, message),
         })
     }
 }

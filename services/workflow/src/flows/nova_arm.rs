@@ -149,7 +149,7 @@ impl Workflow {
             }
             Next::Wait => Taken::Wait,
             Next::Done => Taken::Done,
-            Next::Fail { code, message } => Taken::Failed(code, message),
+            Next::Fail(code, message) => Taken::Failed(code, message),
             Next::Create => Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 "unimage asked to create a server".into(),
@@ -225,7 +225,7 @@ impl Workflow {
             }
             Next::Wait => Taken::Wait,
             Next::Done => return Ok(None),
-            Next::Fail { code, message } => Taken::Failed(code, message),
+            Next::Fail(code, message) => Taken::Failed(code, message),
             Next::IntendDelete | Next::Delete { .. } => Taken::Failed(
                 FailureCode::WorkflowInternalError,
                 "image asked to delete a server".into(),

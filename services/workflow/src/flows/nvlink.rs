@@ -195,7 +195,7 @@ impl Workflow {
                 Taken::Step("latch_written")
             }
             NvNext::Done => Taken::Done,
-            NvNext::Fail { code, message } => Taken::Failed(code, message),
+            NvNext::Fail(code, message) => Taken::Failed(code, message),
         })
     }
 }

@@ -157,7 +157,7 @@ impl Workflow {
             }
             R1Next::WaitAvailable => Taken::WaitHub,
             R1Next::Done => Taken::Done,
-            R1Next::Fail { code, message } => Taken::Failed(code, message),
+            R1Next::Fail(code, message) => Taken::Failed(code, message),
         })
     }
 

@@ -288,7 +288,7 @@ impl Workflow {
                 Taken::Step("latch_written")
             }
             FlipNext::Done => Taken::Done,
-            FlipNext::Fail { code, message } => Taken::Failed(code, message),
+            FlipNext::Fail(code, message) => Taken::Failed(code, message),
         })
     }
 }
