@@ -12,7 +12,7 @@ pub(crate) mod mapping;
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, collect_pages, join};
+use fleet_connector::paginate::{base_url, join};
 use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
@@ -20,7 +20,7 @@ use fleet_runtime::config::Credential;
 use fleet_runtime::{Common, Shutdown};
 use reqwest::Url;
 
-use crate::mapping::{map_devices, DevicePage, Warning};
+use crate::mapping::{map_devices, Warning};
 
 pub(crate) const OUTAGE_REASON: &str = "NetboxUnreachable";
 
@@ -61,23 +61,7 @@ impl NetboxSite {
             .query_pairs_mut()
             .append_pair("site", &self.slug)
             .append_pair("limit", &self.page_size.to_string());
-        collect_pages(first, self.max_pages, |url: Url| {
-            let auth = auth.clone();
-            async move {
-                let page: DevicePage = self
-                    .http
-                    .json(url.as_str(), |c| {
-                        let r = c.get(url.clone()).header("Accept", "application/json");
-                        match &auth {
-                            Some(a) => r.header("Authorization", a),
-                            None => r,
-                        }
-                    })
-                    .await?;
-                Ok((page.results, page.next))
-            }
-        })
-        .await
+        fleet_netbox::list(&self.http, first, self.max_pages, auth.as_deref()).await
     }
 }
 

@@ -8,14 +8,6 @@ use fleet_domain::{InventoryStatus, KeyKind, Source};
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
 use serde::Deserialize;
 
-/// One page of `GET /api/dcim/devices/`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DevicePage {
-    #[serde(default)]
-    pub next: Option<String>,
-    pub results: Vec<Device>,
-}
-
 /// The fields of a NetBox device the connector reads; everything else is
 /// ignored, and every field but `id` may be missing (`?brief=true`) or null.
 #[derive(Debug, Clone, Deserialize)]
@@ -213,6 +205,8 @@ pub fn vanished(key: &v1::DeviceKey, at: DateTime<Utc>) -> v1::ConditionSnapshot
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type DevicePage = fleet_netbox::Page<Device>;
 
     #[test]
     fn a_vanished_device_is_marked_unknown_without_tags() {

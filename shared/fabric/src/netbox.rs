@@ -15,19 +15,14 @@
 
 use std::collections::BTreeSet;
 
-use fleet_connector::paginate::{collect_pages, join};
+use fleet_connector::paginate::join;
 use fleet_connector::{HttpClient, SourceError};
 pub use fleet_netbox::AuthScheme;
 use fleet_runtime::Credential;
 use reqwest::Url;
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct InterfacePage {
-    pub results: Vec<Interface>,
-    #[serde(default)]
-    pub next: Option<String>,
-}
+pub type InterfacePage = fleet_netbox::Page<Interface>;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Named {
@@ -215,23 +210,7 @@ impl Netbox {
             }
             q.append_pair("limit", &self.page_size.clamp(1, 1000).to_string());
         }
-        collect_pages(first, self.max_pages, |url: Url| {
-            let auth = auth.clone();
-            async move {
-                let page: InterfacePage = self
-                    .http
-                    .json(url.as_str(), |c| {
-                        let r = c.get(url.clone()).header("Accept", "application/json");
-                        match &auth {
-                            Some(a) => r.header("Authorization", a),
-                            None => r,
-                        }
-                    })
-                    .await?;
-                Ok((page.results, page.next))
-            }
-        })
-        .await
+        fleet_netbox::list(&self.http, first, self.max_pages, auth.as_deref()).await
     }
 
     /// Every device port cabled to `switches` at `site` (far ends on an

@@ -3,9 +3,10 @@
 //! Release re-reads one device "and requires active" immediately before a
 //! customer handoff (seed 002, "Inventory status").
 
-use fleet_connector::paginate::join;
+use fleet_connector::paginate::{collect_pages, join};
 use fleet_connector::{HttpClient, SourceError};
 use reqwest::Url;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 /// How the token is sent.
@@ -44,6 +45,45 @@ impl AuthScheme {
     }
 }
 
+/// One page of a NetBox list endpoint (`/api/dcim/devices/`, ...).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Page<T> {
+    pub results: Vec<T>,
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `GET url` as JSON, with the `Authorization` header when there is one.
+pub async fn get<T: DeserializeOwned>(
+    http: &HttpClient,
+    url: &Url,
+    authorization: Option<&str>,
+) -> Result<T, SourceError> {
+    http.json(url.as_str(), |c| {
+        let r = c.get(url.clone()).header("Accept", "application/json");
+        match authorization {
+            Some(a) => r.header("Authorization", a),
+            None => r,
+        }
+    })
+    .await
+}
+
+/// Every item of a NetBox list from `first` on, `next` followed (rebased
+/// onto `first`'s origin) for at most `max_pages` pages.
+pub async fn list<T: DeserializeOwned>(
+    http: &HttpClient,
+    first: Url,
+    max_pages: u32,
+    authorization: Option<&str>,
+) -> Result<Vec<T>, SourceError> {
+    collect_pages(first, max_pages, |url: Url| async move {
+        let page: Page<T> = get(http, &url, authorization).await?;
+        Ok((page.results, page.next))
+    })
+    .await
+}
+
 /// `{"value": "active", "label": "Active"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Choice {
@@ -71,17 +111,7 @@ impl Netbox<'_> {
     /// `GET /api/dcim/devices/{id}/`; `None` when NetBox has no such device.
     pub async fn device(&self, id: i64) -> Result<Option<DeviceStatus>, SourceError> {
         let url = join(self.base, &format!("api/dcim/devices/{id}/"));
-        let got = self
-            .http
-            .json(url.as_str(), |c| {
-                let r = c.get(url.clone()).header("Accept", "application/json");
-                match self.authorization {
-                    Some(a) => r.header("Authorization", a),
-                    None => r,
-                }
-            })
-            .await;
-        match got {
+        match get(self.http, &url, self.authorization).await {
             Ok(d) => Ok(Some(d)),
             Err(SourceError::Status { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),

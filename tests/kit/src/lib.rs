@@ -631,7 +631,7 @@ impl Drop for Reaped {
 pub fn spawn_service<F, E>(
     what: &'static str,
     run: impl FnOnce(fleet_runtime::Shutdown) -> F,
-) -> Running
+) -> ServiceTask
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: std::fmt::Debug,
@@ -657,17 +657,17 @@ pub async fn stop(
 }
 
 /// A service a test runs: the trigger that stops it and its task.
-pub type Running = (
+pub type ServiceTask = (
     fleet_runtime::shutdown::ShutdownTrigger,
     tokio::task::JoinHandle<()>,
 );
 
 /// The services a test started, stopped in the order they were given
 /// (the service that depends on the others first).
-pub struct Services(Vec<Running>);
+pub struct Services(Vec<ServiceTask>);
 
-impl From<Vec<Running>> for Services {
-    fn from(v: Vec<Running>) -> Self {
+impl From<Vec<ServiceTask>> for Services {
+    fn from(v: Vec<ServiceTask>) -> Self {
         Services(v)
     }
 }
