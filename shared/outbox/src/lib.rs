@@ -182,8 +182,15 @@ impl Outbox {
         }
         // Await what is in flight even after a failure: a row stays in the
         // outbox unless its own ack arrived, and a re-publish is deduplicated.
-        for (id, ack) in inflight {
-            match ack.await {
+        // All at once: a PubAck's timeout runs from when it is awaited, so
+        // one by one, the acks a lost server took would cost one timeout
+        // each, holding the caller (a hub lane) for minutes.
+        let (ids, acks): (Vec<i64>, Vec<_>) = inflight.into_iter().unzip();
+        for (id, ack) in ids.into_iter().zip(
+            futures::future::join_all(acks.into_iter().map(std::future::IntoFuture::into_future))
+                .await,
+        ) {
+            match ack {
                 Ok(_) if !failed => acked.push(id),
                 Ok(_) => {}
                 Err(e) => {

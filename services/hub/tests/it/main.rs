@@ -6,6 +6,7 @@ mod behaviour;
 mod delegate;
 mod e2e;
 mod holds;
+mod outbox;
 mod restart;
 
 mod support {
