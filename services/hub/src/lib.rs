@@ -290,6 +290,7 @@ impl Hub {
         let linger = self.config.linger;
         let max = self.config.batch_size;
         while let Some(first) = rx.recv().await {
+            let opened = std::time::Instant::now();
             let mut items = vec![first];
             let deadline = tokio::time::Instant::now() + linger;
             while items.len() < max {
@@ -304,9 +305,24 @@ impl Hub {
                     }
                 }
             }
+            self.metrics.stage("wait", opened.elapsed());
+            if let Some(age) = items.iter().filter_map(|i| stream_age(&i.msg)).max() {
+                self.metrics.stage("age", age);
+            }
             self.handle_batch(items).await;
         }
     }
+}
+
+/// How long ago the stream stored `msg` (by the server's clock: a skewed
+/// clock shows as a constant offset).
+fn stream_age(msg: &async_nats::jetstream::Message) -> Option<Duration> {
+    let stored = msg.info().ok()?.published.unix_timestamp_nanos();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos() as i128;
+    u64::try_from(now - stored).ok().map(Duration::from_nanos)
 }
 
 /// Runs the hub until shutdown: partition consumers, the command responder,

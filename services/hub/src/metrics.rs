@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use fleet_runtime::metrics::{count, Labels, Metrics};
+use fleet_runtime::metrics::{count, labels, Histograms, Labels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,6 +20,7 @@ pub struct HubMetrics {
     pub outbox_published: Counter,
     pub commands: Family<Labels, Counter>,
     pub batch_size: Histogram,
+    pub batch_seconds: Histograms,
     pub swept: Counter,
     pub confirmed: Counter,
     pub observations_pending: Gauge,
@@ -53,6 +54,11 @@ impl HubMetrics {
                 "batch_size",
                 "Messages per applied batch",
                 exponential_buckets(1.0, 2.0, 12),
+            ),
+            batch_seconds: m.histograms(
+                "batch_seconds",
+                "Where a lane's batch spends its time, by stage: age (its oldest message's time in the stream when the batch closes), wait (from its first message to the batch closing: hub.linger at low rates), apply (the transaction), publish (acks and StatusChanged publishes after the commit)",
+                || Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
             ),
             swept: m.counter("swept", "Devices re-derived by the sweeper"),
             confirmed: m.counter(
@@ -107,6 +113,13 @@ impl HubMetrics {
         self.status_events.inc_by(s.summary.events);
         self.batch_size
             .observe((s.applied + s.stale + s.duplicate + s.unresolved + s.rejected) as f64);
+    }
+
+    /// Time a batch spent in `stage` (see `batch_seconds`).
+    pub fn stage(&self, stage: &str, took: std::time::Duration) {
+        self.batch_seconds
+            .get_or_create(&labels(&[("stage", stage)]))
+            .observe(took.as_secs_f64());
     }
 
     pub fn dead_letter(&self, reason: &str) {

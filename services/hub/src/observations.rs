@@ -133,7 +133,10 @@ impl Hub {
         if good.is_empty() {
             return stats;
         }
-        match self.apply(&good).await {
+        let started = std::time::Instant::now();
+        let applied = self.apply(&good).await;
+        self.metrics.stage("apply", started.elapsed());
+        match applied {
             Ok(Err(Fenced(lost))) => {
                 // Not acked: the partitions' next owner gets them again.
                 let batch: BTreeSet<u32> = good.iter().map(|i| i.partition).collect();
@@ -141,10 +144,12 @@ impl Hub {
             }
             Ok(Ok((s, rows))) => {
                 merge(&mut stats, s);
+                let started = std::time::Instant::now();
                 for item in &good {
                     self.ack(&item.msg).await;
                 }
                 self.publish_committed(rows).await;
+                self.metrics.stage("publish", started.elapsed());
             }
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, batch = good.len(), "database unavailable; the batch's partitions are rewound and redelivered in stream order");

@@ -8,7 +8,7 @@
 //! Throughput phases pre-load the stream while the hub is stopped and time
 //! how long the hub takes to drain it, so the publisher never limits them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -197,6 +197,13 @@ impl Bench {
             .stderr(Stdio::inherit())
             .spawn()
             .context("starting fleet hub")
+    }
+
+    /// The hub's `batch_seconds` per stage now (see [`parse_stages`]).
+    async fn stages(&self) -> anyhow::Result<BTreeMap<String, (f64, f64)>> {
+        Ok(parse_stages(
+            &http_get(&self.metrics_addr, "/metrics").await?,
+        ))
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {
@@ -427,6 +434,22 @@ impl Bench {
             latency.rate, latency.p50, latency.p99, latency.max
         );
         out += &format!(
+            "| a hub batch in that phase, mean ms by stage ({}) | {} over {} batches | - |\n",
+            latency
+                .stages
+                .iter()
+                .map(|s| s.0.as_str())
+                .collect::<Vec<_>>()
+                .join(" / "),
+            latency
+                .stages
+                .iter()
+                .map(|s| format!("{:.1}", s.1))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            latency.stages.iter().map(|s| s.2).max().unwrap_or(0)
+        );
+        out += &format!(
             "| hub peak RSS | {:.1} MiB | <= 256 MiB |\n",
             peak_rss as f64 / 1024.0
         );
@@ -490,6 +513,7 @@ impl Bench {
             while self.pending().await? > 0 {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            let stages_before = self.stages().await?;
             let mut sub = self
                 .nats
                 .subscribe(self.subjects.status_axis("operational"))
@@ -554,7 +578,19 @@ impl Bench {
             }
             ms.sort_by(|a, b| a.total_cmp(b));
             let q = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
+            let stages_after = self.stages().await?;
+            let stages = ["age", "wait", "apply", "publish"]
+                .iter()
+                .map(|stage| {
+                    let (s0, n0) = stages_before.get(*stage).copied().unwrap_or_default();
+                    let (s1, n1) = stages_after.get(*stage).copied().unwrap_or_default();
+                    let n = n1 - n0;
+                    let mean_ms = if n > 0.0 { (s1 - s0) / n * 1000.0 } else { 0.0 };
+                    (stage.to_string(), mean_ms, n as u64)
+                })
+                .collect();
             Ok(Latency {
+                stages,
                 rate,
                 p50: q(0.5),
                 p99: q(0.99),
@@ -740,6 +776,41 @@ struct Latency {
     p99: f64,
     max: f64,
     rss_kib: u64,
+    /// Per stage of the hub's `batch_seconds` over the phase: mean ms a
+    /// batch, and batches.
+    stages: Vec<(String, f64, u64)>,
+}
+
+/// Per stage of the hub's `fleet_hub_batch_seconds`: (sum in seconds,
+/// count), as its `/metrics` text shows them.
+fn parse_stages(metrics: &str) -> BTreeMap<String, (f64, f64)> {
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in metrics.lines() {
+        for (prefix, is_sum) in [
+            ("fleet_hub_batch_seconds_sum{", true),
+            ("fleet_hub_batch_seconds_count{", false),
+        ] {
+            let Some((labels, value)) = line
+                .strip_prefix(prefix)
+                .and_then(|rest| rest.split_once("} "))
+            else {
+                continue;
+            };
+            let stage = labels
+                .strip_prefix("stage=\"")
+                .and_then(|l| l.strip_suffix('"'));
+            let (Some(stage), Ok(v)) = (stage, value.trim().parse::<f64>()) else {
+                continue;
+            };
+            let e = out.entry(stage.to_string()).or_default();
+            if is_sum {
+                e.0 = v;
+            } else {
+                e.1 = v;
+            }
+        }
+    }
+    out
 }
 
 fn stop(hub: &mut Child) {
@@ -782,4 +853,27 @@ async fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_stages_are_read_from_the_hubs_metrics_text() {
+        let text = "# HELP fleet_hub_batch_seconds Where a lane's batch spends its time.\n\
+                    # TYPE fleet_hub_batch_seconds histogram\n\
+                    fleet_hub_batch_seconds_sum{stage=\"apply\"} 1.5\n\
+                    fleet_hub_batch_seconds_count{stage=\"apply\"} 30\n\
+                    fleet_hub_batch_seconds_bucket{le=\"0.001\",stage=\"apply\"} 2\n\
+                    fleet_hub_batch_seconds_sum{stage=\"wait\"} 0.6\n\
+                    fleet_hub_batch_seconds_count{stage=\"wait\"} 30\n\
+                    fleet_hub_batch_size_sum 12\n\
+                    # EOF\n";
+        let s = parse_stages(text);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(s["apply"], (1.5, 30.0));
+        assert_eq!(s["wait"], (0.6, 30.0));
+        assert!(parse_stages("garbage {stage=\"x\"} y\n").is_empty());
+    }
 }
