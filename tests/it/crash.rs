@@ -22,17 +22,7 @@ pub(crate) fn spawn_hub(env: &TestEnv, log: &std::path::Path, replica: &str) -> 
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("hub")
-        .env("FLEET__DATABASE__URL", &env.common.database.url)
-        .env("FLEET__NATS__URL", &env.common.nats.url)
-        .env("FLEET__NATS__SUBJECT_ROOT", &env.common.nats.subject_root)
-        .env("FLEET__NATS__RADAR_ROOT", &env.common.nats.radar_root)
-        .env("FLEET__NATS__STREAM_PREFIX", &env.common.nats.stream_prefix)
-        .env(
-            "FLEET__NATS__PARTITIONS",
-            env.common.nats.partitions.to_string(),
-        )
+    env.fleet_env(Command::new(env!("CARGO_BIN_EXE_fleet")).arg("hub"))
         .env(
             "FLEET__NATS__NUM_REPLICAS",
             env.common.nats.num_replicas.to_string(),

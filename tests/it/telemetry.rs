@@ -97,17 +97,8 @@ async fn spans_are_exported_over_otlp_and_nothing_panics() {
     );
 
     // The hub, applying one observation: its span is exported.
-    let hub = Command::new(env!("CARGO_BIN_EXE_fleet"))
-        .arg("hub")
-        .env("FLEET__DATABASE__URL", &env.common.database.url)
-        .env("FLEET__NATS__URL", &env.common.nats.url)
-        .env("FLEET__NATS__SUBJECT_ROOT", &env.common.nats.subject_root)
-        .env("FLEET__NATS__RADAR_ROOT", &env.common.nats.radar_root)
-        .env("FLEET__NATS__STREAM_PREFIX", &env.common.nats.stream_prefix)
-        .env(
-            "FLEET__NATS__PARTITIONS",
-            env.common.nats.partitions.to_string(),
-        )
+    let hub = env
+        .fleet_env(Command::new(env!("CARGO_BIN_EXE_fleet")).arg("hub"))
         .env("FLEET__HUB__LISTEN", "127.0.0.1:0")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
         .env("OTEL_BSP_SCHEDULE_DELAY", "200")
@@ -156,15 +147,7 @@ async fn a_connector_read_and_the_hub_apply_are_one_trace() {
     let (addr, _, spans) = collector().await;
     let endpoint = format!("http://{addr}");
     let common = |c: &mut Command, service: &str| {
-        c.env("FLEET__DATABASE__URL", &env.common.database.url)
-            .env("FLEET__NATS__URL", &env.common.nats.url)
-            .env("FLEET__NATS__SUBJECT_ROOT", &env.common.nats.subject_root)
-            .env("FLEET__NATS__RADAR_ROOT", &env.common.nats.radar_root)
-            .env("FLEET__NATS__STREAM_PREFIX", &env.common.nats.stream_prefix)
-            .env(
-                "FLEET__NATS__PARTITIONS",
-                env.common.nats.partitions.to_string(),
-            )
+        env.fleet_env(c)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
             .env("OTEL_BSP_SCHEDULE_DELAY", "200")
             .env("OTEL_SERVICE_NAME", service)

@@ -13,14 +13,6 @@ use crate::support::{repo, TestEnv};
 pub const ADMIN: (&str, &str) = ("test-admin", "test-admin-pw");
 pub const AGENT_PASSWORD: &str = "dev-agent";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `${VAR:-default}` -> default (compose's own defaults).
 fn compose_default(v: &str) -> String {
     let mut out = String::new();
@@ -110,8 +102,12 @@ impl ShippedNats {
     }
 
     async fn start_nodes(n: usize) -> ShippedNats {
-        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let ports: Vec<u16> = (0..n)
+            .map(|_| fleet_testkit::connector::free_port())
+            .collect();
+        let routes: Vec<u16> = (0..n)
+            .map(|_| fleet_testkit::connector::free_port())
+            .collect();
         let route_urls = routes
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))

@@ -191,6 +191,18 @@ impl TestEnv {
         }
     }
 
+    /// Points a `fleet` process at this environment: its database, NATS,
+    /// subject roots, stream prefix and partition count.
+    pub fn fleet_env<'c>(&self, c: &'c mut std::process::Command) -> &'c mut std::process::Command {
+        let n = &self.common.nats;
+        c.env("FLEET__DATABASE__URL", &self.common.database.url)
+            .env("FLEET__NATS__URL", &n.url)
+            .env("FLEET__NATS__SUBJECT_ROOT", &n.subject_root)
+            .env("FLEET__NATS__RADAR_ROOT", &n.radar_root)
+            .env("FLEET__NATS__STREAM_PREFIX", &n.stream_prefix)
+            .env("FLEET__NATS__PARTITIONS", n.partitions.to_string())
+    }
+
     /// Removes the database and the streams.
     pub async fn cleanup(mut self) {
         self.pool.close().await;

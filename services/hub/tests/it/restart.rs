@@ -11,14 +11,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::support::start_hub;
 use crate::support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn nats_server(port: u16, store: &std::path::Path) -> Child {
     Command::new("nats-server")
         .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
@@ -54,7 +46,7 @@ async fn wait_port(port: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
-    let port = free_port();
+    let port = fleet_testkit::connector::free_port();
     let store = std::env::temp_dir().join(format!("fleet-nats-{port}-{}", ulid::Ulid::new()));
     let mut nats = nats_server(port, &store);
     wait_port(port).await;
