@@ -91,16 +91,13 @@ pub async fn release(
     Ok(Json(a.into()))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct AllocationFilter {
-    pub pool: Option<String>,
-    pub tenant: Option<String>,
-    #[param(schema_with = allocation_status_schema)]
-    pub status: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct AllocationFilter {
+        pub pool: Option<String>,
+        pub tenant: Option<String>,
+        #[param(schema_with = allocation_status_schema)]
+        pub status: Option<String>,
+    }
 }
 
 #[derive(sqlx::FromRow)]

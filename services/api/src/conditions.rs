@@ -10,7 +10,7 @@ use fleet_domain::*;
 use fleet_proto::{timestamp, v1};
 use serde::Deserialize;
 use sqlx::{Postgres, QueryBuilder};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 use v1::hub_command::Command as C;
 
 use crate::auth::Caller;
@@ -63,20 +63,17 @@ pub async fn decisive_rows(app: &App, device_id: &str) -> ApiResult<Vec<Conditio
     Ok(qb.build_query_as().fetch_all(&app.pool).await?)
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ConditionFilter {
-    pub device: Option<String>,
-    #[param(schema_with = condition_of_schema)]
-    pub condition_of: Option<String>,
-    pub decisive: Option<bool>,
-    #[serde(rename = "type")]
-    #[param(schema_with = condition_type_schema)]
-    pub condition_type: Option<String>,
-    pub stale: Option<bool>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct ConditionFilter {
+        pub device: Option<String>,
+        #[param(schema_with = condition_of_schema)]
+        pub condition_of: Option<String>,
+        pub decisive: Option<bool>,
+        #[serde(rename = "type")]
+        #[param(schema_with = condition_type_schema)]
+        pub condition_type: Option<String>,
+        pub stale: Option<bool>,
+    }
 }
 
 #[utoipa::path(get, operation_id = "list_device_conditions", path = "/api/v1/device-conditions/", params(ConditionFilter),

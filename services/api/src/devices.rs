@@ -45,38 +45,33 @@ const DETAIL_COLUMNS: &str = "d.serial, d.netbox_id, d.bmc_address, d.infrastruc
     d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, d.session_last_seen, \
     d.created_at";
 
-/// Filters of `GET /api/v1/devices/`. Status filters take one value or a
-/// comma-separated list (any of them matches).
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct DeviceFilter {
-    pub site: Option<String>,
-    pub pool: Option<String>,
-    #[param(schema_with = inventory_status_schema)]
-    pub inventory_status: Option<String>,
-    #[param(schema_with = operational_status_schema)]
-    pub operational_status: Option<String>,
-    #[param(schema_with = health_status_schema)]
-    pub health_status: Option<String>,
-    /// SLURM state tokens, comma-separated: devices carrying any of them.
-    #[param(schema_with = slurm_state_schema)]
-    pub slurm_states: Option<String>,
-    pub in_triage: Option<bool>,
-    pub inventory_only: Option<bool>,
-    pub customer_ready: Option<bool>,
-    pub schedulable: Option<bool>,
-    pub cordoned: Option<bool>,
-    pub maintenance: Option<bool>,
-    #[param(schema_with = connectivity_schema)]
-    pub connectivity: Option<String>,
-    /// `<resource>:<resolution_status>`, e.g. `placement:stale`: devices
-    /// with a resource binding of that resource in that status.
-    pub resource_binding: Option<String>,
-    /// Page size (default `api.default_page_size`, at most `api.max_page_size`).
-    pub limit: Option<i64>,
-    /// `next_cursor` of the previous page.
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    /// Filters of `GET /api/v1/devices/`. Status filters take one value or a
+    /// comma-separated list (any of them matches).
+    pub struct DeviceFilter {
+        pub site: Option<String>,
+        pub pool: Option<String>,
+        #[param(schema_with = inventory_status_schema)]
+        pub inventory_status: Option<String>,
+        #[param(schema_with = operational_status_schema)]
+        pub operational_status: Option<String>,
+        #[param(schema_with = health_status_schema)]
+        pub health_status: Option<String>,
+        /// SLURM state tokens, comma-separated: devices carrying any of them.
+        #[param(schema_with = slurm_state_schema)]
+        pub slurm_states: Option<String>,
+        pub in_triage: Option<bool>,
+        pub inventory_only: Option<bool>,
+        pub customer_ready: Option<bool>,
+        pub schedulable: Option<bool>,
+        pub cordoned: Option<bool>,
+        pub maintenance: Option<bool>,
+        #[param(schema_with = connectivity_schema)]
+        pub connectivity: Option<String>,
+        /// `<resource>:<resolution_status>`, e.g. `placement:stale`: devices
+        /// with a resource binding of that resource in that status.
+        pub resource_binding: Option<String>,
+    }
 }
 
 /// A comma-separated list of one vocabulary, each value checked.
@@ -252,14 +247,11 @@ pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<
     Ok(Json(read_detail(&app, &id).await?))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct LifecycleQuery {
-    #[param(schema_with = axis_schema)]
-    pub kind: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct LifecycleQuery {
+        #[param(schema_with = axis_schema)]
+        pub kind: Option<String>,
+    }
 }
 
 /// Newest first; `ended_at` is the next row of the same kind, computed by a

@@ -8,25 +8,20 @@ use axum::Json;
 use fleet_domain::drift::{Drift, PAIRS};
 use fleet_domain::{ConditionType, Source};
 use fleet_store::drift::{DriftFilter, Freshness};
-use serde::Deserialize;
-use utoipa::IntoParams;
 
 use crate::error::{ApiError, ApiResult, Q};
 use crate::model::*;
 use crate::{page, App};
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct DriftParams {
-    pub site: Option<String>,
-    /// The durable latch.
-    #[param(schema_with = latch_schema)]
-    pub latch: Option<String>,
-    #[param(schema_with = drift_schema)]
-    pub drift: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct DriftParams {
+        pub site: Option<String>,
+        /// The durable latch.
+        #[param(schema_with = latch_schema)]
+        pub latch: Option<String>,
+        #[param(schema_with = drift_schema)]
+        pub drift: Option<String>,
+    }
 }
 
 fn latch(s: &str) -> ApiResult<ConditionType> {

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use fleet_proto::v1;
 use serde::Deserialize;
 use sqlx::{Postgres, QueryBuilder};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, J, P, Q};
@@ -133,14 +133,11 @@ pub async fn create(
     ))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ImpairmentFilter {
-    #[param(schema_with = event_status_schema)]
-    pub status: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct ImpairmentFilter {
+        #[param(schema_with = event_status_schema)]
+        pub status: Option<String>,
+    }
 }
 
 #[utoipa::path(get, operation_id = "list_impairment_events", path = "/api/v1/operations/impairment-events/", params(ImpairmentFilter),

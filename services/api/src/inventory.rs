@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use fleet_proto::v1;
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, Postgres, QueryBuilder};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 use v1::hub_command::Command as C;
 
 use crate::auth::Caller;
@@ -141,13 +141,11 @@ async fn command(app: &App, caller: &Caller, c: C) -> ApiResult<fleet_hub_client
     app.hub.command(&caller.token_id, 0, c).await
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct InventoryFilter {
-    /// Pools only: those of this site.
-    pub site: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct InventoryFilter {
+        /// Pools only: those of this site.
+        pub site: Option<String>,
+    }
 }
 
 /// One keyset page by id of `select` (which ends in a WHERE clause).

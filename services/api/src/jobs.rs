@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::openapi::Ref;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, Code, J, P, Q};
@@ -345,18 +345,15 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(Job::from_proto(job))))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct JobFilter {
-    #[param(schema_with = job_status_schema)]
-    pub status: Option<String>,
-    #[param(schema_with = workflow_schema)]
-    pub workflow: Option<String>,
-    /// Only jobs that name this device.
-    pub device: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct JobFilter {
+        #[param(schema_with = job_status_schema)]
+        pub status: Option<String>,
+        #[param(schema_with = workflow_schema)]
+        pub workflow: Option<String>,
+        /// Only jobs that name this device.
+        pub device: Option<String>,
+    }
 }
 
 #[utoipa::path(get, operation_id = "list_jobs", path = "/api/v1/jobs/", params(JobFilter),

@@ -9,6 +9,25 @@ use serde::Serialize;
 use crate::error::{ApiError, ApiResult};
 use crate::App;
 
+/// A list endpoint's query string: its filters, then the page's `limit`
+/// and `cursor`. An unknown parameter is refused (400).
+macro_rules! page_query {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident: $t:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+        #[serde(deny_unknown_fields)]
+        #[into_params(parameter_in = Query)]
+        pub struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+            /// Page size (default `api.default_page_size`, at most `api.max_page_size`).
+            pub limit: Option<i64>,
+            /// `next_cursor` of the previous page.
+            pub cursor: Option<String>,
+        }
+    };
+}
+pub(crate) use page_query;
+
 pub fn limit(app: &App, requested: Option<i64>) -> ApiResult<i64> {
     match requested {
         None => Ok(app.config.default_page_size),

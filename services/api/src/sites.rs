@@ -6,9 +6,7 @@ use axum::extract::State;
 use axum::Json;
 use fleet_domain::predicates::{CUSTOMER_READY_SQL, SCHEDULABLE_BUCKET_SQL};
 use fleet_domain::*;
-use serde::Deserialize;
 use sqlx::{Postgres, QueryBuilder};
-use utoipa::IntoParams;
 
 use crate::error::{ApiError, ApiResult, P, Q};
 use crate::model::*;
@@ -99,15 +97,12 @@ pub async fn summary(State(app): State<App>, P(id): P<String>) -> ApiResult<Json
     Ok(Json(s))
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct UnresolvedFilter {
-    #[param(schema_with = source_schema)]
-    pub source: Option<String>,
-    pub site: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
+crate::page::page_query! {
+    pub struct UnresolvedFilter {
+        #[param(schema_with = source_schema)]
+        pub source: Option<String>,
+        pub site: Option<String>,
+    }
 }
 
 /// Observations whose device key resolved to no device (latest per key).

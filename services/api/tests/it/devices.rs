@@ -477,6 +477,10 @@ async fn api_devices_conditions_and_errors() {
         ("/api/v1/devices/?limit=0", INVALID_ARGUMENT),
         ("/api/v1/devices/?cursor=zz", INVALID_ARGUMENT),
         ("/api/v1/devices/?nope=1", INVALID_ARGUMENT),
+        // Every list's query refuses what it does not know (page_query!).
+        ("/api/v1/sites/?nope=1", INVALID_ARGUMENT),
+        ("/api/v1/pools/?nope=1", INVALID_ARGUMENT),
+        ("/api/v1/device-conditions/?nope=1", INVALID_ARGUMENT),
         ("/api/v1/devices/?in_triage=maybe", INVALID_ARGUMENT),
         ("/api/v1/devices/?site=a%00b", INVALID_ARGUMENT),
         ("/api/v1/devices/dev_missing/", NOT_FOUND),
