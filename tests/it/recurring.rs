@@ -91,8 +91,7 @@ resync_spread = 0.0
     let text = std::fs::read_to_string(&log).unwrap();
     let said = text.matches("netbox device has no name; skipped").count();
     assert_eq!(said, 1, "logged once over a dozen polls:\n{text}");
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     let _ = std::fs::remove_dir_all(&dir);
     env.cleanup().await;
 }

@@ -186,8 +186,7 @@ placement_enabled = false
     workflow.stop("TERM", Duration::from_secs(30)).await;
     os_trigger.trigger();
     os_task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     let _ = std::fs::remove_file(&config_file);
     let _ = std::fs::remove_file(&log);
     ironic.cleanup().await;

@@ -59,7 +59,6 @@ async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
         .unwrap();
     let b = hub.backlog().await.unwrap();
     assert_eq!(b.unconsumed, 1, "{b:?}");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

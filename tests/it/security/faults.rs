@@ -117,7 +117,6 @@ async fn a_database_outage_loses_no_transition() {
         wrong.first()
     );
     pool.close().await;
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

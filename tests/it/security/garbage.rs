@@ -182,9 +182,7 @@ async fn every_responder_answers_garbage_with_a_typed_error_and_keeps_serving() 
     placer_stop.trigger();
     placer_task.await.unwrap().unwrap();
     radar_task.await.unwrap().unwrap();
-    gw_stop.trigger();
-    gw_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(gw_stop, gw_task).await;
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }

@@ -127,8 +127,7 @@ async fn hostile_observations_are_refused_at_decode_and_dead_lettered_once() {
         .get_or_create(&vec![("reason".to_string(), "apply_failed".to_string())])
         .get();
     assert_eq!(failed, 0);
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -186,7 +185,6 @@ async fn unresolved_observations_are_cut_and_expire() {
             .unwrap();
     assert_eq!(left.len(), 2);
     assert!(!left.contains(&"nobody-01".to_string()));
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

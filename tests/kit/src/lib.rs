@@ -305,6 +305,32 @@ impl TestEnv {
         .unwrap();
     }
 
+    /// Publishes the gateway's connectivity observation `event` of
+    /// session `epoch` for device `id` at `s1`, as the gateway would.
+    pub async fn publish_connectivity(
+        &self,
+        id: &str,
+        epoch: i64,
+        event: &str,
+        at: chrono::DateTime<Utc>,
+    ) {
+        let obs = v1::ConnectivityObservation {
+            device_id: id.into(),
+            epoch,
+            gateway_id: "gw-test".into(),
+            event: event.into(),
+            observed_at: Some(fleet_proto::timestamp(at)),
+            ..Default::default()
+        };
+        let key = v1::DeviceKey {
+            site: "s1".into(),
+            kind: "device_id".into(),
+            key: id.into(),
+        };
+        let at = at.timestamp_nanos_opt().unwrap_or_default();
+        self.publish_observation("gateway", &key, at, &obs).await;
+    }
+
     pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
         let key = snap.device.clone().unwrap();
         let at = snap
@@ -312,16 +338,28 @@ impl TestEnv {
             .as_ref()
             .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
             .unwrap_or(0);
+        self.publish_observation(&snap.source, &key, at, snap).await;
+    }
+
+    /// Publishes `message` as `source`'s observation of `key` (the
+    /// publisher's dedupe time `at_nanos`) and waits for its PubAck.
+    async fn publish_observation<M: Message + fleet_proto::Name>(
+        &self,
+        source: &str,
+        key: &v1::DeviceKey,
+        at_nanos: i64,
+        message: &M,
+    ) {
         fleet_bus::publish_observation(
             &self.js,
             &self.subjects,
             self.common.nats.partitions,
-            &snap.source,
-            &key,
-            at,
-            &fleet_proto::schema::<v1::ConditionSnapshot>(),
+            source,
+            key,
+            at_nanos,
+            &fleet_proto::schema::<M>(),
             None,
-            snap.encode_to_vec().into(),
+            message.encode_to_vec().into(),
         )
         .await
         .unwrap()

@@ -764,8 +764,7 @@ async fn ironic_names_are_folded_to_netbox_names_when_configured() {
     }
     trigger.trigger();
     task.await.unwrap().unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(hub_trigger, hub_task).await;
     ironic.cleanup().await;
     env.cleanup().await;
 }

@@ -123,8 +123,7 @@ async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
         .await
         .unwrap();
     assert_eq!(latch2, latch.2, "the latch is left alone");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -283,8 +282,7 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
         (env.device_field(&id, "operational_status").await == "failed").then_some(())
     })
     .await;
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -364,8 +362,7 @@ async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
         "quarantine",
         "the older snapshot is stale"
     );
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -675,8 +672,7 @@ async fn commands_check_version_and_answer_typed_errors() {
         )
         .await;
     assert_eq!(error_code(&nosite), "NOT_FOUND");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -708,8 +704,7 @@ async fn inventory_only_devices_are_never_derived() {
     })
     .await;
     assert_eq!(env.device_field(&id, "operational_status").await, "unknown");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -744,8 +739,7 @@ async fn a_silent_source_is_swept_to_unknown() {
         .await
         .unwrap();
     assert_eq!(cause, "sweep");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -825,8 +819,7 @@ async fn status_events_continue_the_publishers_trace() {
         "same trace as the publisher"
     );
     assert_ne!(tp[2], "00f067aa0ba902b7", "a span of its own");
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 

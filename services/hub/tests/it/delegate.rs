@@ -154,7 +154,6 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(env.device_field(&id, "version").await, version);
 
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

@@ -121,8 +121,7 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
         .all(|c| c.from_status.is_empty() && !c.to_status.is_empty()));
     assert_eq!(conditions.version, change.version, "one transaction");
 
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -255,8 +254,7 @@ async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
         6,
         "one conditions event per source's transaction"
     );
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }
 
@@ -359,7 +357,8 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
 
     // A session opening bumps the version but writes nothing the snapshot
     // owns: the settledness moves along and the next resync is confirmed.
-    publish_connectivity(&env, &id, 1, "opened", t0 + chrono::Duration::seconds(25)).await;
+    env.publish_connectivity(&id, 1, "opened", t0 + chrono::Duration::seconds(25))
+        .await;
     eventually("connected", || async {
         (env.device_field(&id, "connectivity").await == "connected").then_some(())
     })
@@ -385,43 +384,6 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     env.cleanup().await;
 }
 
-async fn publish_connectivity(
-    env: &TestEnv,
-    id: &str,
-    epoch: i64,
-    event: &str,
-    at: chrono::DateTime<Utc>,
-) {
-    let obs = v1::ConnectivityObservation {
-        device_id: id.into(),
-        epoch,
-        gateway_id: "gw-test".into(),
-        event: event.into(),
-        observed_at: Some(fleet_proto::timestamp(at)),
-        ..Default::default()
-    };
-    let key = v1::DeviceKey {
-        site: "s1".into(),
-        kind: "device_id".into(),
-        key: id.into(),
-    };
-    fleet_bus::publish_observation(
-        &env.js,
-        &env.subjects,
-        env.common.nats.partitions,
-        "gateway",
-        &key,
-        at.timestamp_nanos_opt().unwrap_or_default(),
-        &fleet_proto::schema::<v1::ConnectivityObservation>(),
-        None,
-        fleet_proto::Message::encode_to_vec(&obs).into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
-}
-
 /// The heartbeat fast path end to end: a heartbeat of the live session
 /// moves only `session_last_seen` (no version bump) without loading the
 /// device; a close goes the full way.
@@ -443,7 +405,7 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
             .unwrap()
         }
     };
-    publish_connectivity(&env, &id, 1, "opened", t0).await;
+    env.publish_connectivity(&id, 1, "opened", t0).await;
     eventually("connected", || async {
         (env.device_field(&id, "connectivity").await == "connected").then_some(())
     })
@@ -453,7 +415,7 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
 
     for k in 1..=3 {
         let at = t0 + chrono::Duration::seconds(5 * k);
-        publish_connectivity(&env, &id, 1, "heartbeat", at).await;
+        env.publish_connectivity(&id, 1, "heartbeat", at).await;
         eventually("last seen moved", || async {
             (last_seen(id.clone()).await == Some(at)).then_some(())
         })
@@ -470,9 +432,11 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
         "a heartbeat does not bump version"
     );
     // An older heartbeat is stale: nothing moves back.
-    publish_connectivity(&env, &id, 1, "heartbeat", t0 + chrono::Duration::seconds(1)).await;
+    env.publish_connectivity(&id, 1, "heartbeat", t0 + chrono::Duration::seconds(1))
+        .await;
     // A close is not a heartbeat: applied in full.
-    publish_connectivity(&env, &id, 1, "closed", t0 + chrono::Duration::seconds(20)).await;
+    env.publish_connectivity(&id, 1, "closed", t0 + chrono::Duration::seconds(20))
+        .await;
     eventually("disconnected", || async {
         (env.device_field(&id, "connectivity").await == "disconnected").then_some(())
     })
@@ -536,7 +500,6 @@ async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
     let in_stream = stream.info().await.unwrap().state.messages;
     assert_eq!(in_stream, 3 + 1, "a birth event per device and the orphan");
     assert_eq!(hub.metrics.outbox_published.get(), in_stream);
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

@@ -91,7 +91,6 @@ async fn impairment_holds_apply_or_refuse_each_device_on_its_own() {
         r.error.map(|e| e.code),
         Some(fleet_proto::ErrorCode::InvalidArgument as i32)
     );
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

@@ -128,8 +128,7 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     .await;
     // Every status change made it to STATUS: the outbox is empty.
     outbox_drained(&env).await;
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
     nats.kill().ok();
     nats.wait().ok();
@@ -208,7 +207,6 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
         "a database outage dead-letters nothing"
     );
     pool.close().await;
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     env.cleanup().await;
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use fleet_placer::AllocateRequest;
 use fleet_placer_client::PlacerError;
-use fleet_proto::{timestamp, v1, Message};
+use fleet_proto::{v1, Message};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use v1::hub_command::Command as C;
@@ -47,34 +47,7 @@ async fn device_command(env: &TestEnv, verb: &str, id: &str, make: impl Fn(Strin
 /// Connectivity last seen 11 minutes ago: the hub's sweeper makes it `lost`.
 async fn go_silent_long_ago(env: &TestEnv, id: &str, epoch: i64) {
     let at = Utc::now() - chrono::Duration::minutes(11);
-    let obs = v1::ConnectivityObservation {
-        device_id: id.into(),
-        epoch,
-        gateway_id: "gw-test".into(),
-        event: "opened".into(),
-        observed_at: Some(timestamp(at)),
-        ..Default::default()
-    };
-    let key = v1::DeviceKey {
-        site: "s1".into(),
-        kind: "device_id".into(),
-        key: id.into(),
-    };
-    fleet_bus::publish_observation(
-        &env.js,
-        &env.subjects,
-        env.common.nats.partitions,
-        "gateway",
-        &key,
-        at.timestamp_nanos_opt().unwrap_or_default(),
-        &fleet_proto::schema::<v1::ConnectivityObservation>(),
-        None,
-        obs.encode_to_vec().into(),
-    )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
+    env.publish_connectivity(id, epoch, "opened", at).await;
 }
 
 /// Every `schedulable` event on STATUS: device -> [(version, bucket)].
@@ -134,17 +107,17 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
     let ids: Vec<String> = (0..devices).map(|i| format!("dev_p1_{i:05}")).collect();
     let names: Vec<String> = (0..devices).map(|i| format!("p1-gpu-{i}")).collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
     let booked = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new(AtomicUsize::new(0));
     let mut requesters = vec![];
     for r in 0..16u64 {
         let client = client(&env);
-        let (stop, booked, refused) = (stop.clone(), booked.clone(), refused.clone());
+        let (done, booked, refused) = (done.clone(), booked.clone(), refused.clone());
         requesters.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(r);
             let mut mine: Vec<String> = vec![];
-            while !stop.load(Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 if !mine.is_empty() && rng.gen_bool(0.3) {
                     let id = mine.swap_remove(rng.gen_range(0..mine.len()));
                     client.release(&id, Some("t1")).await.expect("release");
@@ -231,7 +204,7 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop.store(true, Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
     for r in requesters {
         r.await.unwrap();
     }
@@ -309,18 +282,15 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
     assert!(impaired > 0, "no allocation was impaired");
 
     // A new placer rebuilds the same view from PostgreSQL.
-    placer_stop.trigger();
-    placer_task.await.unwrap();
+    stop(placer_stop, placer_task).await;
     let (placer2, placer_stop, placer_task) = start_placer(&env).await;
     assert_eq!(
         placer2.capacity("p1").await.unwrap(),
         placer2.capacity_from_db("p1").await.unwrap()
     );
 
-    placer_stop.trigger();
-    placer_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(placer_stop, placer_task).await;
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }
 
@@ -451,10 +421,8 @@ async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
     })
     .await;
 
-    placer_stop.trigger();
-    placer_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(placer_stop, placer_task).await;
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }
 
@@ -466,7 +434,7 @@ async fn requests_are_packed_constrained_idempotent_and_typed() {
         .execute(&env.pool)
         .await
         .unwrap();
-    let (_placer, stop, task) = start_placer(&env).await;
+    let (_placer, placer_stop, placer_task) = start_placer(&env).await;
     let c = client(&env);
     let req = |gpus: u32, same_device: bool, domain: Option<&str>| AllocateRequest {
         tenant_id: "t1".into(),
@@ -601,7 +569,6 @@ async fn requests_are_packed_constrained_idempotent_and_typed() {
     assert_eq!(cap.schedulable_allocated, 1 + 1 + 4 + 8 + 4);
     assert_eq!(cap.bucket_sum(), 32);
 
-    stop.trigger();
-    task.await.unwrap();
+    stop(placer_stop, placer_task).await;
     env.cleanup().await;
 }

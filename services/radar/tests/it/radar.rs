@@ -304,10 +304,8 @@ async fn every_row_of_the_mapping_table_is_projected() {
         version(&env, &ids["avail"]).await
     );
 
-    radar_stop.trigger();
-    radar_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(radar_stop, radar_task).await;
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }
 
@@ -421,8 +419,7 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
     })
     .await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    radar_stop.trigger();
-    radar_task.await.unwrap();
+    stop(radar_stop, radar_task).await;
     let (_radar, radar_stop, radar_task) = start_radar(&env, 1).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -479,9 +476,7 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
     .await;
 
     live.abort();
-    radar_stop.trigger();
-    radar_task.await.unwrap();
-    hub_stop.trigger();
-    hub_task.await.unwrap();
+    stop(radar_stop, radar_task).await;
+    stop(hub_stop, hub_task).await;
     env.cleanup().await;
 }

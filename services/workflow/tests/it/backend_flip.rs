@@ -70,8 +70,7 @@ async fn a_back_end_flip_at_a_site_without_backend_vrf_flip_allowed_is_simulated
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results.iter().all(|r| r.simulated), "{results:?}");
     for (t, tr) in [(trigger, task), (hub_trigger, hub_task)] {
-        t.trigger();
-        tr.await.unwrap();
+        stop(t, tr).await;
     }
     env.cleanup().await;
 }
@@ -173,8 +172,7 @@ async fn the_back_end_isolate_and_return_are_real_where_the_site_allows_them() {
         ("False", "ReturnVerified")
     );
     for (t, tr) in [(trigger, task), (hub_trigger, hub_task)] {
-        t.trigger();
-        tr.await.unwrap();
+        stop(t, tr).await;
     }
     env.cleanup().await;
 }

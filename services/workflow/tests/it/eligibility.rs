@@ -90,9 +90,7 @@ async fn a_refused_device_refuses_the_job_and_writes_nothing() {
         .unwrap();
     assert_eq!(pending, 0, "the relay published the work");
 
-    trigger.trigger();
-    task.await.unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(trigger, task).await;
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }

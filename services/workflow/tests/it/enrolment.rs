@@ -128,10 +128,8 @@ async fn a_power_cycle_on_a_node_without_the_required_driver_is_refused() {
     ] {
         assert_eq!(before[field], after[field], "{field} unchanged");
     }
-    w_trigger.trigger();
-    w_task.await.unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(w_trigger, w_task).await;
+    stop(hub_trigger, hub_task).await;
     ironic.cleanup().await;
     env.cleanup().await;
 }

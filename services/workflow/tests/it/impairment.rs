@@ -345,8 +345,7 @@ async fn a_restarted_service_finishes_the_cordon_without_writing_twice() {
         (e.devices.iter().filter(|d| d.1 == "cordoned").count() >= 4).then_some(())
     })
     .await;
-    trigger.trigger();
-    task.await.unwrap();
+    stop(trigger, task).await;
     let midway = impairment(&env, &id).await;
     let (_w, trigger, task) = start_workflow(&env, config).await;
     let e = impairment_in(&env, &id, &["cordoned"], Duration::from_secs(40)).await;
@@ -364,9 +363,7 @@ async fn a_restarted_service_finishes_the_cordon_without_writing_twice() {
         devices.len(),
         "one trait write per device, none repeated"
     );
-    trigger.trigger();
-    task.await.unwrap();
-    hub_trigger.trigger();
-    hub_task.await.unwrap();
+    stop(trigger, task).await;
+    stop(hub_trigger, hub_task).await;
     env.cleanup().await;
 }
