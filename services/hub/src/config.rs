@@ -25,7 +25,7 @@ pub struct Config {
     pub batch_size: usize,
     /// Concurrent appliers; each owns the partitions `p mod lanes`.
     pub lanes: usize,
-    /// How long a lane waits after a first message to fill its batch.
+    /// How long a batch stays open after its first message was fetched.
     #[serde(with = "humantime_serde")]
     pub linger: Duration,
     /// Redelivery of a message not acknowledged for this long.

@@ -291,8 +291,10 @@ impl Hub {
         let max = self.config.batch_size;
         while let Some(first) = rx.recv().await {
             let opened = std::time::Instant::now();
+            // Up to `linger` after the first message was fetched: what
+            // queued while the previous batch was applied closes at once.
+            let deadline = tokio::time::Instant::from_std(first.fetched + linger);
             let mut items = vec![first];
-            let deadline = tokio::time::Instant::now() + linger;
             while items.len() < max {
                 match rx.try_recv() {
                     Ok(i) => items.push(i),

@@ -57,7 +57,7 @@ impl HubMetrics {
             ),
             batch_seconds: m.histograms(
                 "batch_seconds",
-                "Where a lane's batch spends its time, by stage: age (its oldest message's time in the stream when the batch closes), wait (from its first message to the batch closing: hub.linger at low rates), apply (the transaction), publish (acks and StatusChanged publishes after the commit)",
+                "Where a lane's batch spends its time, by stage: age (its oldest message's time in the stream when the batch closes), wait (from the lane taking its first message to the batch closing, at most hub.linger after that message was fetched), apply (the transaction), publish (acks and StatusChanged publishes after the commit)",
                 || Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
             ),
             swept: m.counter("swept", "Devices re-derived by the sweeper"),

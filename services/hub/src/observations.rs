@@ -33,6 +33,9 @@ pub struct Item {
     /// epoch then (see `Hub::rewind`).
     pub partition: u32,
     pub epoch: u64,
+    /// When it was fetched: `hub.linger` runs from here, so a message that
+    /// already waited in its lane's queue does not wait again.
+    pub fetched: std::time::Instant,
 }
 
 /// Decodes one message. The subject must be exactly
@@ -65,6 +68,7 @@ pub fn parse(msg: jetstream::Message, subjects: &Subjects, partitions: u32) -> I
         span,
         partition: 0,
         epoch: 0,
+        fetched: std::time::Instant::now(),
     }
 }
 
