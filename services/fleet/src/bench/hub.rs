@@ -200,7 +200,7 @@ impl Bench {
     }
 
     /// The hub's `batch_seconds` per stage now (see [`parse_stages`]).
-    async fn stages(&self) -> anyhow::Result<BTreeMap<String, (f64, f64)>> {
+    async fn stages(&self) -> anyhow::Result<BTreeMap<String, StageStats>> {
         Ok(parse_stages(
             &http_get(&self.metrics_addr, "/metrics").await?,
         ))
@@ -433,20 +433,20 @@ impl Bench {
             "| publish -> StatusChanged at {:.0}/s (p50 / p99 / max) | {:.1} / {:.1} / {:.1} ms | p99 <= 250 ms |\n",
             latency.rate, latency.p50, latency.p99, latency.max
         );
+        let names: Vec<&str> = latency.stages.iter().map(|s| s.0.as_str()).collect();
+        let of = |f: &dyn Fn(&(String, f64, u64, f64)) -> f64| {
+            latency
+                .stages
+                .iter()
+                .map(|s| format!("{:.1}", f(s)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         out += &format!(
-            "| a hub batch in that phase, mean ms by stage ({}) | {} over {} batches | - |\n",
-            latency
-                .stages
-                .iter()
-                .map(|s| s.0.as_str())
-                .collect::<Vec<_>>()
-                .join(" / "),
-            latency
-                .stages
-                .iter()
-                .map(|s| format!("{:.1}", s.1))
-                .collect::<Vec<_>>()
-                .join(" / "),
+            "| a hub batch in that phase by stage ({}): mean ms; p99 at most (histogram bucket) | {}; {} over {} batches | - |\n",
+            names.join(" / "),
+            of(&|s| s.1),
+            of(&|s| s.3),
             latency.stages.iter().map(|s| s.2).max().unwrap_or(0)
         );
         out += &format!(
@@ -582,11 +582,10 @@ impl Bench {
             let stages = ["age", "wait", "apply", "publish"]
                 .iter()
                 .map(|stage| {
-                    let (s0, n0) = stages_before.get(*stage).copied().unwrap_or_default();
-                    let (s1, n1) = stages_after.get(*stage).copied().unwrap_or_default();
-                    let n = n1 - n0;
-                    let mean_ms = if n > 0.0 { (s1 - s0) / n * 1000.0 } else { 0.0 };
-                    (stage.to_string(), mean_ms, n as u64)
+                    let before = stages_before.get(*stage).cloned().unwrap_or_default();
+                    let after = stages_after.get(*stage).cloned().unwrap_or_default();
+                    let (mean_ms, n, p99_ms) = after.since(&before);
+                    (stage.to_string(), mean_ms, n, p99_ms)
                 })
                 .collect();
             Ok(Latency {
@@ -777,37 +776,87 @@ struct Latency {
     max: f64,
     rss_kib: u64,
     /// Per stage of the hub's `batch_seconds` over the phase: mean ms a
-    /// batch, and batches.
-    stages: Vec<(String, f64, u64)>,
+    /// batch, batches, and the bucket bound (ms) of 99 % of them.
+    stages: Vec<(String, f64, u64, f64)>,
 }
 
-/// Per stage of the hub's `fleet_hub_batch_seconds`: (sum in seconds,
-/// count), as its `/metrics` text shows them.
-fn parse_stages(metrics: &str) -> BTreeMap<String, (f64, f64)> {
-    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+/// One stage of the hub's `fleet_hub_batch_seconds` as its `/metrics`
+/// text shows it: sum in seconds, count, and the cumulative buckets.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StageStats {
+    sum: f64,
+    count: f64,
+    /// `(le, cumulative count)`, in the text's order (ascending `le`).
+    buckets: Vec<(f64, f64)>,
+}
+
+impl StageStats {
+    /// Mean ms a batch, batches, and the bucket bound (ms) under which 99 %
+    /// of the batches fell, between `before` and `self`.
+    fn since(&self, before: &StageStats) -> (f64, u64, f64) {
+        let n = self.count - before.count;
+        if n <= 0.0 {
+            return (0.0, 0, 0.0);
+        }
+        let mean_ms = (self.sum - before.sum) / n * 1000.0;
+        let p99_ms = self
+            .buckets
+            .iter()
+            .map(|(le, c)| {
+                let c0 = before
+                    .buckets
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map_or(0.0, |b| b.1);
+                (*le, c - c0)
+            })
+            .find(|(_, c)| *c >= 0.99 * n)
+            .map_or(f64::INFINITY, |(le, _)| le * 1000.0);
+        (mean_ms, n as u64, p99_ms)
+    }
+}
+
+/// Per stage of the hub's `fleet_hub_batch_seconds`.
+fn parse_stages(metrics: &str) -> BTreeMap<String, StageStats> {
+    let mut out: BTreeMap<String, StageStats> = BTreeMap::new();
     for line in metrics.lines() {
-        for (prefix, is_sum) in [
-            ("fleet_hub_batch_seconds_sum{", true),
-            ("fleet_hub_batch_seconds_count{", false),
-        ] {
-            let Some((labels, value)) = line
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.split_once("} "))
-            else {
-                continue;
-            };
-            let stage = labels
-                .strip_prefix("stage=\"")
-                .and_then(|l| l.strip_suffix('"'));
-            let (Some(stage), Ok(v)) = (stage, value.trim().parse::<f64>()) else {
-                continue;
-            };
-            let e = out.entry(stage.to_string()).or_default();
-            if is_sum {
-                e.0 = v;
-            } else {
-                e.1 = v;
+        let Some(rest) = line.strip_prefix("fleet_hub_batch_seconds_") else {
+            continue;
+        };
+        let Some((kind, rest)) = rest.split_once('{') else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k == name).then(|| v.trim_matches('"').to_string())
+            })
+        };
+        let Some(stage) = label("stage") else {
+            continue;
+        };
+        let e = out.entry(stage).or_default();
+        match kind {
+            "sum" => e.sum = value,
+            "count" => e.count = value,
+            "bucket" => {
+                let le = match label("le").as_deref() {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(l) => match l.parse() {
+                        Ok(l) => l,
+                        Err(_) => continue,
+                    },
+                    None => continue,
+                };
+                e.buckets.push((le, value));
             }
+            _ => {}
         }
     }
     out
@@ -864,16 +913,26 @@ mod tests {
         let text = "# HELP fleet_hub_batch_seconds Where a lane's batch spends its time.\n\
                     # TYPE fleet_hub_batch_seconds histogram\n\
                     fleet_hub_batch_seconds_sum{stage=\"apply\"} 1.5\n\
-                    fleet_hub_batch_seconds_count{stage=\"apply\"} 30\n\
+                    fleet_hub_batch_seconds_count{stage=\"apply\"} 100\n\
                     fleet_hub_batch_seconds_bucket{le=\"0.001\",stage=\"apply\"} 2\n\
+                    fleet_hub_batch_seconds_bucket{stage=\"apply\",le=\"0.016\"} 98\n\
+                    fleet_hub_batch_seconds_bucket{le=\"0.032\",stage=\"apply\"} 99\n\
+                    fleet_hub_batch_seconds_bucket{le=\"+Inf\",stage=\"apply\"} 100\n\
                     fleet_hub_batch_seconds_sum{stage=\"wait\"} 0.6\n\
                     fleet_hub_batch_seconds_count{stage=\"wait\"} 30\n\
                     fleet_hub_batch_size_sum 12\n\
                     # EOF\n";
         let s = parse_stages(text);
         assert_eq!(s.len(), 2, "{s:?}");
-        assert_eq!(s["apply"], (1.5, 30.0));
-        assert_eq!(s["wait"], (0.6, 30.0));
+        assert_eq!((s["apply"].sum, s["apply"].count), (1.5, 100.0));
+        assert_eq!(s["apply"].buckets.len(), 4);
+        assert_eq!((s["wait"].sum, s["wait"].count), (0.6, 30.0));
+        // Against nothing before: mean 15 ms; 99 of 100 under 32 ms.
+        let (mean, n, p99) = s["apply"].since(&StageStats::default());
+        assert_eq!((n, p99), (100, 32.0));
+        assert!((mean - 15.0).abs() < 1e-9, "{mean}");
+        // Against itself: no batches.
+        assert_eq!(s["apply"].since(&s["apply"]), (0.0, 0, 0.0));
         assert!(parse_stages("garbage {stage=\"x\"} y\n").is_empty());
     }
 }
