@@ -761,19 +761,27 @@ pub async fn status_events(env: &TestEnv, device: &str) -> Vec<v1::StatusChanged
 /// at max_ack_pending or delivers a message twice), and fetched until the
 /// consumer has nothing pending (a cluster answers a pull in parts).
 pub async fn read_status(env: &TestEnv, filter: &str) -> Vec<v1::StatusChanged> {
-    let consumer = eventually("a consumer of STATUS", || async {
-        let stream = env.js.get_stream(env.streams.status()).await;
-        let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
-        stream
-            .create_consumer(async_nats::jetstream::consumer::pull::Config {
-                filter_subject: filter.to_string(),
-                ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| eprintln!("a consumer of STATUS: {e}"))
-            .ok()
-    })
+    // Up to a minute: after a server is lost, a create can time out until
+    // the cluster counts that server out (the 20 s of `eventually` was
+    // once too short in the cluster test).
+    let consumer = eventually_within(
+        "a consumer of STATUS",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let stream = env.js.get_stream(env.streams.status()).await;
+            let stream = stream.map_err(|e| eprintln!("get STATUS: {e}")).ok()?;
+            stream
+                .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                    filter_subject: filter.to_string(),
+                    ack_policy: async_nats::jetstream::consumer::AckPolicy::None,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| eprintln!("a consumer of STATUS: {e}"))
+                .ok()
+        },
+    )
     .await;
     let mut out = vec![];
     loop {
