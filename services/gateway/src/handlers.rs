@@ -149,6 +149,15 @@ impl Gateway {
             .map(|s| s.value.clone())
             .unwrap_or_default();
         let inv = inventory(req.inventory.as_ref());
+        // Acceptance (the inventory against the pool's hardware profile)
+        // is known before the join, so the hub adopts with it.
+        let profile = match &grant.pool_id {
+            Some(pool_id) => Some(store::profile(&self.pool, pool_id).await?),
+            None => None,
+        };
+        let acceptance = profile
+            .as_ref()
+            .map(|p| policy::acceptance(&inv, p.as_ref()));
         let record = self
             .hub(
                 0,
@@ -162,6 +171,7 @@ impl Gateway {
                     trust: grant.trust.as_str().into(),
                     owner_tenant_id: grant.owner_tenant_id.clone().unwrap_or_default(),
                     gpu_count: inv.gpu_count.min(256) as i32,
+                    adopt: acceptance == Some(Acceptance::Accept),
                 }),
             )
             .await?;
@@ -182,12 +192,11 @@ impl Gateway {
         let credential = store::issue_credential(&self.pool, &device_id, generation).await?;
         tracing::info!(device_id = %device_id, rejoined, claimed, trusted = key.trusted, generation, "agent joined");
 
-        // Acceptance: inventory against the pool's hardware profile.
-        if let Some(pool_id) = &grant.pool_id {
-            let profile = store::profile(&self.pool, pool_id).await?;
-            self.publish_gpu_condition(&grant.site_id, &device_id, &inv, profile.as_ref())
-                .await?;
-            match policy::acceptance(&inv, profile.as_ref()) {
+        // Acceptance: the hub adopted with the join when it passed. A hub
+        // that does not know the join's `adopt` (an older replica during a
+        // rolling upgrade) left the device adopting: adopt it here.
+        if let (Some(profile), Some(acceptance)) = (profile, acceptance) {
+            match acceptance {
                 Acceptance::Accept if provision_state == "adopting" => {
                     if self.adopt(&device_id, version).await? {
                         provision_state = "adopted".into();
@@ -198,6 +207,8 @@ impl Gateway {
                     tracing::info!(device_id = %device_id, acceptance = ?other, "acceptance did not pass; the device stays adopting")
                 }
             }
+            self.publish_gpu_condition(&grant.site_id, &device_id, &inv, profile.as_ref())
+                .await?;
         }
         self.metrics.joins.inc();
         Ok(v1::JoinReply {

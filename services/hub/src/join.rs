@@ -39,6 +39,7 @@ struct Join {
     trust: Trust,
     owner_tenant_id: Option<String>,
     gpu_count: i32,
+    adopt: bool,
 }
 
 fn check(j: v1::JoinDevice) -> Result<Join, CommandError> {
@@ -68,6 +69,7 @@ fn check(j: v1::JoinDevice) -> Result<Join, CommandError> {
         trust,
         owner_tenant_id: opt(&j.owner_tenant_id),
         gpu_count: j.gpu_count,
+        adopt: j.adopt,
     })
 }
 
@@ -79,6 +81,17 @@ fn violates(e: &CommandError, index: &str) -> bool {
         }
         _ => false,
     }
+}
+
+/// Acceptance passed at the gateway: a device still `adopting` is adopted
+/// with the join, in its transaction (one hub command an agent instead of
+/// two, and no second lock of the device behind the observations its join
+/// set off).
+fn adopt_with(s: &mut fleet_domain::state::DeviceState, j: &Join) -> Result<(), CommandError> {
+    if j.adopt && s.record.provision_state == ProvisionState::Adopting {
+        fleet_domain::commands::adopt(&mut s.record)?;
+    }
+    Ok(())
 }
 
 /// How a join found its device.
@@ -143,6 +156,7 @@ impl Hub {
                     .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
                 // Re-join in place: credentials of the earlier generation die.
                 s.record.identity_generation += 1;
+                adopt_with(s, j)?;
                 let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.subjects)
                     .await?;
@@ -225,7 +239,9 @@ impl Hub {
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
         if let Some(t) = work.devices.get_mut(&id) {
             t.born = true;
-            t.cause = cause.to_string();
+        }
+        if let Some(s) = work.device(&id, cause, None) {
+            adopt_with(s, j)?;
         }
         let (_, mut work) = work
             .finish(&mut tx, now, &self.ttls, &self.subjects)
@@ -266,9 +282,10 @@ impl Hub {
             return Ok(None);
         }
         let mut work = Work::lock(tx, std::slice::from_ref(&id)).await?;
-        if work.device(&id, cause, None).is_none() {
+        let Some(s) = work.device(&id, cause, None) else {
             return Ok(None);
-        }
+        };
+        adopt_with(s, j)?;
         let agent = AgentFacts {
             hardware_key: j.hardware_key.clone(),
             hardware_key_trusted: true,

@@ -151,7 +151,7 @@ pub async fn lock_device(
     pool_id: &str,
     mode: LockMode,
 ) -> Result<Option<Locked>, PlacerError> {
-    // The row lock is taken through `lock_devices` (migration 0007): the
+    // The row lock is taken through `lock_devices` (migrations 0007, 0019): the
     // placer's role may read devices but not write them, and FOR UPDATE
     // needs write privilege. The read below runs after the lock is held, so
     // it sees the hub's last committed write and the hub's next one waits.

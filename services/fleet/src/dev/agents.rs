@@ -19,6 +19,7 @@ use fleet_agent_sim::{SimAgent, SimSpec};
 use fleet_bus::Subjects;
 use fleet_domain::hardware::{hardware_key, HardwareIds};
 use fleet_domain::Trust;
+use futures::StreamExt;
 use sqlx::PgPool;
 
 use crate::dev::engine::GPUS_PER_DEVICE;
@@ -182,9 +183,13 @@ impl Agents {
             // Joins come in a bounded stream, so the heartbeats of the
             // agents already in never wait behind a pass of joins (at
             // 100,000 agents joining at once a pass took minutes and open
-            // sessions went lost).
+            // sessions went lost). Up to IN_FLIGHT steps run at once and a
+            // finished one makes room for the next: in rounds that each
+            // waited for their slowest step, a round holding a join (two
+            // hub commands and a session opening) held seven heartbeats
+            // with it, and sessions opened at about 100 a second.
             let mut joins = JOINS_PER_PASS;
-            let mut next = agents
+            let steps: Vec<_> = agents
                 .iter_mut()
                 .zip(wanted)
                 .filter(|(a, _)| match a.state {
@@ -194,30 +199,19 @@ impl Agents {
                     }
                     State::Imported | State::Unjoined(_) => false,
                     State::Joined { .. } => true,
-                });
-            loop {
-                let round: Vec<_> = next
-                    .by_ref()
-                    .take(IN_FLIGHT)
-                    .map(|(a, want)| self.step_of(a, want, paused, &tokens))
-                    .collect();
-                if round.is_empty() {
-                    break;
-                }
-                let moved: Vec<(usize, bool)> = futures::future::join_all(round)
-                    .await
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                // The engine learns each round, not at the end of a pass
-                // that takes minutes while 100,000 agents join.
-                if !moved.is_empty() {
+                })
+                .map(|(a, want)| self.step_of(a, want, paused, &tokens))
+                .collect();
+            let mut moved = futures::stream::iter(steps).buffer_unordered(IN_FLIGHT);
+            // The engine learns of each session as it moves, not at the end
+            // of a pass that takes minutes while 100,000 agents join.
+            while let Some(m) = moved.next().await {
+                if let Some((index, open)) = m {
                     let mut s = self.scenario.lock().unwrap_or_else(|e| e.into_inner());
-                    for (index, open) in moved {
-                        s.agent_session(index, open);
-                    }
+                    s.agent_session(index, open);
                 }
             }
+            drop(moved);
             self.busy.fetch_sub(1, Ordering::SeqCst);
         }
     }

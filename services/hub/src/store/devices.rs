@@ -133,6 +133,13 @@ fn condition_from_row(row: &PgRow) -> Result<ConditionRow, StoreError> {
 /// Locks the devices (in id order, so concurrent batches never deadlock)
 /// and reads their conditions and freshness. Deleted devices are included;
 /// callers decide what a deleted device accepts.
+///
+/// The lock is `FOR NO KEY UPDATE`: it excludes every other writer of the
+/// row (the placer's `lock_devices` too) but not the key-share lock a
+/// foreign-key check takes, because the hub never changes a device's id.
+/// With `FOR UPDATE` each gateway insert of a session or credential, and
+/// each placer atom, waited for the whole lane batch that held its device
+/// (at 100,000 joining agents, most of a join's time).
 pub async fn lock_states(
     tx: &mut Tx<'_>,
     ids: &[String],
@@ -157,7 +164,7 @@ async fn read_states(
     if ids.is_empty() {
         return Ok(out);
     }
-    let lock = if lock { "FOR UPDATE OF d" } else { "" };
+    let lock = if lock { "FOR NO KEY UPDATE OF d" } else { "" };
     let sql = format!(
         "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
          WHERE d.id = ANY($1) ORDER BY d.id {lock}"
@@ -502,7 +509,7 @@ pub async fn lock_heads(
          d.session_last_seen, f.source, f.observed_at, f.digest, \
          f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
          ON f.device_id = d.id AND f.source = ANY($2) \
-         WHERE d.id = ANY($1) ORDER BY d.id FOR UPDATE OF d",
+         WHERE d.id = ANY($1) ORDER BY d.id FOR NO KEY UPDATE OF d",
     )
     .bind(ids)
     .bind(sources)

@@ -6,6 +6,7 @@ mod behaviour;
 mod delegate;
 mod e2e;
 mod holds;
+mod join;
 mod outbox;
 mod restart;
 
