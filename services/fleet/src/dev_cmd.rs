@@ -271,8 +271,8 @@ async fn show(
     loop {
         every.tick().await;
         tick += 1;
-        if let Some(name) = mesh.failed_task() {
-            anyhow::bail!("the {name} task stopped on its own; see the log above");
+        if let Some(failed) = mesh.failed_task().await {
+            anyhow::bail!("a task stopped on its own: {failed}");
         }
         let now = Instant::now();
         let secs = started.elapsed().as_secs_f64();

@@ -134,13 +134,26 @@ pub fn free_listen_addr() -> std::io::Result<std::net::SocketAddr> {
         ^ CALLS
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9e37_79b9);
+    // Ports this process handed out already: nothing listens on one until
+    // its service starts, so a second pick could land on it (fleet dev's
+    // NetBox and OpenStack connectors were once given the same port, and
+    // the second could not listen).
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     for i in 0..64u64 {
         let port = 20_000 + (seed.wrapping_add(i.wrapping_mul(7_919)) % 12_000) as u16;
+        if handed_out.contains(&port) {
+            continue;
+        }
         if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            handed_out.insert(port);
             return l.local_addr();
         }
     }
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    handed_out.insert(addr.port());
+    Ok(addr)
 }
 
 #[cfg(test)]
@@ -153,5 +166,16 @@ mod free_addr_tests {
             assert!((20_000..32_000).contains(&a.port()), "{a}");
             std::net::TcpListener::bind(a).expect("still free");
         }
+    }
+
+    #[test]
+    fn one_process_never_gets_the_same_port_twice() {
+        // 500 picks from 12,000 ports: without the record of what was
+        // handed out, two of them meet with a probability near 1.
+        let ports: Vec<u16> = (0..500)
+            .map(|_| super::free_listen_addr().unwrap().port())
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len());
     }
 }

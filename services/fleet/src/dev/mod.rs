@@ -720,11 +720,17 @@ impl DevMesh {
             .collect()
     }
 
-    /// A task that ended on its own (an error or an early return).
-    pub fn failed_task(&mut self) -> Option<String> {
+    /// A task that ended on its own (an error or an early return): its
+    /// name and how it ended.
+    pub async fn failed_task(&mut self) -> Option<String> {
         let i = self.tasks.iter().position(|t| t.handle.is_finished())?;
         let t = self.tasks.remove(i);
-        Some(t.name.to_string())
+        let how = match t.handle.await {
+            Ok(Ok(())) => "returned without an error".to_string(),
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => format!("panicked or was cancelled: {e}"),
+        };
+        Some(format!("{}: {how}", t.name))
     }
 
     /// Stops every task, joins them within `SHUTDOWN_GRACE`, removes the run's database and streams when it
