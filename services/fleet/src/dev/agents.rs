@@ -211,7 +211,6 @@ impl Agents {
                     s.agent_session(index, open);
                 }
             }
-            drop(moved);
             self.busy.fetch_sub(1, Ordering::SeqCst);
         }
     }
