@@ -5,26 +5,83 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use fleet_proto::{timestamp, v1, Message};
+use fleet_proto::{v1, Message};
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
 use crate::support::*;
-use crate::support::{start_hub, status_events};
 
 fn custody(
     site: &str,
-    name: &str,
+    kind: &str,
+    key: &str,
     at: chrono::DateTime<Utc>,
     state: &str,
 ) -> v1::ConditionSnapshot {
-    let mut s = snapshot("borneo", site, "name", name, at, vec![]);
+    let mut s = snapshot("borneo", site, kind, key, at, vec![]);
     s.mirror = Some(v1::condition_snapshot::Mirror::Custody(v1::CustodyMirror {
         state: state.into(),
         state_changed_at: None,
         credential_ref: String::new(),
     }));
     s
+}
+
+fn cordon(id: &str, reason: &str) -> C {
+    C::Cordon(v1::Cordon {
+        device_id: id.into(),
+        reason: reason.into(),
+    })
+}
+
+fn uncordon(id: &str) -> C {
+    C::Uncordon(v1::Uncordon {
+        device_id: id.into(),
+    })
+}
+
+fn provision(id: &str, to: &str) -> C {
+    C::Provision(v1::ProvisionMove {
+        device_id: id.into(),
+        to: to.into(),
+    })
+}
+
+/// A `create_device` item: `name` at `site`, nothing else set.
+fn device(site: &str, name: &str) -> v1::CreateDevice {
+    v1::CreateDevice {
+        site: site.into(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+/// Publishes `payload` as it is, under the snapshot schema: `source`'s
+/// observation of `key` (the publisher's dedupe time `at_nanos`), with
+/// the publisher's `traceparent`; waits for its PubAck.
+async fn publish_raw(
+    env: &TestEnv,
+    source: &str,
+    key: &v1::DeviceKey,
+    at_nanos: i64,
+    traceparent: Option<&str>,
+    payload: Vec<u8>,
+) {
+    fleet_bus::publish_observation(
+        &env.js,
+        &env.subjects,
+        env.common.nats.partitions,
+        source,
+        key,
+        at_nanos,
+        &fleet_proto::schema::<v1::ConditionSnapshot>(),
+        traceparent,
+        payload.into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
 }
 
 async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
@@ -43,49 +100,44 @@ async fn dlq_messages(env: &TestEnv) -> Vec<(String, String)> {
         .collect()
 }
 
-fn error_code(r: &v1::HubReply) -> &str {
+fn error_message(r: &v1::HubReply) -> String {
     r.error
         .as_ref()
-        .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
-        .unwrap_or("OK")
+        .map(|e| e.message.clone())
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-c-01").await;
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&custody("s1", "gpu-c-01", t0, "GOOGLE_OWNED"))
+    env.publish_snapshot(&custody("s1", "name", "gpu-c-01", t0, "GOOGLE_OWNED"))
         .await;
-    eventually("delegated", || async {
-        (env.device_field(&id, "operational_status").await == "delegated").then_some(())
-    })
-    .await;
-    let latch: (String, String, chrono::DateTime<Utc>) = sqlx::query_as(
+    eventually_field(&env, &id, "operational_status", "delegated").await;
+    let latch: (String, String, chrono::DateTime<Utc>) = row(
+        &env,
         "SELECT status, reason, observed_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+        &id,
     )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         (latch.0.as_str(), latch.1.as_str()),
         ("Unknown", "HandoverBreach")
     );
     // One transaction: the latch and the status change have the same lifecycle clock.
-    let at: chrono::DateTime<Utc> = sqlx::query_scalar(
+    let at: chrono::DateTime<Utc> = scalar(
+        &env,
         "SELECT created_at FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' AND value = 'delegated'",
+        &id,
     )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
-    let received: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT received_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'")
-        .bind(&id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    .await;
+    let received: chrono::DateTime<Utc> = scalar(
+        &env,
+        "SELECT received_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+        &id,
+    )
+    .await;
     assert_eq!(
         at, received,
         "latch and status written in the same transaction"
@@ -93,21 +145,11 @@ async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
 
     let version = env.device_field(&id, "version").await;
     let events_before = status_events(&env, &id).await.len();
-    env.publish_snapshot(&custody(
-        "s1",
-        "gpu-c-01",
-        t0 + chrono::Duration::seconds(60),
-        "GOOGLE_OWNED",
-    ))
-    .await;
+    let t1 = t0 + chrono::Duration::seconds(60);
+    env.publish_snapshot(&custody("s1", "name", "gpu-c-01", t1, "GOOGLE_OWNED"))
+        .await;
     eventually("second poll applied", || async {
-        let f: Option<chrono::DateTime<Utc>> =
-            sqlx::query_scalar("SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'borneo'")
-                .bind(&id)
-                .fetch_optional(&env.pool)
-                .await
-                .unwrap();
-        (f == Some(t0 + chrono::Duration::seconds(60))).then_some(())
+        (observed_at(&env, &id, "borneo").await == Some(t1)).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -117,20 +159,19 @@ async fn custody_entry_sets_delegated_and_the_breach_latch_once() {
         "a second identical poll changes nothing"
     );
     assert_eq!(status_events(&env, &id).await.len(), events_before);
-    let latch2: chrono::DateTime<Utc> = sqlx::query_scalar("SELECT observed_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'")
-        .bind(&id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let latch2: chrono::DateTime<Utc> = scalar(
+        &env,
+        "SELECT observed_at FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+        &id,
+    )
+    .await;
     assert_eq!(latch2, latch.2, "the latch is left alone");
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_dead_lettered_and_changes_nothing() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-d-01").await;
     let now = micros(Utc::now());
     let key = v1::DeviceKey {
@@ -138,177 +179,110 @@ async fn bad_input_is_dead_lettered_and_changes_nothing() {
         kind: "name".into(),
         key: "gpu-d-01".into(),
     };
-    let raw = |subject_source: &str, payload: Vec<u8>, n: i64| {
-        let env = &env;
-        let key = key.clone();
-        let source = subject_source.to_string();
-        async move {
-            fleet_bus::publish_observation(
-                &env.js,
-                &env.subjects,
-                env.common.nats.partitions,
-                &source,
-                &key,
-                n,
-                &fleet_proto::schema::<v1::ConditionSnapshot>(),
-                None,
-                payload.into(),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        }
+    // The device's snapshot as `source` names itself in it, encoded.
+    let encoded = |source: &str, at, conditions| {
+        snapshot(source, "s1", "name", "gpu-d-01", at, conditions).encode_to_vec()
     };
-    // Arbitrary bytes.
-    raw("openstack", vec![0xff, 0x00, 0x13, 0x37, 0xde, 0xad], 1).await;
-    // An unknown condition type.
-    raw(
-        "openstack",
-        snapshot(
+    // Openstack's snapshot now, of one condition.
+    let one = |t: &str, status: &str, reason: &str| {
+        encoded("openstack", now, vec![cond(t, status, reason)])
+    };
+    // The subject's source, the payload, and why it is dead-lettered.
+    let bad = [
+        // Arbitrary bytes.
+        (
             "openstack",
-            "s1",
-            "name",
-            "gpu-d-01",
-            now,
-            vec![cond("NoSuchType", "True", "")],
-        )
-        .encode_to_vec(),
-        2,
-    )
-    .await;
-    // A type the source does not own.
-    raw(
-        "slurm",
-        snapshot(
+            vec![0xff, 0x00, 0x13, 0x37, 0xde, 0xad],
+            "invalid",
+        ),
+        // An unknown condition type.
+        (
+            "openstack",
+            one("NoSuchType", "True", ""),
+            "unknown_condition_type",
+        ),
+        // A type the source does not own.
+        (
             "slurm",
-            "s1",
-            "name",
-            "gpu-d-01",
-            now,
-            vec![cond("IronicMaintenance", "True", "")],
-        )
-        .encode_to_vec(),
-        3,
-    )
-    .await;
-    // A payload naming another source than its subject.
-    raw(
-        "slurm",
-        snapshot("openstack", "s1", "name", "gpu-d-01", now, vec![]).encode_to_vec(),
-        4,
-    )
-    .await;
-    // More than 5 minutes ahead.
-    raw(
-        "openstack",
-        snapshot(
+            encoded("slurm", now, vec![cond("IronicMaintenance", "True", "")]),
+            "forbidden_source",
+        ),
+        // A payload naming another source than its subject.
+        (
+            "slurm",
+            encoded("openstack", now, vec![]),
+            "forbidden_source",
+        ),
+        // More than 5 minutes ahead.
+        (
             "openstack",
-            "s1",
-            "name",
-            "gpu-d-01",
-            now + chrono::Duration::minutes(6),
-            vec![],
-        )
-        .encode_to_vec(),
-        5,
-    )
-    .await;
-    // A bad enum value.
-    raw(
-        "openstack",
-        snapshot(
+            encoded("openstack", now + chrono::Duration::minutes(6), vec![]),
+            "future_observation",
+        ),
+        // A bad enum value.
+        (
             "openstack",
-            "s1",
-            "name",
-            "gpu-d-01",
-            now,
-            vec![cond("IronicMaintenance", "Maybe", "")],
-        )
-        .encode_to_vec(),
-        6,
-    )
-    .await;
-    // A NUL character, which PostgreSQL text cannot hold.
-    raw(
-        "openstack",
-        snapshot(
+            one("IronicMaintenance", "Maybe", ""),
+            "invalid",
+        ),
+        // A NUL character, which PostgreSQL text cannot hold.
+        (
             "openstack",
-            "s1",
-            "name",
-            "gpu-d-01",
-            now,
-            vec![cond("IronicMaintenance", "True", "Bad\0Reason")],
-        )
-        .encode_to_vec(),
-        7,
-    )
-    .await;
+            one("IronicMaintenance", "True", "Bad\0Reason"),
+            "invalid",
+        ),
+    ];
+    for (n, (source, payload, _)) in (1..).zip(&bad) {
+        publish_raw(&env, source, &key, n, None, payload.clone()).await;
+    }
 
     let dlq = eventually("seven DLQ entries", || async {
         let d = dlq_messages(&env).await;
-        (d.len() >= 7).then_some(d)
+        (d.len() >= bad.len()).then_some(d)
     })
     .await;
-    let mut reasons: Vec<String> = dlq.iter().map(|(_, r)| r.clone()).collect();
+    let mut reasons: Vec<&str> = dlq.iter().map(|(_, r)| r.as_str()).collect();
     reasons.sort();
-    assert_eq!(
-        reasons,
-        vec![
-            "forbidden_source",
-            "forbidden_source",
-            "future_observation",
-            "invalid",
-            "invalid",
-            "invalid",
-            "unknown_condition_type"
-        ]
-    );
+    let mut expected: Vec<&str> = bad.iter().map(|(_, _, why)| *why).collect();
+    expected.sort();
+    assert_eq!(reasons, expected);
     assert!(dlq.iter().all(|(s, _)| s.starts_with(&format!(
         "{}.dlq.observations.",
         env.common.nats.subject_root
     ))));
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
-        .bind(&id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let n: i64 = scalar(
+        &env,
+        "SELECT count(*) FROM device_conditions WHERE device_id = $1",
+        &id,
+    )
+    .await;
     assert_eq!(n, 0, "nothing was applied");
 
     // The hub is still alive and applies good input.
     env.publish_snapshot(&openstack_as("s1", "gpu-d-01", now, Node::Failed))
         .await;
-    eventually("failed", || async {
-        (env.device_field(&id, "operational_status").await == "failed").then_some(())
-    })
-    .await;
-    stop(trigger, task).await;
-    env.cleanup().await;
+    eventually_field(&env, &id, "operational_status", "failed").await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&snapshot(
-        "slurm",
-        "s1",
-        "name",
-        "ghost-01",
-        t0,
-        vec![cond("SlurmRegistered", "True", "")],
-    ))
-    .await;
-    env.publish_snapshot(&snapshot(
-        "slurm",
-        "s1",
-        "name",
-        "ghost-01",
-        t0 + chrono::Duration::seconds(1),
-        vec![cond("SlurmRegistered", "True", "")],
-    ))
-    .await;
+    // Slurm's snapshot of a name no device has.
+    let ghost = |at, registered: &str| {
+        snapshot(
+            "slurm",
+            "s1",
+            "name",
+            "ghost-01",
+            at,
+            vec![cond("SlurmRegistered", registered, "")],
+        )
+    };
+    env.publish_snapshot(&ghost(t0, "True")).await;
+    env.publish_snapshot(&ghost(t0 + chrono::Duration::seconds(1), "True"))
+        .await;
     let count: i64 = eventually("unresolved row", || async {
         let c: Option<i64> = sqlx::query_scalar("SELECT seen_count FROM unresolved_observations WHERE source = 'slurm' AND key = 'ghost-01'")
             .fetch_optional(&env.pool)
@@ -319,15 +293,8 @@ async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
     .await;
     assert_eq!(count, 2);
     // An older one counts, and leaves the latest in place.
-    env.publish_snapshot(&snapshot(
-        "slurm",
-        "s1",
-        "name",
-        "ghost-01",
-        t0 - chrono::Duration::seconds(5),
-        vec![cond("SlurmRegistered", "False", "")],
-    ))
-    .await;
+    env.publish_snapshot(&ghost(t0 - chrono::Duration::seconds(5), "False"))
+        .await;
     let kept: chrono::DateTime<Utc> = eventually("third sighting", || async {
         let r: Option<(i64, chrono::DateTime<Utc>)> = sqlx::query_as(
             "SELECT seen_count, observed_at FROM unresolved_observations WHERE source = 'slurm' AND key = 'ghost-01'",
@@ -343,45 +310,26 @@ async fn unresolved_keys_are_kept_not_dead_lettered_and_stale_is_ignored() {
 
     // Stale: an older snapshot after a newer one is not applied.
     let id = env.create_device("s1", "gpu-s-01").await;
-    env.publish_snapshot(&openstack_as(
-        "s1",
-        "gpu-s-01",
-        t0 + chrono::Duration::seconds(10),
-        Node::Maintenance,
-    ))
-    .await;
-    eventually("quarantine", || async {
-        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
-    })
-    .await;
-    env.publish_snapshot(&openstack_as("s1", "gpu-s-01", t0, Node::Failed))
+    let snap = |at, node| openstack_as("s1", "gpu-s-01", at, node);
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(10), Node::Maintenance))
         .await;
+    eventually_field(&env, &id, "operational_status", "quarantine").await;
+    env.publish_snapshot(&snap(t0, Node::Failed)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         env.device_field(&id, "operational_status").await,
         "quarantine",
         "the older snapshot is stale"
     );
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_check_version_and_answer_typed_errors() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-k-01").await;
 
-    let r = env
-        .command(
-            "cordon",
-            1,
-            C::Cordon(v1::Cordon {
-                device_id: id.clone(),
-                reason: "firmware".into(),
-            }),
-        )
-        .await;
+    let r = env.command("cordon", 1, cordon(&id, "firmware")).await;
     assert_eq!(error_code(&r), "OK");
     let rec = device_of(&r);
     assert!(rec.cordoned);
@@ -391,70 +339,28 @@ async fn commands_check_version_and_answer_typed_errors() {
     );
     assert_eq!(r.version, 2);
     // CONFLICT: the version the caller read is stale.
-    let r = env
-        .command(
-            "uncordon",
-            1,
-            C::Uncordon(v1::Uncordon {
-                device_id: id.clone(),
-            }),
-        )
-        .await;
+    let r = env.command("uncordon", 1, uncordon(&id)).await;
     assert_eq!(error_code(&r), "CONFLICT");
     // NOT_FOUND
-    let r = env
-        .command(
-            "uncordon",
-            1,
-            C::Uncordon(v1::Uncordon {
-                device_id: "dev_nope".into(),
-            }),
-        )
-        .await;
+    let r = env.command("uncordon", 1, uncordon("dev_nope")).await;
     assert_eq!(error_code(&r), "NOT_FOUND");
-    // INVALID_ARGUMENT: no reason, bad vocabulary, no version, wrong verb, bytes.
-    let r = env
-        .command(
+    // INVALID_ARGUMENT: no reason, bad vocabulary, no version, wrong verb,
+    // a NUL, bytes.
+    for (verb, version, command, why) in [
+        ("cordon", 2, cordon(&id, " "), "no reason"),
+        ("provision", 2, provision(&id, "Deployed"), "bad vocabulary"),
+        ("uncordon", 0, uncordon(&id), "no version"),
+        ("cordon", 2, uncordon(&id), "wrong verb"),
+        (
             "cordon",
             2,
-            C::Cordon(v1::Cordon {
-                device_id: id.clone(),
-                reason: " ".into(),
-            }),
-        )
-        .await;
-    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
-    let r = env
-        .command(
-            "provision",
-            2,
-            C::Provision(v1::ProvisionMove {
-                device_id: id.clone(),
-                to: "Deployed".into(),
-            }),
-        )
-        .await;
-    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
-    let r = env
-        .command(
-            "uncordon",
-            0,
-            C::Uncordon(v1::Uncordon {
-                device_id: id.clone(),
-            }),
-        )
-        .await;
-    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
-    let r = env
-        .command(
-            "cordon",
-            2,
-            C::Uncordon(v1::Uncordon {
-                device_id: id.clone(),
-            }),
-        )
-        .await;
-    assert_eq!(error_code(&r), "INVALID_ARGUMENT");
+            cordon(&id, "nul\0here"),
+            "a NUL is refused before the store sees it",
+        ),
+    ] {
+        let r = env.command(verb, version, command).await;
+        assert_eq!(error_code(&r), "INVALID_ARGUMENT", "{why}");
+    }
     let garbage = env
         .nats
         .request(
@@ -467,44 +373,13 @@ async fn commands_check_version_and_answer_typed_errors() {
         error_code(&v1::HubReply::decode(garbage.payload.as_ref()).unwrap()),
         "INVALID_ARGUMENT"
     );
-    let r = env
-        .command(
-            "cordon",
-            2,
-            C::Cordon(v1::Cordon {
-                device_id: id.clone(),
-                reason: "nul\0here".into(),
-            }),
-        )
-        .await;
-    assert_eq!(
-        error_code(&r),
-        "INVALID_ARGUMENT",
-        "a NUL is refused before the store sees it"
-    );
     // INVALID_STATE: adopting -> deployed is not in the table.
     let r = env
-        .command(
-            "provision",
-            2,
-            C::Provision(v1::ProvisionMove {
-                device_id: id.clone(),
-                to: "deployed".into(),
-            }),
-        )
+        .command("provision", 2, provision(&id, "deployed"))
         .await;
     assert_eq!(error_code(&r), "INVALID_STATE");
     // failed records failed_from and turns maintenance on.
-    let r = env
-        .command(
-            "provision",
-            2,
-            C::Provision(v1::ProvisionMove {
-                device_id: id.clone(),
-                to: "failed".into(),
-            }),
-        )
-        .await;
+    let r = env.command("provision", 2, provision(&id, "failed")).await;
     assert_eq!(error_code(&r), "OK");
     let rec = device_of(&r);
     assert_eq!(
@@ -517,83 +392,36 @@ async fn commands_check_version_and_answer_typed_errors() {
     );
     // Nothing half-applied on error: version moved only on the successes.
     assert_eq!(env.device_field(&id, "version").await, "3");
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM device_lifecycle_events WHERE device_id = $1 AND cause LIKE 'command:%' AND cause NOT LIKE 'command:create_device%' AND kind IN ('cordoned','provision','maintenance') ORDER BY id")
-        .bind(&id)
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
+    let kinds: Vec<String> = scalars(&env, "SELECT kind FROM device_lifecycle_events WHERE device_id = $1 AND cause LIKE 'command:%' AND cause NOT LIKE 'command:create_device%' AND kind IN ('cordoned','provision','maintenance') ORDER BY id", &id).await;
     assert_eq!(kinds, vec!["cordoned", "provision", "maintenance"]);
 
-    // FORBIDDEN_SOURCE and FUTURE_OBSERVATION on the single-condition path.
-    let w = |source: &str, t: &str, at: chrono::DateTime<Utc>| {
-        C::WriteCondition(v1::ConditionWrite {
-            source: source.into(),
-            device: Some(v1::DeviceKey {
-                site: "s1".into(),
-                kind: "device_id".into(),
-                key: id.clone(),
-            }),
-            condition: Some(cond(t, "True", "MoveVerified")),
-            observed_at: Some(timestamp(at)),
-            hub_ordered: false,
-        })
+    // FORBIDDEN_SOURCE and FUTURE_OBSERVATION on the single-condition path:
+    // `source` writes the repair latch, observed `at`.
+    let repair = |source: &str, status: &str, reason: &str, at| {
+        let condition = cond("NvLinkGpusInRepairPartition", status, reason);
+        env.command(
+            "write_condition",
+            0,
+            write_condition(source, &id, condition, at),
+        )
     };
     let now = micros(Utc::now());
-    let r = env
-        .command(
-            "write_condition",
-            0,
-            w("slurm", "NvLinkGpusInRepairPartition", now),
-        )
-        .await;
+    let r = repair("slurm", "True", "MoveVerified", now).await;
     assert_eq!(error_code(&r), "FORBIDDEN_SOURCE");
-    let r = env
-        .command(
-            "write_condition",
-            0,
-            w(
-                "nvlink-fabric",
-                "NvLinkGpusInRepairPartition",
-                now + chrono::Duration::minutes(10),
-            ),
-        )
-        .await;
+    let ahead = now + chrono::Duration::minutes(10);
+    let r = repair("nvlink-fabric", "True", "MoveVerified", ahead).await;
     assert_eq!(error_code(&r), "FUTURE_OBSERVATION");
-    let message = r
-        .error
-        .as_ref()
-        .map(|e| e.message.clone())
-        .unwrap_or_default();
+    let message = error_message(&r);
     assert!(
         message.contains("ahead of the hub's clock (it read 20"),
         "{message}"
     );
-    let r = env
-        .command(
-            "write_condition",
-            0,
-            w("nvlink-fabric", "NvLinkGpusInRepairPartition", now),
-        )
-        .await;
+    let r = repair("nvlink-fabric", "True", "MoveVerified", now).await;
     assert_eq!(error_code(&r), "OK");
     assert_eq!(condition_of(&r).status, "True");
     // A stale latch write gets the stored row back, not what it sent.
-    let stale = C::WriteCondition(v1::ConditionWrite {
-        source: "nvlink-fabric".into(),
-        device: Some(v1::DeviceKey {
-            site: "s1".into(),
-            kind: "device_id".into(),
-            key: id.clone(),
-        }),
-        condition: Some(cond(
-            "NvLinkGpusInRepairPartition",
-            "False",
-            "ReturnVerified",
-        )),
-        observed_at: Some(timestamp(now - chrono::Duration::seconds(5))),
-        hub_ordered: false,
-    });
-    let r = env.command("write_condition", 0, stale).await;
+    let before = now - chrono::Duration::seconds(5);
+    let r = repair("nvlink-fabric", "False", "ReturnVerified", before).await;
     assert_eq!(error_code(&r), "OK");
     assert_eq!(
         condition_of(&r).status,
@@ -609,41 +437,22 @@ async fn commands_check_version_and_answer_typed_errors() {
         ("True", ""),
         ("False", "MoveVerified"),
     ] {
-        let bad = C::WriteCondition(v1::ConditionWrite {
-            source: "nvlink-fabric".into(),
-            device: Some(v1::DeviceKey {
-                site: "s1".into(),
-                kind: "device_id".into(),
-                key: id.clone(),
-            }),
-            condition: Some(cond("NvLinkGpusInRepairPartition", status, reason)),
-            observed_at: Some(timestamp(now + chrono::Duration::seconds(1))),
-            hub_ordered: false,
-        });
-        let r = env.command("write_condition", 0, bad).await;
+        let later = now + chrono::Duration::seconds(1);
+        let r = repair("nvlink-fabric", status, reason, later).await;
         assert_eq!(error_code(&r), "INVALID_ARGUMENT", "{status} {reason:?}");
-        let message = r
-            .error
-            .as_ref()
-            .map(|e| e.message.clone())
-            .unwrap_or_default();
+        let message = error_message(&r);
         assert!(message.contains("MoveVerified (True)"), "{message}");
     }
-    let reason: String = sqlx::query_scalar(
+    let reason: String = scalar(
+        &env,
         "SELECT reason FROM device_conditions WHERE device_id = $1 AND type = 'NvLinkGpusInRepairPartition'",
+        &id,
     )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(reason, "MoveVerified", "nothing stored");
-    let mut custody = snapshot("borneo", "s1", "device_id", &id, now, vec![]);
-    custody.mirror = Some(v1::condition_snapshot::Mirror::Custody(v1::CustodyMirror {
-        state: "WHATEVER".into(),
-        ..Default::default()
-    }));
+    let whatever = custody("s1", "device_id", &id, now, "WHATEVER");
     let r = env
-        .command("apply_snapshot", 0, C::ApplySnapshot(custody))
+        .command("apply_snapshot", 0, C::ApplySnapshot(whatever))
         .await;
     assert_eq!(error_code(&r), "INVALID_ARGUMENT");
     assert_eq!(env.device_field(&id, "coalesce(custody, '')").await, "");
@@ -652,34 +461,20 @@ async fn commands_check_version_and_answer_typed_errors() {
         .command(
             "create_device",
             0,
-            C::CreateDevice(v1::CreateDevice {
-                site: "s1".into(),
-                name: "gpu-k-01".into(),
-                ..Default::default()
-            }),
+            C::CreateDevice(device("s1", "gpu-k-01")),
         )
         .await;
     assert_eq!(error_code(&dup), "CONFLICT");
     let nosite = env
-        .command(
-            "create_device",
-            0,
-            C::CreateDevice(v1::CreateDevice {
-                site: "nowhere".into(),
-                name: "x".into(),
-                ..Default::default()
-            }),
-        )
+        .command("create_device", 0, C::CreateDevice(device("nowhere", "x")))
         .await;
     assert_eq!(error_code(&nosite), "NOT_FOUND");
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_only_devices_are_never_derived() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("inv", "gpu-i-01").await;
     assert_eq!(
         env.device_field(&id, "inventory_only").await,
@@ -693,19 +488,16 @@ async fn inventory_only_devices_are_never_derived() {
         Node::FailedInMaintenance,
     ))
     .await;
-    eventually("conditions stored", || async {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
-                .bind(&id)
-                .fetch_one(&env.pool)
-                .await
-                .unwrap();
-        (n == 6).then_some(())
-    })
+    eventually_count(
+        &env,
+        "conditions stored",
+        "SELECT count(*) FROM device_conditions WHERE device_id = $1",
+        &id,
+        6,
+    )
     .await;
     assert_eq!(env.device_field(&id, "operational_status").await, "unknown");
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -715,7 +507,7 @@ async fn a_silent_source_is_swept_to_unknown() {
         .freshness
         .ttl
         .insert("openstack".into(), Duration::from_secs(1));
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let id = env.create_device("s1", "gpu-q-01").await;
     env.publish_snapshot(&openstack_as(
         "s1",
@@ -724,23 +516,17 @@ async fn a_silent_source_is_swept_to_unknown() {
         Node::Maintenance,
     ))
     .await;
-    eventually("quarantine", || async {
-        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
-    })
-    .await;
+    eventually_field(&env, &id, "operational_status", "quarantine").await;
     // No new snapshot: the sweeper re-derives once the TTL passes.
-    eventually("unknown after source silence", || async {
-        (env.device_field(&id, "operational_status").await == "unknown").then_some(())
-    })
+    eventually_field(&env, &id, "operational_status", "unknown").await;
+    let cause: String = scalar(
+        &env,
+        "SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1",
+        &id,
+    )
     .await;
-    let cause: String = sqlx::query_scalar("SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1")
-        .bind(&id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
     assert_eq!(cause, "sweep");
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -768,26 +554,19 @@ async fn a_service_refuses_a_schema_that_is_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_events_continue_the_publishers_trace() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-t-01").await;
     let snap = openstack_as("s1", "gpu-t-01", micros(Utc::now()), Node::Maintenance);
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    fleet_bus::publish_observation(
-        &env.js,
-        &env.subjects,
-        env.common.nats.partitions,
+    publish_raw(
+        &env,
         "openstack",
         snap.device.as_ref().unwrap(),
         1,
-        &fleet_proto::schema::<v1::ConditionSnapshot>(),
         Some(parent),
-        snap.encode_to_vec().into(),
+        snap.encode_to_vec(),
     )
-    .await
-    .unwrap()
-    .await
-    .unwrap();
+    .await;
     let stream = env.js.get_stream(env.streams.status()).await.unwrap();
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::Config {
@@ -819,46 +598,38 @@ async fn status_events_continue_the_publishers_trace() {
         "same trace as the publisher"
     );
     assert_ne!(tp[2], "00f067aa0ba902b7", "a span of its own");
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 /// `create_devices`: one transaction, one outcome per item in order, a
 /// refused item refuses only itself, births as single creates have them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_devices_creates_many_and_refuses_item_by_item() {
-    use v1::hub_command::Command as C;
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     sqlx::query("INSERT INTO pools (id, site_id, kind) VALUES ('pd', 's1', 'metal-dedicated')")
         .execute(&env.pool)
         .await
         .unwrap();
     let existing = env.create_device("s1", "gpu-b-00").await;
-    let d = |site: &str, name: &str| v1::CreateDevice {
-        site: site.into(),
-        name: name.into(),
-        ..Default::default()
-    };
     let mut list: Vec<v1::CreateDevice> = (1..=300)
-        .map(|i| d("s1", &format!("gpu-b-{i:03}")))
+        .map(|i| device("s1", &format!("gpu-b-{i:03}")))
         .collect();
-    list.push(d("s1", "gpu-b-00")); // exists
-    list.push(d("s1", "gpu-b-001")); // twice in the batch
-    list.push(d("nowhere", "gpu-b-x")); // unknown site
+    list.push(device("s1", "gpu-b-00")); // exists
+    list.push(device("s1", "gpu-b-001")); // twice in the batch
+    list.push(device("nowhere", "gpu-b-x")); // unknown site
     list.push(v1::CreateDevice {
         pool_id: "nopool".into(),
-        ..d("s1", "gpu-b-y")
+        ..device("s1", "gpu-b-y")
     });
     list.push(v1::CreateDevice {
         inventory_status: "sideways".into(),
-        ..d("s1", "gpu-b-z")
+        ..device("s1", "gpu-b-z")
     });
     list.push(v1::CreateDevice {
         pool_id: "pd".into(),
-        ..d("s1", "gpu-b-dedicated")
+        ..device("s1", "gpu-b-dedicated")
     });
-    list.push(d("s1", "")); // no name
+    list.push(device("s1", "")); // no name
     let r = env
         .command(
             "create_devices",
@@ -911,30 +682,23 @@ async fn create_devices_creates_many_and_refuses_item_by_item() {
     // Born like a single create: version 1, a birth row per tracked axis.
     let id = items[0].id.clone();
     assert_eq!(env.device_field(&id, "version").await, "1");
-    let births: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1")
-            .bind(&id)
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-    let single: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1")
-            .bind(&existing)
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-    assert_eq!(births, single);
-    let cause: String = sqlx::query_scalar(
+    let births = "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1";
+    assert_eq!(
+        scalar::<i64>(&env, births, &id).await,
+        scalar::<i64>(&env, births, &existing).await
+    );
+    let cause: String = scalar(
+        &env,
         "SELECT DISTINCT cause FROM device_lifecycle_events WHERE device_id = $1",
+        &id,
     )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(cause, "command:create_devices:test");
 
     // Too many, or none: the request is refused and nothing is stored.
-    let many: Vec<v1::CreateDevice> = (0..1001).map(|i| d("s1", &format!("gpu-m-{i}"))).collect();
+    let many: Vec<v1::CreateDevice> = (0..1001)
+        .map(|i| device("s1", &format!("gpu-m-{i}")))
+        .collect();
     let r = env
         .command(
             "create_devices",
@@ -957,9 +721,7 @@ async fn create_devices_creates_many_and_refuses_item_by_item() {
         .unwrap();
     assert_eq!(n, 0);
 
-    trigger.trigger();
-    let _ = task.await;
-    env.cleanup().await;
+    hub.stop_unchecked(env).await;
 }
 
 /// One batch holding the same unknown key more than once is one statement:

@@ -18,20 +18,41 @@ fn delegate(id: &str, pinned: &str, netbox: &str) -> C {
     })
 }
 
+/// Back-end fabric writes its latch on the device `id` (keyed by its id
+/// alone, no site), observed now; the write must succeed.
+async fn backend_latch(env: &TestEnv, id: &str, status: &str, reason: &str) {
+    let w = env
+        .command(
+            "write_condition",
+            0,
+            C::WriteCondition(v1::ConditionWrite {
+                device: Some(v1::DeviceKey {
+                    site: String::new(),
+                    kind: "device_id".into(),
+                    key: id.into(),
+                }),
+                source: "backend-fabric".into(),
+                condition: Some(cond("BackendPortsInMaintenanceVrf", status, reason)),
+                observed_at: Some(fleet_proto::timestamp(micros(Utc::now()))),
+                ..Default::default()
+            }),
+        )
+        .await;
+    assert!(w.error.is_none(), "{:?}", w.error);
+}
+
 async fn latch(env: &TestEnv, id: &str) -> Option<(String, String)> {
-    sqlx::query_as(
+    optional_row(
+        env,
         "SELECT status, reason FROM device_conditions WHERE device_id = $1 AND type = 'FrontendPortsInCustomerVrf'",
+        id,
     )
-    .bind(id)
-    .fetch_optional(&env.pool)
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delegate_refuses_typed_then_enters_delegated_once() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let reply = env
         .command(
             "create_device",
@@ -64,28 +85,7 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
         assert!(e.message.contains(why), "{}", e.message);
     }
     // The back-end latch True (an isolate verified) refuses too.
-    let w = env
-        .command(
-            "write_condition",
-            0,
-            C::WriteCondition(v1::ConditionWrite {
-                device: Some(v1::DeviceKey {
-                    site: String::new(),
-                    kind: "device_id".into(),
-                    key: id.clone(),
-                }),
-                source: "backend-fabric".into(),
-                condition: Some(cond(
-                    "BackendPortsInMaintenanceVrf",
-                    "True",
-                    "IsolateVerified",
-                )),
-                observed_at: Some(fleet_proto::timestamp(micros(Utc::now()))),
-                ..Default::default()
-            }),
-        )
-        .await;
-    assert!(w.error.is_none(), "{:?}", w.error);
+    backend_latch(&env, &id, "True", "IsolateVerified").await;
     let version = env.device_field(&id, "version").await;
     let r = env
         .command("delegate", 0, delegate(&id, "uuid-metal-1", "active"))
@@ -106,28 +106,7 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
 
     // The back-end return clears it; the hand-back enters delegated and
     // writes the front-end latch Unknown (no verified flip on record).
-    let w = env
-        .command(
-            "write_condition",
-            0,
-            C::WriteCondition(v1::ConditionWrite {
-                device: Some(v1::DeviceKey {
-                    site: String::new(),
-                    kind: "device_id".into(),
-                    key: id.clone(),
-                }),
-                source: "backend-fabric".into(),
-                condition: Some(cond(
-                    "BackendPortsInMaintenanceVrf",
-                    "False",
-                    "ReturnVerified",
-                )),
-                observed_at: Some(fleet_proto::timestamp(micros(Utc::now()))),
-                ..Default::default()
-            }),
-        )
-        .await;
-    assert!(w.error.is_none(), "{:?}", w.error);
+    backend_latch(&env, &id, "False", "ReturnVerified").await;
     let r = env
         .command("delegate", 0, delegate(&id, "uuid-metal-1", "active"))
         .await;
@@ -137,13 +116,12 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
         latch(&env, &id).await,
         Some(("Unknown".into(), "HandoverBreach".into()))
     );
-    let lifecycle: i64 = sqlx::query_scalar(
+    let lifecycle: i64 = scalar(
+        &env,
         "SELECT count(*) FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' AND value = 'delegated'",
+        &id,
     )
-    .bind(&id)
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(lifecycle, 1);
 
     // A retried hand-back is a no-op.
@@ -154,6 +132,5 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
     assert!(r.error.is_none(), "{:?}", r.error);
     assert_eq!(env.device_field(&id, "version").await, version);
 
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }

@@ -9,49 +9,35 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-a1-01").await;
 
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack_as("s1", "gpu-a1-01", t0, Node::InUse))
-        .await;
-    eventually("operational_status in_use", || async {
-        (env.device_field(&id, "operational_status").await == "in_use").then_some(())
-    })
-    .await;
+    let snap = |at| openstack_as("s1", "gpu-a1-01", at, Node::InUse);
+    env.publish_snapshot(&snap(t0)).await;
+    eventually_field(&env, &id, "operational_status", "in_use").await;
 
-    let decisive: Vec<String> = sqlx::query_scalar(
+    let decisive: Vec<String> = scalars(
+        &env,
         "SELECT type FROM device_conditions WHERE device_id = $1 AND decisive ORDER BY type",
+        &id,
     )
-    .bind(&id)
-    .fetch_all(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(decisive, vec!["CustomerReady", "InstanceAllocated"]);
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM device_conditions WHERE device_id = $1")
-            .bind(&id)
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-    assert_eq!(rows, 6, "the six openstack conditions");
+    let stored: i64 = scalar(
+        &env,
+        "SELECT count(*) FROM device_conditions WHERE device_id = $1",
+        &id,
+    )
+    .await;
+    assert_eq!(stored, 6, "the six openstack conditions");
 
     // A freshness-only resync changes nothing but the freshness row.
     let version = env.device_field(&id, "version").await;
-    env.publish_snapshot(&openstack_as(
-        "s1",
-        "gpu-a1-01",
-        t0 + chrono::Duration::seconds(30),
-        Node::InUse,
-    ))
-    .await;
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(30)))
+        .await;
     eventually("freshness moved", || async {
-        let f: Option<chrono::DateTime<Utc>> = sqlx::query_scalar("SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'")
-            .bind(&id)
-            .fetch_optional(&env.pool)
-            .await
-            .unwrap();
+        let f = observed_at(&env, &id, "openstack").await;
         (f == Some(t0 + chrono::Duration::seconds(30))).then_some(())
     })
     .await;
@@ -61,13 +47,12 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
         "a freshness-only resync does not bump version"
     );
 
-    let lifecycle: Vec<(String, String)> = sqlx::query_as(
+    let lifecycle: Vec<(String, String)> = rows(
+        &env,
         "SELECT kind, value FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id",
+        &id,
     )
-    .bind(&id)
-    .fetch_all(&env.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         lifecycle,
         vec![
@@ -121,8 +106,7 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
         .all(|c| c.from_status.is_empty() && !c.to_status.is_empty()));
     assert_eq!(conditions.version, change.version, "one transaction");
 
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 /// The fast path (`fleet_domain::state::confirm`) end to end: a repeated
@@ -137,8 +121,7 @@ async fn snapshot_derives_status_with_decisive_rows_lifecycle_and_one_event() {
 /// same events and printed beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-six-01").await;
     let t0 = micros(Utc::now());
     let at = |s: i64| t0 + chrono::Duration::seconds(s);
@@ -211,15 +194,13 @@ async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
     for s in &snapshots {
         env.publish_snapshot(s).await;
     }
-    eventually("every source's snapshot applied", || async {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM device_source_freshness WHERE device_id = $1")
-                .bind(&id)
-                .fetch_one(&env.pool)
-                .await
-                .unwrap();
-        (n == 6).then_some(())
-    })
+    eventually_count(
+        &env,
+        "every source's snapshot applied",
+        "SELECT count(*) FROM device_source_freshness WHERE device_id = $1",
+        &id,
+        6,
+    )
     .await;
     outbox_drained(&env).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -254,87 +235,66 @@ async fn a_device_born_and_read_by_six_sources_is_at_most_fifteen_events() {
         6,
         "one conditions event per source's transaction"
     );
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
-    let env = TestEnv::new().await;
-    let (hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-fast-01").await;
     let t0 = micros(Utc::now()) - chrono::Duration::seconds(60);
     let snap = |at| openstack_as("s1", "gpu-fast-01", at, Node::InUse);
-    let freshness = |id: String| {
-        let pool = env.pool.clone();
-        async move {
-            sqlx::query_as::<_, (chrono::DateTime<Utc>, i64)>(
-                "SELECT observed_at, settled_version FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'",
-            )
-            .bind(id)
-            .fetch_optional(&pool)
-            .await
-            .unwrap()
-        }
+    let freshness = || {
+        optional_row::<(chrono::DateTime<Utc>, i64)>(
+            &env,
+            "SELECT observed_at, settled_version FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'",
+            &id,
+        )
     };
-    let maintenance_row = |id: String| {
-        let pool = env.pool.clone();
-        async move {
-            sqlx::query_as::<_, (String, chrono::DateTime<Utc>)>(
-                "SELECT status, received_at FROM device_conditions WHERE device_id = $1 AND type = 'IronicMaintenance'",
-            )
-            .bind(id)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+    let maintenance_row = || {
+        row::<(String, chrono::DateTime<Utc>)>(
+            &env,
+            "SELECT status, received_at FROM device_conditions WHERE device_id = $1 AND type = 'IronicMaintenance'",
+            &id,
+        )
     };
 
     env.publish_snapshot(&snap(t0)).await;
     let version: i64 = env.device_field(&id, "version").await.parse().unwrap();
     let settled = eventually("the first snapshot settles", || async {
-        let (at, settled) = freshness(id.clone()).await?;
+        let (at, settled) = freshness().await?;
         let version: i64 = env.device_field(&id, "version").await.parse().unwrap();
         (at == t0 && settled == version).then_some(settled)
     })
     .await;
     assert!(settled >= version);
     let confirmed = hub.metrics.confirmed.get();
-    let (_, received) = maintenance_row(id.clone()).await;
+    let (_, received) = maintenance_row().await;
 
     // Same content, later: confirmed from the freshness row alone.
     env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(10)))
         .await;
     eventually("the resync is confirmed", || async {
-        let (at, _) = freshness(id.clone()).await?;
+        let (at, _) = freshness().await?;
         (at == t0 + chrono::Duration::seconds(10)).then_some(())
     })
     .await;
     assert_eq!(hub.metrics.confirmed.get(), confirmed + 1);
-    assert_eq!(
-        maintenance_row(id.clone()).await.1,
-        received,
-        "rows untouched"
-    );
-    assert_eq!(freshness(id.clone()).await.unwrap().1, settled);
+    assert_eq!(maintenance_row().await.1, received, "rows untouched");
+    assert_eq!(freshness().await.unwrap().1, settled);
 
     // A single write by openstack to a row its snapshots own.
-    let write = v1::hub_command::Command::WriteCondition(v1::ConditionWrite {
-        source: "openstack".into(),
-        device: Some(v1::DeviceKey {
-            site: "s1".into(),
-            kind: "device_id".into(),
-            key: id.clone(),
-        }),
-        condition: Some(cond("IronicMaintenance", "True", "SetByHand")),
-        observed_at: Some(fleet_proto::timestamp(t0 + chrono::Duration::seconds(15))),
-        hub_ordered: false,
-    });
+    let write = write_condition(
+        "openstack",
+        &id,
+        cond("IronicMaintenance", "True", "SetByHand"),
+        t0 + chrono::Duration::seconds(15),
+    );
     let r = env.command("write_condition", 0, write).await;
     assert!(r.error.is_none(), "{r:?}");
-    assert_eq!(maintenance_row(id.clone()).await.0, "True");
+    assert_eq!(maintenance_row().await.0, "True");
     assert_eq!(
-        freshness(id.clone()).await.unwrap().1,
+        freshness().await.unwrap().1,
         0,
         "the freshness row no longer vouches for the rows"
     );
@@ -344,11 +304,11 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(20)))
         .await;
     eventually("the snapshot is applied in full", || async {
-        (maintenance_row(id.clone()).await.0 == "False").then_some(())
+        (maintenance_row().await.0 == "False").then_some(())
     })
     .await;
     assert_eq!(hub.metrics.confirmed.get(), confirmed + 1, "not confirmed");
-    let (_, settled_again) = freshness(id.clone()).await.unwrap();
+    let (_, settled_again) = freshness().await.unwrap();
     assert_eq!(
         settled_again.to_string(),
         env.device_field(&id, "version").await,
@@ -359,29 +319,24 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
     // owns: the settledness moves along and the next resync is confirmed.
     env.publish_connectivity(&id, 1, "opened", t0 + chrono::Duration::seconds(25))
         .await;
-    eventually("connected", || async {
-        (env.device_field(&id, "connectivity").await == "connected").then_some(())
-    })
-    .await;
+    eventually_field(&env, &id, "connectivity", "connected").await;
     let opened: i64 = env.device_field(&id, "version").await.parse().unwrap();
     assert!(opened > settled_again, "opening bumped the version");
     assert_eq!(
-        freshness(id.clone()).await.unwrap().1,
+        freshness().await.unwrap().1,
         opened,
         "settled at the new version"
     );
     env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(30)))
         .await;
     eventually("the resync after the opening is confirmed", || async {
-        let (at, _) = freshness(id.clone()).await?;
+        let (at, _) = freshness().await?;
         (at == t0 + chrono::Duration::seconds(30)).then_some(())
     })
     .await;
     assert_eq!(hub.metrics.confirmed.get(), confirmed + 2, "confirmed");
 
-    trigger.trigger();
-    let _ = task.await;
-    env.cleanup().await;
+    hub.stop_unchecked(env).await;
 }
 
 /// The heartbeat fast path end to end: a heartbeat of the live session
@@ -389,27 +344,18 @@ async fn a_repeated_snapshot_is_confirmed_and_a_single_write_is_not_lost() {
 /// device; a close goes the full way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
-    let env = TestEnv::new().await;
-    let (hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let id = env.create_device("s1", "gpu-hb-01").await;
     let t0 = micros(Utc::now()) - chrono::Duration::seconds(30);
-    let last_seen = |id: String| {
-        let pool = env.pool.clone();
-        async move {
-            sqlx::query_scalar::<_, Option<chrono::DateTime<Utc>>>(
-                "SELECT session_last_seen FROM devices WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
+    let last_seen = || {
+        scalar::<Option<chrono::DateTime<Utc>>>(
+            &env,
+            "SELECT session_last_seen FROM devices WHERE id = $1",
+            &id,
+        )
     };
     env.publish_connectivity(&id, 1, "opened", t0).await;
-    eventually("connected", || async {
-        (env.device_field(&id, "connectivity").await == "connected").then_some(())
-    })
-    .await;
+    eventually_field(&env, &id, "connectivity", "connected").await;
     let version = env.device_field(&id, "version").await;
     let confirmed = hub.metrics.confirmed.get();
 
@@ -417,7 +363,7 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
         let at = t0 + chrono::Duration::seconds(5 * k);
         env.publish_connectivity(&id, 1, "heartbeat", at).await;
         eventually("last seen moved", || async {
-            (last_seen(id.clone()).await == Some(at)).then_some(())
+            (last_seen().await == Some(at)).then_some(())
         })
         .await;
     }
@@ -437,14 +383,8 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
     // A close is not a heartbeat: applied in full.
     env.publish_connectivity(&id, 1, "closed", t0 + chrono::Duration::seconds(20))
         .await;
-    eventually("disconnected", || async {
-        (env.device_field(&id, "connectivity").await == "disconnected").then_some(())
-    })
-    .await;
-    assert_eq!(
-        last_seen(id.clone()).await,
-        Some(t0 + chrono::Duration::seconds(20))
-    );
+    eventually_field(&env, &id, "connectivity", "disconnected").await;
+    assert_eq!(last_seen().await, Some(t0 + chrono::Duration::seconds(20)));
     assert_eq!(hub.metrics.confirmed.get(), confirmed + 3);
     assert_ne!(
         env.device_field(&id, "version").await,
@@ -452,9 +392,7 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
         "closing changed connectivity"
     );
 
-    trigger.trigger();
-    let _ = task.await;
-    env.cleanup().await;
+    hub.stop_unchecked(env).await;
 }
 
 /// Writers publish their own rows right after their commit, and the relay
@@ -465,8 +403,7 @@ async fn a_heartbeat_of_the_live_session_only_moves_last_seen() {
 /// duplicate window) and the outbox ends empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
-    let env = TestEnv::new().await;
-    let (hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     for n in 0..3 {
         env.create_device("s1", &format!("gpu-r-{n:02}")).await;
     }
@@ -500,6 +437,5 @@ async fn the_relay_publishes_what_no_writer_did_and_nothing_twice() {
     let in_stream = stream.info().await.unwrap().state.messages;
     assert_eq!(in_stream, 3 + 1, "a birth event per device and the orphan");
     assert_eq!(hub.metrics.outbox_published.get(), in_stream);
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }

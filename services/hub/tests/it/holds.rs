@@ -27,8 +27,7 @@ fn results(r: &v1::HubReply) -> Vec<(String, Option<i32>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn impairment_holds_apply_or_refuse_each_device_on_its_own() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
     let a = env.create_device("s1", "hold-a").await;
     let b = env.create_device("s1", "hold-b").await;
     // b carries another event's hold.
@@ -91,6 +90,5 @@ async fn impairment_holds_apply_or_refuse_each_device_on_its_own() {
         r.error.map(|e| e.code),
         Some(fleet_proto::ErrorCode::InvalidArgument as i32)
     );
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }

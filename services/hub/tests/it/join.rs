@@ -28,21 +28,9 @@ fn joined(r: &v1::HubReply) -> v1::Joined {
     }
 }
 
-/// The device's provision-state moves, oldest first, with their causes.
-async fn provision_moves(env: &TestEnv, id: &str) -> Vec<(String, String)> {
-    sqlx::query_as(
-        "SELECT value, cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'provision' ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(&env.pool)
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_with_adopt_adopts_an_adopting_device_in_its_own_transaction() {
-    let env = TestEnv::new().await;
-    let (_hub, trigger, task) = start_hub(&env).await;
+    let (env, hub) = start().await;
 
     // A new machine, acceptance passed: created and adopted at once.
     let r = env
@@ -55,7 +43,13 @@ async fn a_join_with_adopt_adopts_an_adopting_device_in_its_own_transaction() {
         env.device_field(&dev.id, "provision_state").await,
         "adopted"
     );
-    let moves = provision_moves(&env, &dev.id).await;
+    // The device's provision-state moves, oldest first, with their causes.
+    let moves: Vec<(String, String)> = rows(
+        &env,
+        "SELECT value, cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'provision' ORDER BY id",
+        &dev.id,
+    )
+    .await;
     assert_eq!(
         moves.last().map(|m| m.0.as_str()),
         Some("adopted"),
@@ -130,5 +124,5 @@ async fn a_join_with_adopt_adopts_an_adopting_device_in_its_own_transaction() {
     assert!(joined(&r).claimed, "{r:?}");
     assert_eq!(env.device_field(&d, "provision_state").await, "ready");
 
-    stop(trigger, task).await;
+    hub.stop(env).await;
 }

@@ -9,7 +9,4 @@ mod holds;
 mod join;
 mod outbox;
 mod restart;
-
-mod support {
-    pub use fleet_testkit::*;
-}
+mod support;

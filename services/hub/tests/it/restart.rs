@@ -8,7 +8,6 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::start_hub;
 use crate::support::*;
 
 fn nats_server(port: u16, store: &std::path::Path) -> Child {
@@ -44,6 +43,35 @@ async fn wait_port(port: u16) {
     panic!("nats-server did not listen on {port}");
 }
 
+/// Waits until the hub's `/readyz` at `ops` answers `code`.
+async fn readyz(ops: std::net::SocketAddr, what: &str, code: &str) {
+    eventually(what, || async {
+        get(ops, "/readyz")
+            .await
+            .filter(|r| r.contains(code))
+            .map(|_| ())
+    })
+    .await;
+}
+
+/// Publishes openstack's snapshot of each of the ten devices `gpu-r-00`
+/// to `gpu-r-09` as `node`, observed `at`, and waits until all ten are
+/// `status`.
+async fn all_ten(env: &TestEnv, at: chrono::DateTime<Utc>, node: Node, status: &str) {
+    for i in 0..10 {
+        env.publish_snapshot(&openstack_as("s1", &format!("gpu-r-{i:02}"), at, node))
+            .await;
+    }
+    eventually_count(
+        env,
+        &format!("{status} everywhere"),
+        "SELECT count(*) FROM devices WHERE operational_status = $1",
+        status,
+        10,
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     let port = fleet_testkit::connector::free_port();
@@ -52,31 +80,13 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
     wait_port(port).await;
     let mut env = TestEnv::with_nats(&format!("nats://127.0.0.1:{port}")).await;
     env.hub.ack_wait = std::time::Duration::from_secs(2);
-    let (hub, trigger, task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let mut ids = vec![];
     for i in 0..10 {
         ids.push(env.create_device("s1", &format!("gpu-r-{i:02}")).await);
     }
     let t0 = micros(Utc::now());
-    for i in 0..10 {
-        env.publish_snapshot(&openstack_as(
-            "s1",
-            &format!("gpu-r-{i:02}"),
-            t0,
-            Node::Maintenance,
-        ))
-        .await;
-    }
-    eventually("quarantine everywhere", || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM devices WHERE operational_status = 'quarantine'",
-        )
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-        (n == 10).then_some(())
-    })
-    .await;
+    all_ten(&env, t0, Node::Maintenance, "quarantine").await;
     let ops = *hub.ops_addr.get().expect("ops server bound");
     assert!(
         get(ops, "/readyz").await.unwrap().contains("200"),
@@ -85,13 +95,7 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
 
     nats.kill().unwrap();
     nats.wait().unwrap();
-    eventually("/readyz false while NATS is down", || async {
-        get(ops, "/readyz")
-            .await
-            .filter(|r| r.contains("503"))
-            .map(|_| ())
-    })
-    .await;
+    readyz(ops, "/readyz false while NATS is down", "503").await;
     assert!(
         get(ops, "/healthz").await.unwrap().contains("200"),
         "alive all the same"
@@ -100,36 +104,18 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
 
     let mut nats = nats_server(port, &store);
     wait_port(port).await;
-    eventually("/readyz true again", || async {
-        get(ops, "/readyz")
-            .await
-            .filter(|r| r.contains("200"))
-            .map(|_| ())
-    })
-    .await;
+    readyz(ops, "/readyz true again", "200").await;
     // New observations after the restart are applied: the consumers came back.
-    for i in 0..10 {
-        env.publish_snapshot(&openstack_as(
-            "s1",
-            &format!("gpu-r-{i:02}"),
-            t0 + chrono::Duration::seconds(10),
-            Node::InUse,
-        ))
-        .await;
-    }
-    eventually("in_use everywhere after the restart", || async {
-        let n: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'in_use'")
-                .fetch_one(&env.pool)
-                .await
-                .unwrap();
-        (n == 10).then_some(())
-    })
+    all_ten(
+        &env,
+        t0 + chrono::Duration::seconds(10),
+        Node::InUse,
+        "in_use",
+    )
     .await;
     // Every status change made it to STATUS: the outbox is empty.
     outbox_drained(&env).await;
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
     nats.kill().ok();
     nats.wait().ok();
     let _ = std::fs::remove_dir_all(&store);
@@ -139,34 +125,20 @@ async fn the_hub_survives_a_nats_restart_and_loses_nothing() {
 async fn a_database_outage_redelivers_and_dead_letters_nothing() {
     let mut env = TestEnv::new().await;
     env.hub.max_deliver = 2;
-    let (hub, trigger, task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let id = env.create_device("s1", "gpu-p-01").await;
     let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack_as("s1", "gpu-p-01", t0, Node::Maintenance))
-        .await;
-    eventually("quarantine", || async {
-        (env.device_field(&id, "operational_status").await == "quarantine").then_some(())
-    })
-    .await;
+    let snap = |at, node| openstack_as("s1", "gpu-p-01", at, node);
+    env.publish_snapshot(&snap(t0, Node::Maintenance)).await;
+    eventually_field(&env, &id, "operational_status", "quarantine").await;
 
     // Take the test database away from the hub: no new connections, and
     // every open one terminated.
     env.database_reachable(false).await;
     let ops = *hub.ops_addr.get().unwrap();
-    eventually("/readyz false while PostgreSQL is away", || async {
-        get(ops, "/readyz")
-            .await
-            .filter(|r| r.contains("503"))
-            .map(|_| ())
-    })
-    .await;
-    env.publish_snapshot(&openstack_as(
-        "s1",
-        "gpu-p-01",
-        t0 + chrono::Duration::seconds(5),
-        Node::InUse,
-    ))
-    .await;
+    readyz(ops, "/readyz false while PostgreSQL is away", "503").await;
+    env.publish_snapshot(&snap(t0 + chrono::Duration::seconds(5), Node::InUse))
+        .await;
     // A command meanwhile answers UNAVAILABLE, never a guess.
     let r = env
         .command(
@@ -178,11 +150,7 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
             }),
         )
         .await;
-    assert_eq!(
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name()),
-        Some("UNAVAILABLE")
-    );
+    assert_eq!(error_code(&r), "UNAVAILABLE");
     // Several redeliveries happen meanwhile (max_deliver is 2).
     tokio::time::sleep(Duration::from_secs(5)).await;
 
@@ -207,6 +175,5 @@ async fn a_database_outage_redelivers_and_dead_letters_nothing() {
         "a database outage dead-letters nothing"
     );
     pool.close().await;
-    stop(trigger, task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }

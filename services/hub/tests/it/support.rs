@@ -1,0 +1,159 @@
+//! What the hub's tests share beyond `fleet_testkit`: a hub running on a
+//! fresh environment, and the reads and waits most tests repeat.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use fleet_proto::v1;
+use fleet_runtime::shutdown::ShutdownTrigger;
+use sqlx::postgres::PgRow;
+
+pub use fleet_testkit::*;
+
+/// A hub running against a test environment until it is stopped; it reads
+/// as the hub itself (its metrics, its ops address).
+pub struct RunningHub {
+    hub: Arc<fleet_hub::Hub>,
+    trigger: ShutdownTrigger,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningHub {
+    pub async fn start(env: &TestEnv) -> RunningHub {
+        let (hub, trigger, task) = start_hub(env).await;
+        RunningHub { hub, trigger, task }
+    }
+
+    /// Stops the hub, which must end cleanly, and removes the environment.
+    pub async fn stop(self, env: TestEnv) {
+        stop(self.trigger, self.task).await;
+        env.cleanup().await;
+    }
+
+    /// Stops the hub without looking at how its task ended, and removes
+    /// the environment.
+    pub async fn stop_unchecked(self, env: TestEnv) {
+        self.trigger.trigger();
+        let _ = self.task.await;
+        env.cleanup().await;
+    }
+}
+
+impl std::ops::Deref for RunningHub {
+    type Target = fleet_hub::Hub;
+
+    fn deref(&self) -> &fleet_hub::Hub {
+        &self.hub
+    }
+}
+
+/// A fresh environment with a hub running against it.
+pub async fn start() -> (TestEnv, RunningHub) {
+    let env = TestEnv::new().await;
+    let hub = RunningHub::start(&env).await;
+    (env, hub)
+}
+
+/// Waits until the device `id`'s `column` reads `value`.
+pub async fn eventually_field(env: &TestEnv, id: &str, column: &str, value: &str) {
+    eventually(&format!("{column} {value}"), || async {
+        (env.device_field(id, column).await == value).then_some(())
+    })
+    .await;
+}
+
+/// Every row `sql` selects with `arg` (mostly a device's id) as its `$1`.
+pub async fn rows<T>(env: &TestEnv, sql: &str, arg: &str) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(arg)
+        .fetch_all(&env.pool)
+        .await
+        .unwrap()
+}
+
+/// The first of [`rows`], if there is one.
+pub async fn optional_row<T>(env: &TestEnv, sql: &str, arg: &str) -> Option<T>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    rows(env, sql, arg).await.into_iter().next()
+}
+
+/// The first of [`rows`]; there must be one.
+pub async fn row<T>(env: &TestEnv, sql: &str, arg: &str) -> T
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    optional_row(env, sql, arg)
+        .await
+        .unwrap_or_else(|| panic!("no row for {arg}: {sql}"))
+}
+
+/// The values of [`rows`] of one column.
+pub async fn scalars<T>(env: &TestEnv, sql: &str, arg: &str) -> Vec<T>
+where
+    (T,): for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    let all: Vec<(T,)> = rows(env, sql, arg).await;
+    all.into_iter().map(|(v,)| v).collect()
+}
+
+/// The value of [`row`] of one column.
+pub async fn scalar<T>(env: &TestEnv, sql: &str, arg: &str) -> T
+where
+    (T,): for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    row::<(T,)>(env, sql, arg).await.0
+}
+
+/// Waits until the count `sql` selects with `arg` as its `$1` is `n`.
+pub async fn eventually_count(env: &TestEnv, what: &str, sql: &str, arg: &str, n: i64) {
+    eventually(what, || async {
+        (scalar::<i64>(env, sql, arg).await == n).then_some(())
+    })
+    .await;
+}
+
+/// When `source` last observed the device `id`, as its freshness row says.
+pub async fn observed_at(env: &TestEnv, id: &str, source: &str) -> Option<chrono::DateTime<Utc>> {
+    sqlx::query_scalar(
+        "SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = $2",
+    )
+    .bind(id)
+    .bind(source)
+    .fetch_optional(&env.pool)
+    .await
+    .unwrap()
+}
+
+/// A hub command: `source` writes `condition` of the device `id` (at s1),
+/// observed `at`.
+pub fn write_condition(
+    source: &str,
+    id: &str,
+    condition: v1::Condition,
+    at: chrono::DateTime<Utc>,
+) -> v1::hub_command::Command {
+    v1::hub_command::Command::WriteCondition(v1::ConditionWrite {
+        source: source.into(),
+        device: Some(v1::DeviceKey {
+            site: "s1".into(),
+            kind: "device_id".into(),
+            key: id.into(),
+        }),
+        condition: Some(condition),
+        observed_at: Some(fleet_proto::timestamp(at)),
+        hub_ordered: false,
+    })
+}
+
+/// A hub reply's error code, `OK` when it has none.
+pub fn error_code(r: &v1::HubReply) -> &str {
+    r.error
+        .as_ref()
+        .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
+        .unwrap_or("OK")
+}
