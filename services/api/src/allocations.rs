@@ -14,7 +14,8 @@ use utoipa::IntoParams;
 
 use crate::error::{ApiError, ApiResult, J, P, Q};
 use crate::model::*;
-use crate::{page, placer, App};
+use crate::page::Keyset;
+use crate::{db, placer, App};
 use fleet_placer_client::model::{allocation_status_schema, ALLOCATION_STATUSES};
 use fleet_placer_client::{AllocateRequest, Allocation, Atom, Capacity};
 
@@ -44,10 +45,8 @@ pub async fn create(
         (status = 503, body = crate::error::ErrorBody)),
     tag = "allocations")]
 pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Allocation>> {
-    let mut qb = QueryBuilder::<Postgres>::new(ALLOCATION_SELECT);
-    qb.push(" AND a.id = ").push_bind(id.clone());
-    let row: Option<AllocationRow> = qb.build_query_as().fetch_optional(&app.pool).await?;
-    let row = row.ok_or_else(|| ApiError::not_found(format!("allocation {id}")))?;
+    let sql = format!("{ALLOCATION_SELECT} AND a.id = $1");
+    let row: AllocationRow = db::one(&app, &sql, &id, "allocation").await?;
     Ok(Json(row.into()))
 }
 
@@ -155,8 +154,7 @@ pub async fn list(
     State(app): State<App>,
     Q(f): Q<AllocationFilter>,
 ) -> ApiResult<Json<AllocationPage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
+    let page = f.page(&app)?;
     let mut qb = QueryBuilder::<Postgres>::new(ALLOCATION_SELECT);
     if let Some(p) = &f.pool {
         qb.push(" AND a.pool_id = ").push_bind(p.clone());
@@ -173,12 +171,10 @@ pub async fn list(
         }
         qb.push(" AND a.status = ").push_bind(s.clone());
     }
-    if let Some((id,)) = after {
-        qb.push(" AND a.id < ").push_bind(id);
-    }
-    qb.push(" ORDER BY a.id DESC LIMIT ").push_bind(limit + 1);
-    let rows: Vec<AllocationRow> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (rows, next_cursor) = page::finish(rows, limit, |a| (a.id.clone(),));
+    let newest_first = Keyset::descending(&["a.id"]);
+    let (rows, next_cursor) = page
+        .fetch(&app, qb, newest_first, |a: &AllocationRow| (a.id.clone(),))
+        .await?;
     Ok(Json(AllocationPage {
         items: rows.into_iter().map(Into::into).collect(),
         next_cursor,

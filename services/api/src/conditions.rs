@@ -16,7 +16,8 @@ use v1::hub_command::Command as C;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, J, Q};
 use crate::model::*;
-use crate::{page, App};
+use crate::page::Keyset;
+use crate::App;
 
 const CONDITION_COLUMNS: &str = "c.device_id, c.type, c.status, c.reason, c.message, c.source, \
     c.condition_of, c.durable, c.observed_at, c.received_at, c.decisive, c.last_transition_at";
@@ -83,8 +84,7 @@ pub async fn list(
     State(app): State<App>,
     Q(f): Q<ConditionFilter>,
 ) -> ApiResult<Json<ConditionPage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(String, String)> = page::decode(f.cursor.as_deref())?;
+    let page = f.page(&app)?;
     if let Some(of) = &f.condition_of {
         ConditionOf::parse(of)?;
     }
@@ -109,19 +109,12 @@ pub async fn list(
         push_stale(&mut qb, &app);
         qb.push(" = ").push_bind(s);
     }
-    if let Some((device, t)) = after {
-        qb.push(" AND (c.device_id, c.type) > (")
-            .push_bind(device)
-            .push(", ")
-            .push_bind(t)
-            .push(")");
-    }
-    qb.push(" ORDER BY c.device_id, c.type LIMIT ")
-        .push_bind(limit + 1);
-    let rows: Vec<ConditionOut> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (items, next_cursor) = page::finish(rows, limit, |c| {
-        (c.device_id.clone(), c.condition_type.clone())
-    });
+    let keyset = Keyset::ascending(&["c.device_id", "c.type"]);
+    let (items, next_cursor) = page
+        .fetch(&app, qb, keyset, |c: &ConditionOut| {
+            (c.device_id.clone(), c.condition_type.clone())
+        })
+        .await?;
     Ok(Json(ConditionPage { items, next_cursor }))
 }
 

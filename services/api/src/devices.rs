@@ -16,9 +16,11 @@ use utoipa::{IntoParams, ToSchema};
 use v1::hub_command::Command as C;
 
 use crate::auth::Caller;
+use crate::call::Call;
 use crate::error::{ApiError, ApiResult, J, P, Q};
 use crate::model::*;
-use crate::{conditions, page, App};
+use crate::page::{Keyset, Page};
+use crate::{conditions, db, page, App};
 
 /// The list and detail columns over `devices d LEFT JOIN pools p`, with the
 /// predicates derived by the domain's SQL.
@@ -102,8 +104,7 @@ fn push_bool(qb: &mut QueryBuilder<'_, Postgres>, expr: &str, v: Option<bool>) {
     responses((status = 200, body = DevicePage), (status = 400, body = crate::error::ErrorBody)),
     tag = "devices")]
 pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Json<DevicePage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
+    let page = f.page(&app)?;
     let inventory = values(&f.inventory_status, InventoryStatus::parse)?;
     let operational = values(&f.operational_status, OperationalStatus::parse)?;
     let health = values(&f.health_status, HealthStatus::parse)?;
@@ -157,70 +158,72 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
     if let Some(b) = binding {
         crate::bindings::push_filter(&mut qb, &app, b);
     }
-    if let Some((id,)) = after {
-        qb.push(" AND d.id > ").push_bind(id);
-    }
-    qb.push(" ORDER BY d.id LIMIT ").push_bind(limit + 1);
-    let rows: Vec<DeviceSummary> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (items, next_cursor) = page::finish(rows, limit, |d| (d.id.clone(),));
+    let (items, next_cursor) = page
+        .fetch(
+            &app,
+            qb,
+            Keyset::ascending(&["d.id"]),
+            |d: &DeviceSummary| (d.id.clone(),),
+        )
+        .await?;
     Ok(Json(DevicePage { items, next_cursor }))
 }
 
-fn detail_from_row(
-    row: &PgRow,
-    decisive: Vec<ConditionOut>,
-    resource_bindings: Vec<ResourceBindingOut>,
-) -> Result<DeviceDetail, sqlx::Error> {
-    Ok(DeviceDetail {
-        summary: DeviceSummary::from_row(row)?,
-        serial: row.try_get("serial")?,
-        netbox_id: row.try_get("netbox_id")?,
-        bmc_address: row.try_get("bmc_address")?,
-        infrastructure_ref: row.try_get("infrastructure_ref")?,
-        owner_tenant_id: row.try_get("owner_tenant_id")?,
-        adapter: row.try_get("adapter")?,
-        drivers: row.try_get("drivers")?,
-        hardware_key_trusted: row.try_get("hardware_key_trusted")?,
-        generation: row.try_get("generation")?,
-        observed_generation: row.try_get("observed_generation")?,
-        identity_generation: row.try_get("identity_generation")?,
-        labels: row.try_get("labels")?,
-        annotations: row.try_get("annotations")?,
-        failed_from: row.try_get("failed_from")?,
-        maintenance_reason: row.try_get("maintenance_reason")?,
-        cordon_reason: row.try_get("cordon_reason")?,
-        draining: row.try_get("draining")?,
-        taints: row.try_get("taints")?,
-        triage_ticket_url: row.try_get("triage_ticket_url")?,
-        parent_ticket_url: row.try_get("parent_ticket_url")?,
-        entered_triage_at: row.try_get("entered_triage_at")?,
-        custody: row.try_get("custody")?,
-        enrollment_validated_ref: row.try_get("enrollment_validated_ref")?,
-        enrollment_proof_source: row.try_get("enrollment_proof_source")?,
-        enrollment_proof_at: row.try_get("enrollment_proof_at")?,
-        entered_service_at: row.try_get("entered_service_at")?,
-        failure_state: row.try_get("failure_state")?,
-        failed_at: row.try_get("failed_at")?,
-        mirrors: MirrorsOut {
-            ironic_provision_state: row.try_get("ironic_provision_state")?,
-            ironic_maintenance: row.try_get("ironic_maintenance")?,
-            ironic_maintenance_reason: row.try_get("ironic_maintenance_reason")?,
-            ironic_instance_uuid: row.try_get("ironic_instance_uuid")?,
-            ironic_lessee: row.try_get("ironic_lessee")?,
-            netbox_tags: row.try_get("netbox_tags")?,
-            chassis_health: row.try_get("chassis_health")?,
-        },
-        session: SessionOut {
-            epoch: row.try_get("session_epoch")?,
-            gateway_id: row.try_get("session_gateway_id")?,
-            connected_at: row.try_get("session_connected_at")?,
-            disconnected_at: row.try_get("session_disconnected_at")?,
-            last_seen: row.try_get("session_last_seen")?,
-        },
-        created_at: row.try_get("created_at")?,
-        operational_status_conditions: decisive,
-        resource_bindings,
-    })
+/// The detail's columns; the decisive conditions and the resource bindings
+/// are read apart.
+impl<'r> FromRow<'r, PgRow> for DeviceDetail {
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        Ok(DeviceDetail {
+            summary: DeviceSummary::from_row(row)?,
+            serial: row.try_get("serial")?,
+            netbox_id: row.try_get("netbox_id")?,
+            bmc_address: row.try_get("bmc_address")?,
+            infrastructure_ref: row.try_get("infrastructure_ref")?,
+            owner_tenant_id: row.try_get("owner_tenant_id")?,
+            adapter: row.try_get("adapter")?,
+            drivers: row.try_get("drivers")?,
+            hardware_key_trusted: row.try_get("hardware_key_trusted")?,
+            generation: row.try_get("generation")?,
+            observed_generation: row.try_get("observed_generation")?,
+            identity_generation: row.try_get("identity_generation")?,
+            labels: row.try_get("labels")?,
+            annotations: row.try_get("annotations")?,
+            failed_from: row.try_get("failed_from")?,
+            maintenance_reason: row.try_get("maintenance_reason")?,
+            cordon_reason: row.try_get("cordon_reason")?,
+            draining: row.try_get("draining")?,
+            taints: row.try_get("taints")?,
+            triage_ticket_url: row.try_get("triage_ticket_url")?,
+            parent_ticket_url: row.try_get("parent_ticket_url")?,
+            entered_triage_at: row.try_get("entered_triage_at")?,
+            custody: row.try_get("custody")?,
+            enrollment_validated_ref: row.try_get("enrollment_validated_ref")?,
+            enrollment_proof_source: row.try_get("enrollment_proof_source")?,
+            enrollment_proof_at: row.try_get("enrollment_proof_at")?,
+            entered_service_at: row.try_get("entered_service_at")?,
+            failure_state: row.try_get("failure_state")?,
+            failed_at: row.try_get("failed_at")?,
+            mirrors: MirrorsOut {
+                ironic_provision_state: row.try_get("ironic_provision_state")?,
+                ironic_maintenance: row.try_get("ironic_maintenance")?,
+                ironic_maintenance_reason: row.try_get("ironic_maintenance_reason")?,
+                ironic_instance_uuid: row.try_get("ironic_instance_uuid")?,
+                ironic_lessee: row.try_get("ironic_lessee")?,
+                netbox_tags: row.try_get("netbox_tags")?,
+                chassis_health: row.try_get("chassis_health")?,
+            },
+            session: SessionOut {
+                epoch: row.try_get("session_epoch")?,
+                gateway_id: row.try_get("session_gateway_id")?,
+                connected_at: row.try_get("session_connected_at")?,
+                disconnected_at: row.try_get("session_disconnected_at")?,
+                last_seen: row.try_get("session_last_seen")?,
+            },
+            created_at: row.try_get("created_at")?,
+            operational_status_conditions: Vec::new(),
+            resource_bindings: Vec::new(),
+        })
+    }
 }
 
 /// The device as the read model holds it, or `NOT_FOUND`.
@@ -230,14 +233,10 @@ pub async fn read_detail(app: &App, id: &str) -> ApiResult<DeviceDetail> {
          WHERE d.id = $1 AND d.deleted_at IS NULL",
         summary_columns()
     );
-    let row = sqlx::query(&sql)
-        .bind(id)
-        .fetch_optional(&app.pool)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("device {id}")))?;
-    let decisive = conditions::decisive_rows(app, id).await?;
-    let bindings = crate::bindings::of_device(app, id).await?;
-    Ok(detail_from_row(&row, decisive, bindings)?)
+    let mut d: DeviceDetail = db::one(app, &sql, id, "device").await?;
+    d.operational_status_conditions = conditions::decisive_rows(app, id).await?;
+    d.resource_bindings = crate::bindings::of_device(app, id).await?;
+    Ok(d)
 }
 
 #[utoipa::path(get, operation_id = "get_device", path = "/api/v1/devices/{id}/", params(("id" = String, Path)),
@@ -270,14 +269,11 @@ pub async fn lifecycle(
     if let Some(k) = &q.kind {
         Axis::parse(k)?;
     }
-    let after: Option<(DateTime<Utc>, i64)> = page::decode(q.cursor.as_deref())?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM devices WHERE id = $1)")
-        .bind(&id)
-        .fetch_one(&app.pool)
-        .await?;
-    if !exists {
-        return Err(ApiError::not_found(format!("device {id}")));
-    }
+    let page: Page<(DateTime<Utc>, i64)> = Page {
+        limit,
+        after: page::decode(q.cursor.as_deref())?,
+    };
+    db::require(&app, "devices", &id, "device").await?;
     let mut qb = QueryBuilder::<Postgres>::new(
         "SELECT * FROM (SELECT id, kind, value, cause, created_at, \
          lead(created_at) OVER (PARTITION BY kind ORDER BY created_at, id) AS ended_at \
@@ -287,18 +283,13 @@ pub async fn lifecycle(
     if let Some(k) = &q.kind {
         qb.push(" AND kind = ").push_bind(k.clone());
     }
-    qb.push(") e");
-    if let Some((at, last)) = after {
-        qb.push(" WHERE (e.created_at, e.id) < (")
-            .push_bind(at)
-            .push(", ")
-            .push_bind(last)
-            .push(")");
-    }
-    qb.push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
-        .push_bind(limit + 1);
-    let rows: Vec<LifecycleEvent> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (items, next_cursor) = page::finish(rows, limit, |e| (e.created_at, e.id));
+    qb.push(") e WHERE true");
+    let newest_first = Keyset::descending(&["e.created_at", "e.id"]);
+    let (items, next_cursor) = page
+        .fetch(&app, qb, newest_first, |e: &LifecycleEvent| {
+            (e.created_at, e.id)
+        })
+        .await?;
     Ok(Json(LifecyclePage { items, next_cursor }))
 }
 
@@ -369,72 +360,73 @@ async fn device_command(
     )))
 }
 
+impl Call {
+    /// The command `command` makes of the device's id, at the version the
+    /// caller read.
+    async fn versioned(
+        self,
+        read_version: i64,
+        command: impl FnOnce(String) -> C,
+    ) -> ApiResult<Json<DeviceChange>> {
+        let v = version(read_version)?;
+        device_command(&self.app, &self.caller, v, command(self.id)).await
+    }
+
+    /// A versioned command that carries the caller's reason.
+    async fn with_reason(
+        self,
+        b: ReasonBody,
+        command: impl FnOnce(String, String) -> C,
+    ) -> ApiResult<Json<DeviceChange>> {
+        self.versioned(b.version, |id| command(id, b.reason)).await
+    }
+
+    /// A versioned command after which the device's certificates no longer
+    /// work: its old sessions end before the caller gets the answer.
+    async fn ending_sessions(
+        self,
+        read_version: i64,
+        command: impl FnOnce(String) -> C,
+    ) -> ApiResult<Json<DeviceChange>> {
+        let (app, id) = (self.app.clone(), self.id.clone());
+        let change = self.versioned(read_version, command).await?;
+        end_sessions(&app, &id).await;
+        Ok(change)
+    }
+}
+
 #[utoipa::path(post, path = "/api/v1/devices/{id}/cordon", params(("id" = String, Path)),
     request_body = ReasonBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn cordon(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<ReasonBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    let c = C::Cordon(v1::Cordon {
-        device_id: id,
-        reason: b.reason,
-    });
-    device_command(&app, &caller, v, c).await
+pub async fn cordon(call: Call, J(b): J<ReasonBody>) -> ApiResult<Json<DeviceChange>> {
+    let cordon = |device_id, reason| C::Cordon(v1::Cordon { device_id, reason });
+    call.with_reason(b, cordon).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/uncordon", params(("id" = String, Path)),
     request_body = VersionBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn uncordon(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<VersionBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    device_command(
-        &app,
-        &caller,
-        v,
-        C::Uncordon(v1::Uncordon { device_id: id }),
-    )
-    .await
+pub async fn uncordon(call: Call, J(b): J<VersionBody>) -> ApiResult<Json<DeviceChange>> {
+    let uncordon = |device_id| C::Uncordon(v1::Uncordon { device_id });
+    call.versioned(b.version, uncordon).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/drain", params(("id" = String, Path)),
     request_body = ReasonBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn drain(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<ReasonBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    let c = C::Drain(v1::Drain {
-        device_id: id,
-        reason: b.reason,
-    });
-    device_command(&app, &caller, v, c).await
+pub async fn drain(call: Call, J(b): J<ReasonBody>) -> ApiResult<Json<DeviceChange>> {
+    let drain = |device_id, reason| C::Drain(v1::Drain { device_id, reason });
+    call.with_reason(b, drain).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/taints", params(("id" = String, Path)),
     request_body = TaintBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn taints(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<TaintBody>,
-) -> ApiResult<Json<DeviceChange>> {
+pub async fn taints(call: Call, J(b): J<TaintBody>) -> ApiResult<Json<DeviceChange>> {
     let v = version(b.version)?;
     let remove = match b.action.as_str() {
         "add" => false,
@@ -446,44 +438,34 @@ pub async fn taints(
         }
     };
     let c = C::Taint(v1::Taint {
-        device_id: id,
+        device_id: call.id,
         key: b.key,
         remove,
     });
-    device_command(&app, &caller, v, c).await
+    device_command(&call.app, &call.caller, v, c).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/adopt", params(("id" = String, Path)),
     request_body = VersionBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn adopt(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<VersionBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    device_command(&app, &caller, v, C::Adopt(v1::Adopt { device_id: id })).await
+pub async fn adopt(call: Call, J(b): J<VersionBody>) -> ApiResult<Json<DeviceChange>> {
+    let adopt = |device_id| C::Adopt(v1::Adopt { device_id });
+    call.versioned(b.version, adopt).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/provision", params(("id" = String, Path)),
     request_body = ProvisionBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn provision(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<ProvisionBody>,
-) -> ApiResult<Json<DeviceChange>> {
+pub async fn provision(call: Call, J(b): J<ProvisionBody>) -> ApiResult<Json<DeviceChange>> {
     let v = version(b.version)?;
     ProvisionState::parse(&b.to)?;
     let c = C::Provision(v1::ProvisionMove {
-        device_id: id,
+        device_id: call.id,
         to: b.to,
     });
-    device_command(&app, &caller, v, c).await
+    device_command(&call.app, &call.caller, v, c).await
 }
 
 /// Seed 002: "promote-to-managed is an explicit audited operation": an
@@ -494,37 +476,19 @@ pub async fn provision(
     responses((status = 200, body = DeviceChange), (status = 400, body = crate::error::ErrorBody),
         (status = 409, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
     tag = "devices")]
-pub async fn promote_to_managed(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<ReasonBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    let c = C::PromoteToManaged(v1::PromoteToManaged {
-        device_id: id,
-        reason: b.reason,
-    });
-    device_command(&app, &caller, v, c).await
+pub async fn promote_to_managed(call: Call, J(b): J<ReasonBody>) -> ApiResult<Json<DeviceChange>> {
+    let promote =
+        |device_id, reason| C::PromoteToManaged(v1::PromoteToManaged { device_id, reason });
+    call.with_reason(b, promote).await
 }
 
 #[utoipa::path(post, path = "/api/v1/devices/{id}/revoke-identity", params(("id" = String, Path)),
     request_body = VersionBody,
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn revoke_identity(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<VersionBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    let c = C::RevokeIdentity(v1::RevokeIdentity {
-        device_id: id.clone(),
-    });
-    let change = device_command(&app, &caller, v, c).await?;
-    end_sessions(&app, &id).await;
-    Ok(change)
+pub async fn revoke_identity(call: Call, J(b): J<VersionBody>) -> ApiResult<Json<DeviceChange>> {
+    let revoke = |device_id| C::RevokeIdentity(v1::RevokeIdentity { device_id });
+    call.ending_sessions(b.version, revoke).await
 }
 
 /// Seed 000: "Certificates of an earlier generation never work again": the
@@ -548,19 +512,9 @@ async fn end_sessions(app: &App, device_id: &str) {
 #[utoipa::path(delete, path = "/api/v1/devices/{id}/", params(("id" = String, Path), VersionBody),
     responses((status = 200, body = DeviceChange), (status = 409, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
-pub async fn delete(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    Q(b): Q<VersionBody>,
-) -> ApiResult<Json<DeviceChange>> {
-    let v = version(b.version)?;
-    let c = C::DeleteDevice(v1::DeleteDevice {
-        device_id: id.clone(),
-    });
-    let change = device_command(&app, &caller, v, c).await?;
-    end_sessions(&app, &id).await;
-    Ok(change)
+pub async fn delete(call: Call, Q(b): Q<VersionBody>) -> ApiResult<Json<DeviceChange>> {
+    let delete = |device_id| C::DeleteDevice(v1::DeleteDevice { device_id });
+    call.ending_sessions(b.version, delete).await
 }
 
 /// Set or clear `in_triage` for a list of devices, in one hub transaction.
@@ -628,9 +582,7 @@ pub fn proof_outcome_schema() -> utoipa::openapi::schema::Object {
     responses((status = 200, body = DeviceChange), (status = 404, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "devices")]
 pub async fn enrollment_proof(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
+    call: Call,
     J(b): J<EnrollmentProofBody>,
 ) -> ApiResult<Json<DeviceChange>> {
     if !matches!(b.outcome.as_str(), "enrolled" | "failed") {
@@ -644,13 +596,13 @@ pub async fn enrollment_proof(
         None => 0,
     };
     let c = C::EnrollmentProof(v1::EnrollmentProof {
-        device_id: id,
+        device_id: call.id,
         outcome: b.outcome,
         result_ref: b.result_ref.unwrap_or_default(),
         proof_source: b.proof_source.unwrap_or_default(),
         pinned_infrastructure_ref: b.pinned_infrastructure_ref.unwrap_or_default(),
     });
-    device_command(&app, &caller, v, c).await
+    device_command(&call.app, &call.caller, v, c).await
 }
 
 /// A device to create, as NetBox's import would (`POST /api/v1/devices/`).

@@ -5,7 +5,7 @@
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use fleet_domain::DomainError;
 use serde::de::DeserializeOwned;
@@ -227,14 +227,13 @@ pub struct Q<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        if uri_has_nul(parts.uri.query().unwrap_or("")) {
-            return Err(nul());
-        }
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(Q(v)),
-            Err(r) => Err(query_rejection(r)),
-        }
+        let axum::extract::Query(v) = from_uri(parts, state, query, query_rejection).await?;
+        Ok(Q(v))
     }
+}
+
+fn query(uri: &Uri) -> &str {
+    uri.query().unwrap_or("")
 }
 
 fn query_rejection(r: QueryRejection) -> ApiError {
@@ -247,18 +246,27 @@ pub struct P<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for P<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        if uri_has_nul(parts.uri.path()) {
-            return Err(nul());
-        }
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(v)) => Ok(P(v)),
-            Err(r) => Err(path_rejection(r)),
-        }
+        let axum::extract::Path(v) = from_uri(parts, state, Uri::path, path_rejection).await?;
+        Ok(P(v))
     }
 }
 
 fn path_rejection(r: PathRejection) -> ApiError {
     ApiError::invalid(format!("invalid path: {}", r.body_text()))
+}
+
+/// Axum's extractor `E` of a part of the URI (`part`), with a NUL in that
+/// part refused first and `E`'s rejections answered by `rejected`.
+async fn from_uri<S: Send + Sync, E: FromRequestParts<S>>(
+    parts: &mut Parts,
+    state: &S,
+    part: fn(&Uri) -> &str,
+    rejected: fn(E::Rejection) -> ApiError,
+) -> Result<E, ApiError> {
+    if uri_has_nul(part(&parts.uri)) {
+        return Err(nul());
+    }
+    E::from_request_parts(parts, state).await.map_err(rejected)
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;

@@ -57,7 +57,8 @@ pub fn unreadable(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable("the hub answered something unreadable")
 }
 
-fn opt(s: String) -> Option<String> {
+/// A proto3 string: empty is absent.
+pub(crate) fn opt(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 

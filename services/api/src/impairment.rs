@@ -14,15 +14,18 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use fleet_proto::v1;
+use fleet_workflow_client::WorkflowError;
 use serde::Deserialize;
 use sqlx::{Postgres, QueryBuilder};
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
+use crate::call::Call;
 use crate::error::{ApiError, ApiResult, J, P, Q};
 use crate::jobs::{error, ConfirmBody, StormGuard, StormTrip};
 use crate::model::*;
-use crate::{page, App};
+use crate::page::Keyset;
+use crate::{db, App};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -52,28 +55,16 @@ async fn storm_guard(app: &App, id: &str) -> ApiResult<Option<StormGuard>> {
     if !awaiting && at.is_none() {
         return Ok(None);
     }
-    let trips: Vec<(String, String, i32, i32, i32, i32)> = sqlx::query_as(
-        "SELECT scope_kind, scope_id, in_service, taking, in_window, device_limit FROM storm_trips \
-         WHERE kind = 'impairment' AND id = $1 ORDER BY scope_kind, scope_id",
+    let trips: Vec<StormTrip> = sqlx::query_as(
+        "SELECT scope_kind, scope_id, in_service, taking, in_window, device_limit AS \"limit\" \
+         FROM storm_trips WHERE kind = 'impairment' AND id = $1 ORDER BY scope_kind, scope_id",
     )
     .bind(id)
     .fetch_all(&app.pool)
     .await?;
     Ok(Some(StormGuard {
         awaiting_confirmation: awaiting,
-        trips: trips
-            .into_iter()
-            .map(
-                |(scope_kind, scope_id, in_service, taking, in_window, limit)| StormTrip {
-                    scope_kind,
-                    scope_id,
-                    in_service,
-                    taking,
-                    in_window,
-                    limit,
-                },
-            )
-            .collect(),
+        trips,
         confirmed_by: by,
         confirmed_at: at,
         confirm_reason: reason,
@@ -81,13 +72,8 @@ async fn storm_guard(app: &App, id: &str) -> ApiResult<Option<StormGuard>> {
 }
 
 async fn read_detail(app: &App, id: &str) -> ApiResult<ImpairmentEventDetail> {
-    let event: ImpairmentEvent = sqlx::query_as(&format!(
-        "SELECT {EVENT_COLUMNS} FROM impairment_events e WHERE e.id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(&app.pool)
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("impairment event {id}")))?;
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM impairment_events e WHERE e.id = $1");
+    let event: ImpairmentEvent = db::one(app, &sql, id, "impairment event").await?;
     let devices: Vec<ImpairmentEventDevice> = sqlx::query_as(
         "SELECT device_id, status, pre_hold_operational_status, placement_action, placement_status, \
          error_code, error_message, updated_at FROM impairment_event_devices WHERE event_id = $1 \
@@ -102,6 +88,17 @@ async fn read_detail(app: &App, id: &str) -> ApiResult<ImpairmentEventDetail> {
         devices,
         storm_guard,
     })
+}
+
+/// The event the workflow service accepted, as now recorded; or its
+/// refusal as the API's error (`verb` names the call).
+async fn accepted(
+    app: &App,
+    verb: &str,
+    answer: Result<v1::ImpairmentAccepted, WorkflowError>,
+) -> ApiResult<ImpairmentEventDetail> {
+    let accepted = answer.map_err(|e| error(verb, e))?;
+    read_detail(app, &accepted.event_id).await
 }
 
 #[utoipa::path(post, operation_id = "create_impairment_event", path = "/api/v1/operations/impairment-events/",
@@ -122,15 +119,9 @@ pub async fn create(
         ticket_url: b.ticket_url.unwrap_or_default(),
         created_by: caller.token_id.clone(),
     };
-    let accepted = app
-        .workflow
-        .create_impairment(&r)
-        .await
-        .map_err(|e| error("create_impairment", e))?;
-    Ok((
-        StatusCode::CREATED,
-        Json(read_detail(&app, &accepted.event_id).await?),
-    ))
+    let answer = app.workflow.create_impairment(&r).await;
+    let event = accepted(&app, "create_impairment", answer).await?;
+    Ok((StatusCode::CREATED, Json(event)))
 }
 
 crate::page::page_query! {
@@ -147,8 +138,7 @@ pub async fn list(
     State(app): State<App>,
     Q(f): Q<ImpairmentFilter>,
 ) -> ApiResult<Json<ImpairmentPage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(DateTime<Utc>, String)> = page::decode(f.cursor.as_deref())?;
+    let page = f.page(&app)?;
     let mut qb = QueryBuilder::<Postgres>::new(format!(
         "SELECT {EVENT_COLUMNS} FROM impairment_events e WHERE true"
     ));
@@ -157,17 +147,12 @@ pub async fn list(
             .map_err(|e| ApiError::invalid(e.to_string()))?;
         qb.push(" AND e.status = ").push_bind(s.clone());
     }
-    if let Some((at, id)) = after {
-        qb.push(" AND (e.created_at, e.id) < (")
-            .push_bind(at)
-            .push(", ")
-            .push_bind(id)
-            .push(")");
-    }
-    qb.push(" ORDER BY e.created_at DESC, e.id DESC LIMIT ")
-        .push_bind(limit + 1);
-    let rows: Vec<ImpairmentEvent> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (items, next_cursor) = page::finish(rows, limit, |e| (e.created_at, e.id.clone()));
+    let newest_first = Keyset::descending(&["e.created_at", "e.id"]);
+    let (items, next_cursor) = page
+        .fetch(&app, qb, newest_first, |e: &ImpairmentEvent| {
+            (e.created_at, e.id.clone())
+        })
+        .await?;
     Ok(Json(ImpairmentPage { items, next_cursor }))
 }
 
@@ -186,17 +171,9 @@ pub async fn detail(
         (status = 404, body = crate::error::ErrorBody),
         (status = 409, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)),
     tag = "operations")]
-pub async fn clear(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-) -> ApiResult<Json<ImpairmentEventDetail>> {
-    let accepted = app
-        .workflow
-        .clear_impairment(&id, &caller.token_id)
-        .await
-        .map_err(|e| error("clear_impairment", e))?;
-    Ok(Json(read_detail(&app, &accepted.event_id).await?))
+pub async fn clear(Call { app, caller, id }: Call) -> ApiResult<Json<ImpairmentEventDetail>> {
+    let answer = app.workflow.clear_impairment(&id, &caller.token_id).await;
+    accepted(&app, "clear_impairment", answer).await.map(Json)
 }
 
 #[utoipa::path(post, operation_id = "confirm_impairment_event", path = "/api/v1/operations/impairment-events/{id}/confirm", params(("id" = String, Path)),
@@ -207,20 +184,12 @@ pub async fn clear(
         (status = 503, body = crate::error::ErrorBody)),
     tag = "operations")]
 pub async fn confirm(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
+    Call { app, caller, id }: Call,
     J(b): J<ConfirmBody>,
 ) -> ApiResult<Json<ImpairmentEventDetail>> {
-    let r = v1::ConfirmRequest {
-        id,
-        confirmed_by: caller.token_id.clone(),
-        reason: b.reason,
-    };
-    let accepted = app
+    let answer = app
         .workflow
-        .confirm_impairment(&r)
-        .await
-        .map_err(|e| error("confirm_impairment", e))?;
-    Ok(Json(read_detail(&app, &accepted.event_id).await?))
+        .confirm_impairment(&b.request(id, &caller))
+        .await;
+    accepted(&app, "confirm_impairment", answer).await.map(Json)
 }

@@ -10,16 +10,21 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
+use fleet_hub_client::Applied;
 use fleet_proto::v1;
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Postgres, QueryBuilder};
 use utoipa::ToSchema;
 use v1::hub_command::Command as C;
 
 use crate::auth::Caller;
+use crate::call::Call;
+use crate::devices::created;
 use crate::error::{ApiError, ApiResult, J, P, Q};
 use crate::hub::unreadable;
-use crate::{page, App};
+use crate::page::Keyset;
+use crate::{db, App};
 
 #[derive(Debug, Serialize, Deserialize, FromRow, ToSchema)]
 pub struct Site {
@@ -97,37 +102,80 @@ fn created_at(t: Option<&fleet_proto::Timestamp>) -> ApiResult<DateTime<Utc>> {
     fleet_proto::datetime(t).ok_or_else(|| unreadable("an inventory row without created_at"))
 }
 
-fn site_of(s: v1::Site) -> ApiResult<Site> {
-    Ok(Site {
-        created_at: created_at(s.created_at.as_ref())?,
-        id: s.id,
-        name: s.name,
-        inventory_only: s.inventory_only,
-        placement_enabled: s.placement_enabled,
-        backend_vrf_flip_allowed: s.backend_vrf_flip_allowed,
-    })
+/// An inventory record: read from its table, and answered by the hub's
+/// inventory commands.
+trait Record: From<Self::Row> {
+    /// Its kind in `DeleteInventory`, and in `NOT_FOUND` messages.
+    const KIND: &'static str;
+    /// Its rows; ends in a WHERE clause, so filters append.
+    const SELECT: &'static str;
+    type Row: for<'r> FromRow<'r, PgRow> + Send + Unpin;
+    fn id(row: &Self::Row) -> &str;
+    /// The record a command left.
+    fn of(applied: Applied) -> ApiResult<Self>;
 }
 
-fn tenant_of(t: v1::Tenant) -> ApiResult<Tenant> {
-    Ok(Tenant {
-        created_at: created_at(t.created_at.as_ref())?,
-        id: t.id,
-        name: t.name,
-    })
+impl Record for Site {
+    const KIND: &'static str = "site";
+    const SELECT: &'static str = "SELECT id, name, inventory_only, placement_enabled, \
+        backend_vrf_flip_allowed, created_at FROM sites WHERE true";
+    type Row = Site;
+    fn id(row: &Site) -> &str {
+        &row.id
+    }
+    fn of(applied: Applied) -> ApiResult<Site> {
+        let s = applied.site().map_err(unreadable)?;
+        Ok(Site {
+            created_at: created_at(s.created_at.as_ref())?,
+            id: s.id,
+            name: s.name,
+            inventory_only: s.inventory_only,
+            placement_enabled: s.placement_enabled,
+            backend_vrf_flip_allowed: s.backend_vrf_flip_allowed,
+        })
+    }
 }
 
-fn pool_of(p: v1::Pool) -> ApiResult<Pool> {
-    Ok(Pool {
-        created_at: created_at(p.created_at.as_ref())?,
-        hardware_profile: p.hardware_profile.map(|h| HardwareProfile {
-            gpu_count: h.gpu_count,
-            gpu_model: h.gpu_model,
-        }),
-        owner_tenant_id: (!p.owner_tenant_id.is_empty()).then_some(p.owner_tenant_id),
-        id: p.id,
-        site_id: p.site_id,
-        kind: p.kind,
-    })
+impl Record for Tenant {
+    const KIND: &'static str = "tenant";
+    const SELECT: &'static str = "SELECT id, name, created_at FROM tenants WHERE true";
+    type Row = Tenant;
+    fn id(row: &Tenant) -> &str {
+        &row.id
+    }
+    fn of(applied: Applied) -> ApiResult<Tenant> {
+        let t = applied.tenant().map_err(unreadable)?;
+        Ok(Tenant {
+            created_at: created_at(t.created_at.as_ref())?,
+            id: t.id,
+            name: t.name,
+        })
+    }
+}
+
+impl Record for Pool {
+    const KIND: &'static str = "pool";
+    const SELECT: &'static str = "SELECT * FROM (SELECT p.id, p.site_id, p.kind, \
+        p.owner_tenant_id, h.gpu_count, h.gpu_model, p.created_at \
+        FROM pools p LEFT JOIN pool_hardware_profiles h ON h.pool_id = p.id) p WHERE true";
+    type Row = PoolRow;
+    fn id(row: &PoolRow) -> &str {
+        &row.id
+    }
+    fn of(applied: Applied) -> ApiResult<Pool> {
+        let p = applied.pool().map_err(unreadable)?;
+        Ok(Pool {
+            created_at: created_at(p.created_at.as_ref())?,
+            hardware_profile: p.hardware_profile.map(|h| HardwareProfile {
+                gpu_count: h.gpu_count,
+                gpu_model: h.gpu_model,
+            }),
+            owner_tenant_id: (!p.owner_tenant_id.is_empty()).then_some(p.owner_tenant_id),
+            id: p.id,
+            site_id: p.site_id,
+            kind: p.kind,
+        })
+    }
 }
 
 fn profile(h: HardwareProfile) -> v1::PoolHardwareProfile {
@@ -137,8 +185,23 @@ fn profile(h: HardwareProfile) -> v1::PoolHardwareProfile {
     }
 }
 
-async fn command(app: &App, caller: &Caller, c: C) -> ApiResult<fleet_hub_client::Applied> {
-    app.hub.command(&caller.token_id, 0, c).await
+/// An inventory command; the answer is the record it left.
+async fn command<T: Record>(app: &App, caller: &Caller, c: C) -> ApiResult<T> {
+    T::of(app.hub.command(&caller.token_id, 0, c).await?)
+}
+
+/// Deletes the record the call names; the answer is the record as it was.
+async fn delete<T: Record>(call: Call) -> ApiResult<Json<T>> {
+    let (kind, id) = (T::KIND.into(), call.id);
+    let c = C::DeleteInventory(v1::DeleteInventory { kind, id });
+    command(&call.app, &call.caller, c).await.map(Json)
+}
+
+/// The record with `id`, or `NOT_FOUND`.
+async fn get<T: Record>(app: &App, id: &str) -> ApiResult<Json<T>> {
+    let sql = format!("{} AND id = $1", T::SELECT);
+    let row: T::Row = db::one(app, &sql, id, T::KIND).await?;
+    Ok(Json(row.into()))
 }
 
 crate::page::page_query! {
@@ -148,54 +211,24 @@ crate::page::page_query! {
     }
 }
 
-/// One keyset page by id of `select` (which ends in a WHERE clause).
-async fn list_page<T>(
+/// One keyset page by id; `site` keeps the pools of that site.
+async fn list<T: Record>(
     app: &App,
-    select: &str,
     f: &InventoryFilter,
-    site: bool,
-) -> ApiResult<(Vec<T>, Option<String>)>
-where
-    T: for<'r> FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin + HasId,
-{
-    let limit = page::limit(app, f.limit)?;
-    let after: Option<String> = page::decode(f.cursor.as_deref())?;
-    let mut qb = QueryBuilder::<Postgres>::new(select);
-    if let (true, Some(s)) = (site, &f.site) {
-        qb.push(" AND p.site_id = ").push_bind(s.clone());
+    site: Option<&str>,
+) -> ApiResult<(Vec<T>, Option<String>)> {
+    let page = f.page(app)?;
+    let mut qb = QueryBuilder::<Postgres>::new(T::SELECT);
+    if let Some(s) = site {
+        qb.push(" AND p.site_id = ").push_bind(s.to_string());
     }
-    if let Some(id) = after {
-        qb.push(" AND id > ").push_bind(id);
-    }
-    qb.push(" ORDER BY id LIMIT ").push_bind(limit + 1);
-    let rows: Vec<T> = qb.build_query_as().fetch_all(&app.pool).await?;
-    Ok(page::finish(rows, limit, |r| r.id().to_string()))
+    let (rows, next) = page
+        .fetch(app, qb, Keyset::ascending(&["id"]), |r: &T::Row| {
+            T::id(r).to_string()
+        })
+        .await?;
+    Ok((rows.into_iter().map(T::from).collect(), next))
 }
-
-trait HasId {
-    fn id(&self) -> &str;
-}
-impl HasId for Site {
-    fn id(&self) -> &str {
-        &self.id
-    }
-}
-impl HasId for Tenant {
-    fn id(&self) -> &str {
-        &self.id
-    }
-}
-impl HasId for PoolRow {
-    fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-const SITES: &str =
-    "SELECT id, name, inventory_only, placement_enabled, backend_vrf_flip_allowed, created_at FROM sites WHERE true";
-const TENANTS: &str = "SELECT id, name, created_at FROM tenants WHERE true";
-const POOLS: &str = "SELECT * FROM (SELECT p.id, p.site_id, p.kind, p.owner_tenant_id, h.gpu_count, h.gpu_model, p.created_at \
-     FROM pools p LEFT JOIN pool_hardware_profiles h ON h.pool_id = p.id) p WHERE true";
 
 fn reject_site_filter(f: &InventoryFilter) -> ApiResult<()> {
     match f.site {
@@ -245,19 +278,14 @@ pub async fn list_sites(
     Q(f): Q<InventoryFilter>,
 ) -> ApiResult<Json<SitePage>> {
     reject_site_filter(&f)?;
-    let (items, next_cursor) = list_page::<Site>(&app, SITES, &f, false).await?;
+    let (items, next_cursor) = list(&app, &f, None).await?;
     Ok(Json(SitePage { items, next_cursor }))
 }
 
 #[utoipa::path(get, operation_id = "get_site", path = "/api/v1/sites/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = Site), (status = 404, body = crate::error::ErrorBody)), tag = "inventory")]
 pub async fn site(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Site>> {
-    sqlx::query_as(&format!("{SITES} AND id = $1"))
-        .bind(&id)
-        .fetch_optional(&app.pool)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("site {id}")))
+    get(&app, &id).await
 }
 
 #[utoipa::path(post, operation_id = "create_site", path = "/api/v1/sites/", request_body = CreateSiteBody,
@@ -276,72 +304,34 @@ pub async fn create_site(
         backend_vrf_flip_allowed: b.backend_vrf_flip_allowed,
         ..Default::default()
     });
-    let s = command(&app, &caller, c)
-        .await?
-        .site()
-        .map_err(unreadable)?;
-    Ok((StatusCode::CREATED, Json(site_of(s)?)))
+    Ok(created(command(&app, &caller, c).await?))
 }
 
 #[utoipa::path(patch, operation_id = "update_site", path = "/api/v1/sites/{id}/", params(("id" = String, Path)),
     request_body = UpdateSiteBody,
     responses((status = 200, body = Site), (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn update_site(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<UpdateSiteBody>,
-) -> ApiResult<Json<Site>> {
+pub async fn update_site(call: Call, J(b): J<UpdateSiteBody>) -> ApiResult<Json<Site>> {
     if b.inventory_only.is_some() {
         return Err(ApiError::invalid(
             "inventory_only is immutable after the site is created (seed 002); it cannot be updated",
         ));
     }
     let c = C::UpdateSite(v1::UpdateSite {
-        id,
+        id: call.id,
         name: b.name,
         placement_enabled: b.placement_enabled,
         backend_vrf_flip_allowed: b.backend_vrf_flip_allowed,
     });
-    let s = command(&app, &caller, c)
-        .await?
-        .site()
-        .map_err(unreadable)?;
-    Ok(Json(site_of(s)?))
-}
-
-async fn delete(
-    app: &App,
-    caller: &Caller,
-    kind: &str,
-    id: String,
-) -> ApiResult<fleet_hub_client::Applied> {
-    command(
-        app,
-        caller,
-        C::DeleteInventory(v1::DeleteInventory {
-            kind: kind.into(),
-            id,
-        }),
-    )
-    .await
+    command(&call.app, &call.caller, c).await.map(Json)
 }
 
 #[utoipa::path(delete, operation_id = "delete_site", path = "/api/v1/sites/{id}/", params(("id" = String, Path)),
     responses((status = 200, description = "The site as it was", body = Site), (status = 404, body = crate::error::ErrorBody),
         (status = 409, description = "Something still refers to the site", body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn delete_site(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-) -> ApiResult<Json<Site>> {
-    let s = delete(&app, &caller, "site", id)
-        .await?
-        .site()
-        .map_err(unreadable)?;
-    Ok(Json(site_of(s)?))
+pub async fn delete_site(call: Call) -> ApiResult<Json<Site>> {
+    delete(call).await
 }
 
 // ---- tenants ----
@@ -366,19 +356,14 @@ pub async fn list_tenants(
     Q(f): Q<InventoryFilter>,
 ) -> ApiResult<Json<TenantPage>> {
     reject_site_filter(&f)?;
-    let (items, next_cursor) = list_page::<Tenant>(&app, TENANTS, &f, false).await?;
+    let (items, next_cursor) = list(&app, &f, None).await?;
     Ok(Json(TenantPage { items, next_cursor }))
 }
 
 #[utoipa::path(get, operation_id = "get_tenant", path = "/api/v1/tenants/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = Tenant), (status = 404, body = crate::error::ErrorBody)), tag = "inventory")]
 pub async fn tenant(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Tenant>> {
-    sqlx::query_as(&format!("{TENANTS} AND id = $1"))
-        .bind(&id)
-        .fetch_optional(&app.pool)
-        .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("tenant {id}")))
+    get(&app, &id).await
 }
 
 #[utoipa::path(post, operation_id = "create_tenant", path = "/api/v1/tenants/", request_body = CreateTenantBody,
@@ -394,49 +379,28 @@ pub async fn create_tenant(
         name: b.name,
         created_at: None,
     });
-    let t = command(&app, &caller, c)
-        .await?
-        .tenant()
-        .map_err(unreadable)?;
-    Ok((StatusCode::CREATED, Json(tenant_of(t)?)))
+    Ok(created(command(&app, &caller, c).await?))
 }
 
 #[utoipa::path(patch, operation_id = "update_tenant", path = "/api/v1/tenants/{id}/", params(("id" = String, Path)),
     request_body = UpdateTenantBody,
     responses((status = 200, body = Tenant), (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn update_tenant(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<UpdateTenantBody>,
-) -> ApiResult<Json<Tenant>> {
+pub async fn update_tenant(call: Call, J(b): J<UpdateTenantBody>) -> ApiResult<Json<Tenant>> {
     let c = C::UpdateTenant(v1::Tenant {
-        id,
+        id: call.id,
         name: b.name,
         created_at: None,
     });
-    let t = command(&app, &caller, c)
-        .await?
-        .tenant()
-        .map_err(unreadable)?;
-    Ok(Json(tenant_of(t)?))
+    command(&call.app, &call.caller, c).await.map(Json)
 }
 
 #[utoipa::path(delete, operation_id = "delete_tenant", path = "/api/v1/tenants/{id}/", params(("id" = String, Path)),
     responses((status = 200, description = "The tenant as it was", body = Tenant), (status = 404, body = crate::error::ErrorBody),
         (status = 409, description = "Something still refers to the tenant", body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn delete_tenant(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-) -> ApiResult<Json<Tenant>> {
-    let t = delete(&app, &caller, "tenant", id)
-        .await?
-        .tenant()
-        .map_err(unreadable)?;
-    Ok(Json(tenant_of(t)?))
+pub async fn delete_tenant(call: Call) -> ApiResult<Json<Tenant>> {
+    delete(call).await
 }
 
 // ---- pools ----
@@ -470,22 +434,14 @@ pub async fn list_pools(
     State(app): State<App>,
     Q(f): Q<InventoryFilter>,
 ) -> ApiResult<Json<PoolPage>> {
-    let (rows, next_cursor) = list_page::<PoolRow>(&app, POOLS, &f, true).await?;
-    Ok(Json(PoolPage {
-        items: rows.into_iter().map(Pool::from).collect(),
-        next_cursor,
-    }))
+    let (items, next_cursor) = list(&app, &f, f.site.as_deref()).await?;
+    Ok(Json(PoolPage { items, next_cursor }))
 }
 
 #[utoipa::path(get, operation_id = "get_pool", path = "/api/v1/pools/{id}/", params(("id" = String, Path)),
     responses((status = 200, body = Pool), (status = 404, body = crate::error::ErrorBody)), tag = "inventory")]
 pub async fn pool(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Pool>> {
-    sqlx::query_as::<_, PoolRow>(&format!("{POOLS} AND id = $1"))
-        .bind(&id)
-        .fetch_optional(&app.pool)
-        .await?
-        .map(|r| Json(Pool::from(r)))
-        .ok_or_else(|| ApiError::not_found(format!("pool {id}")))
+    get(&app, &id).await
 }
 
 #[utoipa::path(post, operation_id = "create_pool", path = "/api/v1/pools/", request_body = CreatePoolBody,
@@ -505,48 +461,27 @@ pub async fn create_pool(
         hardware_profile: b.hardware_profile.map(profile),
         created_at: None,
     });
-    let p = command(&app, &caller, c)
-        .await?
-        .pool()
-        .map_err(unreadable)?;
-    Ok((StatusCode::CREATED, Json(pool_of(p)?)))
+    Ok(created(command(&app, &caller, c).await?))
 }
 
 #[utoipa::path(patch, operation_id = "update_pool", path = "/api/v1/pools/{id}/", params(("id" = String, Path)),
     request_body = UpdatePoolBody,
     responses((status = 200, body = Pool), (status = 400, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody), (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn update_pool(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<UpdatePoolBody>,
-) -> ApiResult<Json<Pool>> {
+pub async fn update_pool(call: Call, J(b): J<UpdatePoolBody>) -> ApiResult<Json<Pool>> {
     let c = C::UpdatePool(v1::UpdatePool {
-        id,
+        id: call.id,
         owner_tenant_id: b.owner_tenant_id,
         hardware_profile: b.hardware_profile.map(profile),
         clear_hardware_profile: b.clear_hardware_profile,
     });
-    let p = command(&app, &caller, c)
-        .await?
-        .pool()
-        .map_err(unreadable)?;
-    Ok(Json(pool_of(p)?))
+    command(&call.app, &call.caller, c).await.map(Json)
 }
 
 #[utoipa::path(delete, operation_id = "delete_pool", path = "/api/v1/pools/{id}/", params(("id" = String, Path)),
     responses((status = 200, description = "The pool as it was", body = Pool), (status = 404, body = crate::error::ErrorBody),
         (status = 409, description = "Something still refers to the pool", body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)), tag = "inventory")]
-pub async fn delete_pool(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-) -> ApiResult<Json<Pool>> {
-    let p = delete(&app, &caller, "pool", id)
-        .await?
-        .pool()
-        .map_err(unreadable)?;
-    Ok(Json(pool_of(p)?))
+pub async fn delete_pool(call: Call) -> ApiResult<Json<Pool>> {
+    delete(call).await
 }

@@ -20,22 +20,18 @@ use utoipa::openapi::Ref;
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
+use crate::call::Call;
 use crate::error::{ApiError, ApiResult, Code, J, P, Q};
+use crate::hub::opt;
+use crate::model::enum_schema;
 use crate::{page, App};
 
-fn strings(values: impl IntoIterator<Item = &'static str>) -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(values))
-        .build()
-}
-
 pub fn workflow_schema() -> Object {
-    strings(Workflow::ALL.iter().map(|w| w.as_str()))
+    enum_schema(Workflow::ALL.iter().map(|w| w.as_str()))
 }
 
 pub fn job_status_schema() -> Object {
-    strings(JobStatus::ALL.iter().map(|s| s.as_str()))
+    enum_schema(JobStatus::ALL.iter().map(|s| s.as_str()))
 }
 
 pub(crate) fn device_status_schema() -> Object {
@@ -61,7 +57,7 @@ fn failure_code_ref() -> Ref {
 }
 
 fn engagement_mode_schema() -> Object {
-    strings(EngagementMode::ALL.iter().map(|m| m.as_str()))
+    enum_schema(EngagementMode::ALL.iter().map(|m| m.as_str()))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -112,7 +108,7 @@ pub struct StepResult {
 }
 
 /// One scope a job or event tripped the storm guard in, as counted.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct StormTrip {
     /// `site` or `pool`.
     pub scope_kind: String,
@@ -169,6 +165,17 @@ pub struct ConfirmBody {
     pub reason: String,
 }
 
+impl ConfirmBody {
+    /// The workflow service's request: the caller confirms `id`.
+    pub fn request(self, id: String, caller: &Caller) -> v1::ConfirmRequest {
+        v1::ConfirmRequest {
+            id,
+            confirmed_by: caller.token_id.clone(),
+            reason: self.reason,
+        }
+    }
+}
+
 /// One device of a job (`JobDeviceStatus`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct JobDevice {
@@ -223,10 +230,6 @@ pub struct JobPage {
     pub next_cursor: Option<String>,
 }
 
-fn opt(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
-}
-
 impl Job {
     pub fn from_proto(j: v1::Job) -> Job {
         Job {
@@ -273,6 +276,12 @@ impl Job {
                 .collect(),
         }
     }
+}
+
+/// The job the workflow service answered, or its refusal as the API's
+/// error (`verb` names the call).
+fn job(verb: &str, answer: Result<v1::Job, WorkflowError>) -> ApiResult<Job> {
+    answer.map(Job::from_proto).map_err(|e| error(verb, e))
 }
 
 /// The workflow service's refusal as the API's error.
@@ -337,12 +346,8 @@ pub async fn create(
             })
             .collect(),
     };
-    let job = app
-        .workflow
-        .create_job(&r)
-        .await
-        .map_err(|e| error("create_job", e))?;
-    Ok((StatusCode::CREATED, Json(Job::from_proto(job))))
+    let created = job("create_job", app.workflow.create_job(&r).await)?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 crate::page::page_query! {
@@ -361,13 +366,12 @@ crate::page::page_query! {
         (status = 503, body = crate::error::ErrorBody)),
     tag = "jobs")]
 pub async fn list(State(app): State<App>, Q(f): Q<JobFilter>) -> ApiResult<Json<JobPage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<String> = page::decode(f.cursor.as_deref())?;
+    let page = f.page::<String>(&app)?;
     let r = v1::ListJobsRequest {
         status: f.status.unwrap_or_default(),
         workflow: f.workflow.unwrap_or_default(),
-        limit: limit as i32,
-        after: after.unwrap_or_default(),
+        limit: page.limit as i32,
+        after: page.after.unwrap_or_default(),
         device_id: f.device.unwrap_or_default(),
     };
     let p = app
@@ -386,29 +390,16 @@ pub async fn list(State(app): State<App>, Q(f): Q<JobFilter>) -> ApiResult<Json<
         (status = 503, body = crate::error::ErrorBody)),
     tag = "jobs")]
 pub async fn detail(State(app): State<App>, P(id): P<String>) -> ApiResult<Json<Job>> {
-    let job = app
-        .workflow
-        .get_job(&id)
-        .await
-        .map_err(|e| error("get_job", e))?;
-    Ok(Json(Job::from_proto(job)))
+    job("get_job", app.workflow.get_job(&id).await).map(Json)
 }
 
 #[utoipa::path(post, operation_id = "cancel_job", path = "/api/v1/jobs/{id}/cancel", params(("id" = String, Path)),
     responses((status = 200, body = Job), (status = 404, body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "jobs")]
-pub async fn cancel(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-) -> ApiResult<Json<Job>> {
-    let job = app
-        .workflow
-        .cancel_job(&id, &caller.token_id)
-        .await
-        .map_err(|e| error("cancel_job", e))?;
-    Ok(Json(Job::from_proto(job)))
+pub async fn cancel(Call { app, caller, id }: Call) -> ApiResult<Json<Job>> {
+    let answer = app.workflow.cancel_job(&id, &caller.token_id).await;
+    job("cancel_job", answer).map(Json)
 }
 
 #[utoipa::path(post, operation_id = "confirm_job", path = "/api/v1/jobs/{id}/confirm", params(("id" = String, Path)),
@@ -418,21 +409,7 @@ pub async fn cancel(
         (status = 409, description = "Cancelled, or not held by the storm guard", body = crate::error::ErrorBody),
         (status = 503, body = crate::error::ErrorBody)),
     tag = "jobs")]
-pub async fn confirm(
-    State(app): State<App>,
-    Extension(caller): Extension<Caller>,
-    P(id): P<String>,
-    J(b): J<ConfirmBody>,
-) -> ApiResult<Json<Job>> {
-    let r = v1::ConfirmRequest {
-        id,
-        confirmed_by: caller.token_id.clone(),
-        reason: b.reason,
-    };
-    let job = app
-        .workflow
-        .confirm_job(&r)
-        .await
-        .map_err(|e| error("confirm_job", e))?;
-    Ok(Json(Job::from_proto(job)))
+pub async fn confirm(Call { app, caller, id }: Call, J(b): J<ConfirmBody>) -> ApiResult<Json<Job>> {
+    let answer = app.workflow.confirm_job(&b.request(id, &caller)).await;
+    job("confirm_job", answer).map(Json)
 }

@@ -7,9 +7,11 @@
 pub mod allocations;
 pub mod auth;
 pub mod bindings;
+pub mod call;
 pub mod conditions;
 mod config;
 pub mod console;
+pub mod db;
 pub mod devices;
 pub mod drift;
 pub mod error;

@@ -12,7 +12,8 @@ use serde_json::Value;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use utoipa::ToSchema;
 
-fn enum_schema<'a>(values: impl IntoIterator<Item = &'a str>) -> Object {
+/// A string schema of a closed set of values.
+pub(crate) fn enum_schema<'a>(values: impl IntoIterator<Item = &'a str>) -> Object {
     ObjectBuilder::new()
         .schema_type(Type::String)
         .enum_values(Some(values))
@@ -52,6 +53,9 @@ vocab_schemas!(
     suppression_schema => fleet_domain::standup::Suppression,
     gate_outcome_schema => fleet_domain::standup::GateOutcome,
     gate_scope_schema => fleet_domain::acceptance::GateScope,
+    event_status_schema => fleet_domain::impairment::EventStatus,
+    event_device_status_schema => fleet_domain::impairment::EventDeviceStatus,
+    placement_action_schema => fleet_domain::impairment::PlacementAction,
 );
 
 pub fn error_code_schema() -> Object {
@@ -62,28 +66,6 @@ pub fn slurm_states_schema() -> utoipa::openapi::schema::Array {
     utoipa::openapi::schema::ArrayBuilder::new()
         .items(slurm_state_schema())
         .build()
-}
-
-pub fn event_status_schema() -> Object {
-    enum_schema(
-        fleet_domain::impairment::EventStatus::ALL
-            .iter()
-            .map(|s| s.as_str()),
-    )
-}
-pub fn event_device_status_schema() -> Object {
-    enum_schema(
-        fleet_domain::impairment::EventDeviceStatus::ALL
-            .iter()
-            .map(|s| s.as_str()),
-    )
-}
-fn placement_action_schema() -> Object {
-    enum_schema(
-        fleet_domain::impairment::PlacementAction::ALL
-            .iter()
-            .map(|s| s.as_str()),
-    )
 }
 
 /// One device in a list: every status axis and the derived predicates.

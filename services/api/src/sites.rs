@@ -8,21 +8,14 @@ use fleet_domain::predicates::{CUSTOMER_READY_SQL, SCHEDULABLE_BUCKET_SQL};
 use fleet_domain::*;
 use sqlx::{Postgres, QueryBuilder};
 
-use crate::error::{ApiError, ApiResult, P, Q};
+use crate::error::{ApiResult, P, Q};
 use crate::model::*;
-use crate::{page, App};
+use crate::page::Keyset;
+use crate::{db, App};
 
 /// `NOT_FOUND` unless the site exists.
 pub async fn require(app: &App, id: &str) -> ApiResult<()> {
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sites WHERE id = $1)")
-        .bind(id)
-        .fetch_one(&app.pool)
-        .await?;
-    if exists {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("site {id}")))
-    }
+    db::require(app, "sites", id, "site").await
 }
 
 /// Per-status counts excluding `inventory_only` devices (seed 002: so
@@ -113,8 +106,7 @@ pub async fn unresolved(
     State(app): State<App>,
     Q(f): Q<UnresolvedFilter>,
 ) -> ApiResult<Json<UnresolvedPage>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(String, String, String, String)> = page::decode(f.cursor.as_deref())?;
+    let page = f.page(&app)?;
     let mut qb = QueryBuilder::<Postgres>::new(
         "SELECT source, site, key_kind, key, observed_at, received_at, seen_count \
          FROM unresolved_observations WHERE true",
@@ -126,27 +118,16 @@ pub async fn unresolved(
     if let Some(s) = &f.site {
         qb.push(" AND site = ").push_bind(s.clone());
     }
-    if let Some((a, b, c, d)) = after {
-        qb.push(" AND (source, site, key_kind, key) > (")
-            .push_bind(a)
-            .push(", ")
-            .push_bind(b)
-            .push(", ")
-            .push_bind(c)
-            .push(", ")
-            .push_bind(d)
-            .push(")");
-    }
-    qb.push(" ORDER BY source, site, key_kind, key LIMIT ")
-        .push_bind(limit + 1);
-    let rows: Vec<UnresolvedObservation> = qb.build_query_as().fetch_all(&app.pool).await?;
-    let (items, next_cursor) = page::finish(rows, limit, |u| {
-        (
-            u.source.clone(),
-            u.site.clone(),
-            u.key_kind.clone(),
-            u.key.clone(),
-        )
-    });
+    let keyset = Keyset::ascending(&["source", "site", "key_kind", "key"]);
+    let (items, next_cursor) = page
+        .fetch(&app, qb, keyset, |u: &UnresolvedObservation| {
+            (
+                u.source.clone(),
+                u.site.clone(),
+                u.key_kind.clone(),
+                u.key.clone(),
+            )
+        })
+        .await?;
     Ok(Json(UnresolvedPage { items, next_cursor }))
 }

@@ -26,7 +26,8 @@ use crate::model::{
     device_class_schema, gate_outcome_schema, gate_scope_schema, operational_status_schema,
     stage_schema, stage_status_schema, suppression_schema,
 };
-use crate::{page, App};
+use crate::page::{self, Page};
+use crate::App;
 
 fn workflows_schema() -> Array {
     ArrayBuilder::new().items(workflow_schema()).build()
@@ -186,8 +187,7 @@ pub async fn pipeline(
     P(id): P<String>,
     Q(f): Q<PipelineFilter>,
 ) -> ApiResult<Json<StandupPipeline>> {
-    let limit = page::limit(&app, f.limit)?;
-    let after: Option<(String,)> = page::decode(f.cursor.as_deref())?;
+    let page: Page<(String,)> = Page::new(&app, f.limit, f.cursor.as_deref())?;
     crate::sites::require(&app, &id).await?;
     const IN_PIPELINE: &str = "d.site_id = $1 AND d.deleted_at IS NULL AND NOT d.inventory_only \
                                AND d.device_class <> 'switch'";
@@ -197,11 +197,11 @@ pub async fn pipeline(
          ORDER BY 1 LIMIT $3"
     ))
     .bind(&id)
-    .bind(after.map(|a| a.0))
-    .bind(limit + 1)
+    .bind(page.after.map(|a| a.0))
+    .bind(page.limit + 1)
     .fetch_all(&app.pool)
     .await?;
-    let (racks, next_cursor) = page::finish(racks, limit, |r| (r.clone(),));
+    let (racks, next_cursor) = page::finish(racks, page.limit, |r| (r.clone(),));
     let devices: Vec<DeviceRow> = sqlx::query_as(&format!(
         "SELECT d.id, d.name, COALESCE(d.rack, '') AS rack, d.device_class, d.operational_status, \
                 d.health_status, d.pool_id \

@@ -147,10 +147,7 @@ async fn allocations_book_capacity_release_and_refusals() {
             NOT_FOUND,
         ),
     ];
-    for (body, refusal) in cases {
-        let r = allocate(addr, &ops, body.clone()).await;
-        r.assert_error(refusal, &body);
-    }
+    assert_refused(addr, "/api/v1/allocations/", &ops, cases).await;
     let r = http_raw(
         addr,
         "POST",
@@ -245,20 +242,8 @@ async fn allocations_book_capacity_release_and_refusals() {
         ids.insert(r.json()["id"].as_str().unwrap().to_string());
     }
     let mut seen = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let path = match &cursor {
-            Some(c) => format!("/api/v1/allocations/?pool=p1&limit=2&cursor={c}"),
-            None => "/api/v1/allocations/?pool=p1&limit=2".to_string(),
-        };
-        let page = get(addr, &path, &read).await.json();
-        for a in page["items"].as_array().unwrap() {
-            seen.push(a["id"].as_str().unwrap().to_string());
-        }
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => break,
-        }
+    for page in pages(addr, "/api/v1/allocations/?pool=p1&limit=2", &read).await {
+        seen.extend(field(&page["items"], "id").into_iter().map(String::from));
     }
     let mut newest_first = seen.clone();
     newest_first.sort_by(|a, b| b.cmp(a));
@@ -284,9 +269,7 @@ async fn allocations_book_capacity_release_and_refusals() {
     // A cordon through the API: the hub's schedulable event moves the
     // device's GPUs to maintenance in what the API answers.
     let dev = "dev_p1_00003";
-    let d = get(addr, &format!("/api/v1/devices/{dev}/"), &read)
-        .await
-        .json();
+    let d = device(addr, &read, dev).await;
     let r = post(
         addr,
         &format!("/api/v1/devices/{dev}/cordon"),
@@ -336,11 +319,7 @@ async fn allocations_unavailable_when_the_placer_is_down() {
     );
     let r = get(addr, "/api/v1/pools/p1/capacity", &t).await;
     r.assert_error(UNAVAILABLE, "the answer");
-    let booked: i64 = sqlx::query_scalar("SELECT count(*) FROM allocations")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(booked, 0);
+    assert_eq!(count(&env, "allocations").await, 0);
 
     // Up: it books. Stopped: 503 again, while reads answer.
     let (_placer, placer_trigger, placer_task) = start_placer(&env).await;
@@ -450,25 +429,13 @@ async fn latch_drift_list_through_the_api() {
         let t = t.clone();
         async move {
             let mut got = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let mut path = format!("/api/v1/latch-drift/?limit=3{q}");
-                if let Some(c) = &cursor {
-                    path.push_str(&format!("&cursor={c}"));
-                }
-                let r = get(addr, &path, &t).await;
-                assert_eq!(r.status, 200, "{path}: {}", r.body);
-                let page = r.json();
+            for page in pages(addr, &format!("/api/v1/latch-drift/?limit=3{q}"), &t).await {
                 for x in page["items"].as_array().unwrap() {
                     got.push((
                         x["device_id"].as_str().unwrap().to_string(),
                         x["latch_type"].as_str().unwrap().to_string(),
                         x["drift"].as_str().unwrap().to_string(),
                     ));
-                }
-                match page["next_cursor"].as_str() {
-                    Some(c) => cursor = Some(c.to_string()),
-                    None => break,
                 }
             }
             got

@@ -74,6 +74,14 @@ fn now_rfc3339() -> String {
     micros(Utc::now()).to_rfc3339()
 }
 
+/// The ids of a list's page, in order.
+fn ids(r: Resp) -> Vec<String> {
+    field(&r.json()["items"], "id")
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
 async fn apply_openstack(
     addr: SocketAddr,
     t: &str,
@@ -240,12 +248,7 @@ async fn api_devices_conditions_and_errors() {
     let detail = d.json();
     assert!(detail.get("hardware_key").is_none());
     assert_eq!(detail["hardware_key_trusted"], false);
-    let decisive: Vec<&str> = detail["operational_status_conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].as_str().unwrap())
-        .collect();
+    let decisive = field(&detail["operational_status_conditions"], "type");
     assert_eq!(decisive, vec!["CustomerReady", "InstanceAllocated"]);
     insta::assert_json_snapshot!("device_detail", snap(detail.clone()));
 
@@ -293,14 +296,6 @@ async fn api_devices_conditions_and_errors() {
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["device"]["customer_ready"], true, "{}", r.body);
-    let ids = |r: Resp| -> Vec<String> {
-        r.json()["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["id"].as_str().unwrap().to_string())
-            .collect()
-    };
     assert_eq!(
         ids(get(addr, "/api/v1/devices/?customer_ready=true", &all).await),
         vec![a.clone()]
@@ -336,12 +331,7 @@ async fn api_devices_conditions_and_errors() {
     )
     .await
     .json();
-    let types: BTreeSet<&str> = stale["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].as_str().unwrap())
-        .collect();
+    let types: BTreeSet<&str> = field(&stale["items"], "type").into_iter().collect();
     assert_eq!(
         types,
         BTreeSet::from(["SlurmRegistered", "SlurmNodeHealthy"]),
@@ -376,11 +366,7 @@ async fn api_devices_conditions_and_errors() {
     assert_eq!(w.json()["stale"], false);
 
     // Commands carry the version read; a stale one is CONFLICT.
-    let v = get(addr, &format!("/api/v1/devices/{a}/"), &all)
-        .await
-        .json()["version"]
-        .as_i64()
-        .unwrap();
+    let v = device(addr, &all, &a).await["version"].as_i64().unwrap();
     assert!(
         v > detail["version"].as_i64().unwrap(),
         "snapshots moved it"
@@ -439,11 +425,7 @@ async fn api_devices_conditions_and_errors() {
     assert_eq!(r.json()["enrollment_validated_ref"], "uuid-b");
 
     // Revoke identity and delete (admin).
-    let v = get(addr, &format!("/api/v1/devices/{b}/"), &all)
-        .await
-        .json()["version"]
-        .as_i64()
-        .unwrap();
+    let v = device(addr, &all, &b).await["version"].as_i64().unwrap();
     let r = command(&b, "revoke-identity", json!({"version": v})).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["identity_generation"], 2);
@@ -587,25 +569,14 @@ async fn api_lifecycle_events_ended_at_across_pages() {
     }
     for kind in [None, Some("cordoned")] {
         let mut rows: Vec<Value> = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let mut path = format!("/api/v1/devices/{id}/lifecycle-events/?limit=2");
-            if let Some(k) = kind {
-                path.push_str(&format!("&kind={k}"));
-            }
-            if let Some(c) = &cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let r = get(addr, &path, &t).await;
-            assert_eq!(r.status, 200, "{}", r.body);
-            let page = r.json();
+        let mut path = format!("/api/v1/devices/{id}/lifecycle-events/?limit=2");
+        if let Some(k) = kind {
+            path.push_str(&format!("&kind={k}"));
+        }
+        for page in pages(addr, &path, &t).await {
             let items = page["items"].as_array().unwrap().clone();
             assert!(items.len() <= 2);
             rows.extend(items);
-            match page["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_string()),
-                None => break,
-            }
         }
         let all: Vec<(i64, String, String, Option<String>)> = sqlx::query_as(
             "SELECT id, kind, created_at::text, NULL::text FROM device_lifecycle_events \
@@ -787,16 +758,7 @@ async fn api_filters_and_pagination_over_thousands() {
     for (filter, pred) in cases {
         let expected: Vec<&String> = rows.iter().filter(|r| pred(r)).map(|r| &r.0).collect();
         let mut seen: Vec<String> = Vec::new();
-        let mut cursor: Option<String> = None;
-        let mut pages = 0;
-        loop {
-            let mut path = format!("/api/v1/devices/?limit=250&{filter}");
-            if let Some(c) = &cursor {
-                path.push_str(&format!("&cursor={c}"));
-            }
-            let r = get(addr, &path, &t).await;
-            assert_eq!(r.status, 200, "{filter}: {}", r.body);
-            let page = r.json();
+        for page in pages(addr, &format!("/api/v1/devices/?limit=250&{filter}"), &t).await {
             for d in page["items"].as_array().unwrap() {
                 seen.push(d["id"].as_str().unwrap().to_string());
                 if filter == "customer_ready=true" {
@@ -806,11 +768,6 @@ async fn api_filters_and_pagination_over_thousands() {
                     assert_eq!(d["capacity_bucket"], "schedulable");
                 }
             }
-            pages += 1;
-            match page["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_string()),
-                None => break,
-            }
         }
         let unique: BTreeSet<&String> = seen.iter().collect();
         assert_eq!(unique.len(), seen.len(), "{filter}: a device served twice");
@@ -819,7 +776,6 @@ async fn api_filters_and_pagination_over_thousands() {
             expected,
             "{filter}: every match once, in id order"
         );
-        assert!(pages >= 1);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let updates = writer.await.unwrap();
@@ -894,11 +850,11 @@ async fn api_impairment_event_cordon_and_clear() {
     )
     .await;
     assert_eq!(missing.code(), "NOT_FOUND");
-    let none: i64 = sqlx::query_scalar("SELECT count(*) FROM impairment_events")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(none, 0, "a refused event records nothing");
+    assert_eq!(
+        count(&env, "impairment_events").await,
+        0,
+        "a refused event records nothing"
+    );
 
     let r = post(
         addr,
@@ -984,6 +940,41 @@ async fn api_impairment_event_cordon_and_clear() {
     stop(w_trigger, w_task).await;
     stop(hub_trigger, hub_task).await;
     env.cleanup().await;
+}
+
+/// An event the storm guard holds shows the hold and each scope it
+/// tripped, as the workflow service stored them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_impairment_event_shows_its_storm_guard_hold() {
+    let env = TestEnv::new().await;
+    let (addr, served) = Served::api(&env, &api_config()).await;
+    let t = token(&env, &[Scope::DeviceRead]).await;
+    sqlx::query(
+        "INSERT INTO impairment_events (id, status, reason, created_by, awaiting_confirmation) \
+         VALUES ('imp_held', 'accepted', 'fabric', 'test', true)",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO storm_trips (kind, id, scope_kind, scope_id, in_service, taking, in_window, \
+         device_limit) VALUES ('impairment', 'imp_held', 'site', 's1', 10, 4, 1, 2), \
+         ('job', 'imp_held', 'pool', 'p1', 9, 9, 9, 9)",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let e = get(addr, "/api/v1/operations/impairment-events/imp_held/", &t)
+        .await
+        .expect(200);
+    assert_eq!(
+        e["storm_guard"],
+        json!({"awaiting_confirmation": true, "confirmed_by": null, "confirmed_at": null,
+               "confirm_reason": null, "trips": [{"scope_kind": "site", "scope_id": "s1",
+               "in_service": 10, "taking": 4, "in_window": 1, "limit": 2}]}),
+        "{e}"
+    );
+    served.stop(env).await;
 }
 
 /// Without a hub (and without NATS at all) mutations answer 503 and
@@ -1183,10 +1174,7 @@ async fn api_snapshot_apply_outcomes_and_refusals() {
             INVALID_ARGUMENT,
         ),
     ];
-    for (b, refusal) in cases {
-        let r = apply(b.clone()).await;
-        r.assert_error(refusal, &b);
-    }
+    assert_refused(addr, "/api/v1/device-conditions/apply/", &t, cases).await;
     let triage = post(
         addr,
         "/api/v1/devices/triage/",
@@ -1215,31 +1203,14 @@ async fn api_promote_to_managed_is_explicit_and_audited() {
     // The inventory-only site's devices are inventory-only.
     let id = env.create_device("inv", "gpu-inv-01").await;
     let path = format!("/api/v1/devices/{id}/promote-to-managed");
-    let version = |addr| {
-        let all = all.clone();
-        let id = id.clone();
-        async move {
-            get(addr, &format!("/api/v1/devices/{id}/"), &all)
-                .await
-                .json()["version"]
-                .as_i64()
-                .unwrap()
-        }
-    };
-    let d = get(addr, &format!("/api/v1/devices/{id}/"), &all)
-        .await
-        .json();
+    let version = || async { device(addr, &all, &id).await["version"].as_i64().unwrap() };
+    let d = device(addr, &all, &id).await;
     assert_eq!(d["inventory_only"], true, "{d}");
 
-    let v = version(addr).await;
+    let v = version().await;
     let r = post(addr, &path, &all, json!({"version": v, "reason": " "})).await;
-    assert_eq!(
-        (r.status, r.code()),
-        (400, "INVALID_ARGUMENT".into()),
-        "{}",
-        r.body
-    );
-    assert_eq!(version(addr).await, v, "nothing changed");
+    r.assert_error(INVALID_ARGUMENT, "a blank reason");
+    assert_eq!(version().await, v, "nothing changed");
 
     let writer = token(&env, &[Scope::DeviceWrite]).await;
     let r = post(
@@ -1274,14 +1245,9 @@ async fn api_promote_to_managed_is_explicit_and_audited() {
         "{cause}"
     );
 
-    let v = version(addr).await;
+    let v = version().await;
     let r = post(addr, &path, &all, json!({"version": v, "reason": "again"})).await;
-    assert_eq!(
-        (r.status, r.code()),
-        (409, "INVALID_STATE".into()),
-        "{}",
-        r.body
-    );
+    r.assert_error(INVALID_STATE, "a managed device");
     served.stop(env).await;
 }
 
@@ -1325,19 +1291,7 @@ async fn api_resource_bindings_resolve_go_stale_and_never_move_status() {
     };
     let detail = |id: String| {
         let all = all.clone();
-        async move {
-            get(addr, &format!("/api/v1/devices/{id}/"), &all)
-                .await
-                .json()
-        }
-    };
-    let ids = |r: Resp| -> Vec<String> {
-        r.json()["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|d| d["id"].as_str().unwrap().to_string())
-            .collect()
+        async move { device(addr, &all, &id).await }
     };
     let listed = |filter: &'static str| {
         let all = all.clone();
@@ -1440,35 +1394,20 @@ async fn api_resource_bindings_resolve_go_stale_and_never_move_status() {
                "conditions": [], "resource_bindings": [{"resource": "placement", "resource_id": "x"}]}),
     )
     .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (403, "FORBIDDEN_SOURCE".into()),
-        "{}",
-        r.body
-    );
+    r.assert_error(FORBIDDEN_SOURCE, "another source's resource");
     let r = apply(
         a.clone(),
         now_rfc3339(),
         json!({"resource": "nova", "resource_id": "x"}),
     )
     .await;
-    assert_eq!(
-        (r.status, r.code()),
-        (400, "INVALID_ARGUMENT".into()),
-        "{}",
-        r.body
-    );
+    r.assert_error(INVALID_ARGUMENT, "an unknown resource");
     assert_eq!(
         detail(a.clone()).await["resource_bindings"][0]["resource_id"],
         "rp-a",
         "nothing changed"
     );
     let r = get(addr, "/api/v1/devices/?resource_binding=placement", &all).await;
-    assert_eq!(
-        (r.status, r.code()),
-        (400, "INVALID_ARGUMENT".into()),
-        "{}",
-        r.body
-    );
+    r.assert_error(INVALID_ARGUMENT, "a filter without a status");
     served.stop(env).await;
 }

@@ -14,13 +14,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     let (addr, served) = Served::with_hub(&env, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let reader = token(&env, &[Scope::DeviceRead]).await;
-    let sites = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sites")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap()
-    };
-    let before = sites().await;
+    let before = count(&env, "sites").await;
 
     // A site: created once, its inventory_only fixed for its life.
     let r = post(
@@ -71,7 +65,11 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     )
     .await;
     assert_eq!(r.status, 403);
-    assert_eq!(sites().await, before + 1, "refusals created nothing");
+    assert_eq!(
+        count(&env, "sites").await,
+        before + 1,
+        "refusals created nothing"
+    );
 
     let r = send(
         addr,
@@ -135,7 +133,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
     let r = post(addr, "/api/v1/pools/", &admin, pool).await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.json()["hardware_profile"]["gpu_count"], 8);
-    for (body, refusal) in [
+    let cases = [
         (
             json!({"id": "p10", "site_id": "dc9", "kind": "gpu"}),
             INVALID_ARGUMENT,
@@ -152,20 +150,12 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
             json!({"id": "p9", "site_id": "dc9", "kind": "metal-host"}),
             CONFLICT,
         ),
-    ] {
-        let r = post(addr, "/api/v1/pools/", &admin, body.clone()).await;
-        r.assert_error(refusal, &body);
-    }
+    ];
+    assert_refused(addr, "/api/v1/pools/", &admin, cases).await;
     let r = get(addr, "/api/v1/pools/p10/", &reader).await;
     assert_eq!(r.status, 404, "a refused pool left nothing");
     let page = get(addr, "/api/v1/pools/?site=dc9", &reader).await.json();
-    let ids: Vec<&str> = page["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["id"].as_str())
-        .collect();
-    assert_eq!(ids, ["p9"]);
+    assert_eq!(field(&page["items"], "id"), ["p9"]);
     let r = send(
         addr,
         "PATCH",
@@ -217,9 +207,7 @@ async fn operators_set_up_sites_tenants_and_pools_through_the_api() {
         .await;
     assert!(reply.error.is_none(), "{:?}", reply.error);
     let id = device_of(&reply).id;
-    let d = get(addr, &format!("/api/v1/devices/{id}/"), &reader)
-        .await
-        .json();
+    let d = device(addr, &reader, &id).await;
     assert_eq!(
         (d["inventory_only"].as_bool(), d["role"].as_str()),
         (Some(true), Some("dedicated"))
@@ -259,12 +247,6 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
     let (addr, served) = Served::with_hub(&env, &Default::default()).await;
     let admin = token(&env, &[Scope::Admin, Scope::DeviceRead]).await;
     let writer = token(&env, &[Scope::DeviceWrite, Scope::DeviceRead]).await;
-    let devices = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM devices")
-            .fetch_one(&env.pool)
-            .await
-            .unwrap()
-    };
 
     let body = json!({"site_id": "s1", "name": "gpu-api-01", "serial": "SN-API-01", "netbox_id": 77,
         "rack": "r1", "device_class": "cpu_baremetal", "inventory_status": "active",
@@ -277,38 +259,31 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
         (d["site_id"].as_str(), d["inventory_status"].as_str()),
         (Some("s1"), Some("active"))
     );
-    let detail = get(addr, &format!("/api/v1/devices/{id}/"), &admin)
-        .await
-        .json();
+    let detail = device(addr, &admin, &id).await;
     assert_eq!(detail["serial"], "SN-API-01");
     assert_eq!(detail["netbox_id"], 77);
     assert_eq!(detail["device_class"], "cpu_baremetal");
 
     // A second device, but for one field.
-    let device = |field: Value| {
+    let with = |field: Value| {
         let mut d = json!({"site_id": "s1", "name": "gpu-api-02"});
         d.as_object_mut()
             .unwrap()
             .extend(field.as_object().unwrap().clone());
         d
     };
-    for (body, refusal) in [
+    let cases = [
         (body.clone(), CONFLICT),
-        (device(json!({"device_class": "toaster"})), INVALID_ARGUMENT),
-        (
-            device(json!({"provision_state": "flying"})),
-            INVALID_ARGUMENT,
-        ),
-        (device(json!({"name": "  "})), INVALID_ARGUMENT),
-        (device(json!({"serial": "x".repeat(600)})), INVALID_ARGUMENT),
-        (device(json!({"netbox_id": 0})), INVALID_ARGUMENT),
-        (device(json!({"owner": "t1"})), INVALID_ARGUMENT),
-        (device(json!({"site_id": "nowhere"})), NOT_FOUND),
-        (device(json!({"pool_id": "nopool"})), NOT_FOUND),
-    ] {
-        let r = post(addr, "/api/v1/devices/", &admin, body.clone()).await;
-        r.assert_error(refusal, &body);
-    }
+        (with(json!({"device_class": "toaster"})), INVALID_ARGUMENT),
+        (with(json!({"provision_state": "flying"})), INVALID_ARGUMENT),
+        (with(json!({"name": "  "})), INVALID_ARGUMENT),
+        (with(json!({"serial": "x".repeat(600)})), INVALID_ARGUMENT),
+        (with(json!({"netbox_id": 0})), INVALID_ARGUMENT),
+        (with(json!({"owner": "t1"})), INVALID_ARGUMENT),
+        (with(json!({"site_id": "nowhere"})), NOT_FOUND),
+        (with(json!({"pool_id": "nopool"})), NOT_FOUND),
+    ];
+    assert_refused(addr, "/api/v1/devices/", &admin, cases).await;
     let r = post(
         addr,
         "/api/v1/devices/",
@@ -317,7 +292,11 @@ async fn devices_are_created_through_the_api_with_typed_refusals() {
     )
     .await;
     assert_eq!(r.status, 403, "creating devices is an admin's");
-    assert_eq!(devices().await, 1, "every refusal created nothing");
+    assert_eq!(
+        count(&env, "devices").await,
+        1,
+        "every refusal created nothing"
+    );
 
     served.stop(env).await;
 }

@@ -66,6 +66,35 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Every cell of a pipeline page, rack by rack.
+fn cells_of(page: &Value) -> Vec<&Value> {
+    page["racks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["devices"].as_array().unwrap())
+        .collect()
+}
+
+/// Where a cell stands: its stage, status, available actions and
+/// suppression reasons.
+type Placement<'a> = (&'a str, &'a str, Vec<String>, Vec<String>);
+
+/// The cell of the device `name`, and where it stands.
+fn placed<'a>(cells: &[&'a Value], name: &str) -> (&'a Value, Placement<'a>) {
+    let c = *cells
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("{name}: no cell"));
+    let got = (
+        c["stage"].as_str().unwrap(),
+        c["status"].as_str().unwrap(),
+        strings(&c["available_actions"]),
+        strings(&c["action_suppression_reasons"]),
+    );
+    (c, got)
+}
+
 #[tokio::test]
 async fn api_standup_pipeline_places_every_device_as_the_seed_says() {
     let env = TestEnv::new().await;
@@ -160,31 +189,12 @@ async fn api_standup_pipeline_places_every_device_as_the_seed_says() {
             "release"
         ]
     );
-    let racks: Vec<&str> = page["racks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["rack"].as_str().unwrap())
-        .collect();
+    let racks = field(&page["racks"], "rack");
     assert_eq!(racks, ["r1", "r2"], "the switch-only rack r9 is omitted");
-    let cells: Vec<&Value> = page["racks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r["devices"].as_array().unwrap())
-        .collect();
+    let cells = cells_of(&page);
     assert_eq!(cells.len(), cases.len(), "no switch has a cell");
     for (sentence, f, (stage, status, actions, reasons)) in &cases {
-        let c = cells
-            .iter()
-            .find(|c| c["name"] == f.name)
-            .unwrap_or_else(|| panic!("{}: no cell", f.name));
-        let got = (
-            c["stage"].as_str().unwrap(),
-            c["status"].as_str().unwrap(),
-            strings(&c["available_actions"]),
-            strings(&c["action_suppression_reasons"]),
-        );
+        let (_, got) = placed(&cells, f.name);
         assert_eq!(
             got,
             (*stage, *status, to(actions), to(reasons)),
@@ -198,7 +208,7 @@ async fn api_standup_pipeline_places_every_device_as_the_seed_says() {
 
     // Drill-through: the newest job names the latest execution, and a
     // failed cell's detail is the execution that placed it.
-    let cell = |name: &str| *cells.iter().find(|c| c["name"] == name).unwrap();
+    let cell = |name: &str| placed(&cells, name).0;
     let c = cell("failed-then-cancelled");
     assert_eq!(c["latest_in_sequence_workflow"]["status"], "cancelled");
     assert_eq!(c["placed_by"]["status"], "failed");
@@ -406,42 +416,17 @@ async fn api_standup_pipeline_holds_a_burn_in_stage_until_its_gates_pass() {
     }
     // Page by one rack at a time: a pod gate reads its whole pool, not the
     // page.
-    let mut cells: Vec<Value> = vec![];
-    let mut cursor = String::new();
-    loop {
-        let page = get(
-            addr,
-            &format!("/api/v1/sites/s1/standup-pipeline/?limit=1{cursor}"),
-            &read,
-        )
-        .await
-        .expect(200);
-        for r in page["racks"].as_array().unwrap() {
-            cells.extend(r["devices"].as_array().unwrap().iter().cloned());
-        }
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = format!("&cursor={c}"),
-            None => break,
-        }
-    }
+    let walked = pages(addr, "/api/v1/sites/s1/standup-pipeline/?limit=1", &read).await;
+    let cells: Vec<&Value> = walked.iter().flat_map(cells_of).collect();
     for (sentence, (name, ..), (stage, status, actions, reasons)) in &cases {
-        let c = cells
-            .iter()
-            .find(|c| c["name"] == *name)
-            .unwrap_or_else(|| panic!("{name}: no cell"));
-        let got = (
-            c["stage"].as_str().unwrap(),
-            c["status"].as_str().unwrap(),
-            strings(&c["available_actions"]),
-            strings(&c["action_suppression_reasons"]),
-        );
+        let (c, got) = placed(&cells, name);
         assert_eq!(
             got,
             (*stage, *status, to(actions), to(reasons)),
             "{sentence}: {c}"
         );
     }
-    let b1 = cells.iter().find(|c| c["name"] == "b1").unwrap();
+    let b1 = placed(&cells, "b1").0;
     assert_eq!(
         b1["acceptance_gates"],
         json!([
