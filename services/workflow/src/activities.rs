@@ -35,6 +35,13 @@ pub(crate) enum System {
     Nova,
 }
 
+impl System {
+    /// `r` with a failure of this system's read as a step's.
+    fn call<T>(self, r: Result<T, SourceError>) -> Result<T, CallError> {
+        r.map_err(|e| CallError::from_source(e, self))
+    }
+}
+
 impl CallError {
     /// A hub command's failure: the hub unavailable or silent is
     /// retryable; a typed refusal is `refused`, with the hub's code and
@@ -149,19 +156,17 @@ impl Site {
     }
 
     pub async fn node(&self, ident: &str) -> Result<Node, CallError> {
-        let ironic = self.ironic()?;
-        ironic
-            .node(ident)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Ironic))
+        System::Ironic.call(self.ironic()?.node(ident).await)
     }
 
     pub async fn patch(&self, uuid: &str, ops: &Value) -> Result<(), CallError> {
-        let ironic = self.ironic()?;
-        ironic
-            .patch(uuid, ops)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Ironic))
+        System::Ironic.call(self.ironic()?.patch(uuid, ops).await)
+    }
+
+    /// Leases the node to `project` (its `lessee`).
+    pub async fn set_lessee(&self, uuid: &str, project: &str) -> Result<(), CallError> {
+        let ops = json!([{"op": "add", "path": "/lessee", "value": project}]);
+        self.patch(uuid, &ops).await
     }
 
     /// Whether the node carries `name`: the Placement resource provider's
@@ -175,10 +180,7 @@ impl Site {
         let traits = if placement {
             self.traits(uuid).await?.traits
         } else {
-            self.ironic()?
-                .traits(uuid)
-                .await
-                .map_err(|e| CallError::from_source(e, System::Ironic))?
+            System::Ironic.call(self.ironic()?.traits(uuid).await)?
         };
         Ok(traits.iter().any(|t| t == name))
     }
@@ -193,11 +195,7 @@ impl Site {
         name: &str,
     ) -> Result<(), CallError> {
         if !placement {
-            return self
-                .ironic()?
-                .add_trait(uuid, name)
-                .await
-                .map_err(|e| CallError::from_source(e, System::Ironic));
+            return System::Ironic.call(self.ironic()?.add_trait(uuid, name).await);
         }
         let mut t = self.traits(uuid).await?;
         if t.traits.iter().any(|x| x == name) {
@@ -217,11 +215,7 @@ impl Site {
         name: &str,
     ) -> Result<(), CallError> {
         if !placement {
-            return self
-                .ironic()?
-                .remove_trait(uuid, name)
-                .await
-                .map_err(|e| CallError::from_source(e, System::Ironic));
+            return System::Ironic.call(self.ironic()?.remove_trait(uuid, name).await);
         }
         let mut t = self.traits(uuid).await?;
         if !t.traits.iter().any(|x| x == name) {
@@ -232,11 +226,7 @@ impl Site {
     }
 
     pub async fn power(&self, uuid: &str, target: &str) -> Result<(), CallError> {
-        let ironic = self.ironic()?;
-        ironic
-            .power(uuid, target)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Ironic))
+        System::Ironic.call(self.ironic()?.power(uuid, target).await)
     }
 
     /// Asks Ironic for a provision action, once. A refusal is read back:
@@ -246,9 +236,8 @@ impl Site {
     /// read decides; any other refusal stands.
     pub async fn provision(&self, uuid: &str, body: &Value) -> Result<(), CallError> {
         let ironic = self.ironic()?;
-        let refused = match ironic.provision(uuid, body).await {
-            Ok(()) => return Ok(()),
-            Err(e) => CallError::from_source(e, System::Ironic),
+        let Err(refused) = System::Ironic.call(ironic.provision(uuid, body).await) else {
+            return Ok(());
         };
         let CallError::Permanent(FailureCode::IronicRequestRefused, _) = &refused else {
             return Err(refused);
@@ -286,45 +275,31 @@ impl Site {
 
     /// The server `id`, or `None` when Nova has no such server.
     pub async fn server(&self, id: &str) -> Result<Option<Server>, CallError> {
-        self.nova()?
-            .server(id)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Nova))
+        System::Nova.call(self.nova()?.server(id).await)
     }
 
     /// The SLURM project's servers named exactly `name`.
     pub async fn servers_named(&self, name: &str) -> Result<Vec<Server>, CallError> {
-        self.nova()?
-            .servers_named(name)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Nova))
+        System::Nova.call(self.nova()?.servers_named(name).await)
     }
 
     pub async fn create_server(&self, c: &CreateServer<'_>) -> Result<String, CallError> {
-        self.nova()?
-            .create(c)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Nova))
+        System::Nova.call(self.nova()?.create(c).await)
     }
 
     /// Deletes server `id` with the site's own credential (`openstack`,
     /// an administrator's): a customer's server, which the SLURM
     /// credential cannot see (Move to Test Cluster's `force_reclaim`).
     pub async fn delete_customer_server(&self, id: &str) -> Result<(), CallError> {
-        Nova {
+        let nova = Nova {
             session: self.session()?,
             version: &self.nova_version,
-        }
-        .delete(id)
-        .await
-        .map_err(|e| CallError::from_source(e, System::Nova))
+        };
+        System::Nova.call(nova.delete(id).await)
     }
 
     pub async fn delete_server(&self, id: &str) -> Result<(), CallError> {
-        self.nova()?
-            .delete(id)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Nova))
+        System::Nova.call(self.nova()?.delete(id).await)
     }
 
     fn placement(&self) -> Result<Placement<'_>, CallError> {
@@ -336,21 +311,13 @@ impl Site {
 
     /// The resource provider's traits with their generation.
     pub async fn traits(&self, uuid: &str) -> Result<Traits, CallError> {
-        let placement = self.placement()?;
-        placement
-            .traits(uuid)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Placement))
+        System::Placement.call(self.placement()?.traits(uuid).await)
     }
 
     /// Replaces the provider's traits under the generation they were read
     /// at (a 409 is transient: the caller reads again).
     pub async fn put_traits(&self, uuid: &str, t: &Traits) -> Result<(), CallError> {
-        let placement = self.placement()?;
-        placement
-            .put_traits(uuid, t)
-            .await
-            .map_err(|e| CallError::from_source(e, System::Placement))
+        System::Placement.call(self.placement()?.put_traits(uuid, t).await)
     }
 
     /// The bind patch of the Ironic-direct Image Node: the run's
@@ -361,6 +328,16 @@ impl Site {
             &self.config.image_source,
             &self.config.image_checksum,
         )
+    }
+
+    /// The body of a provision action to `target`: a deploy (`active`)
+    /// carries the config drive (`deploy_body`).
+    pub fn provision_body(&self, target: &str) -> Value {
+        if target == "active" {
+            self.deploy_body()
+        } else {
+            json!({ "target": target })
+        }
     }
 
     /// `{"target": "active", "configdrive": ...}` with the site's public
@@ -377,6 +354,20 @@ impl Site {
             .collect();
         json!({"target": "active", "configdrive": {"meta_data": {"public_keys": public_keys}}})
     }
+}
+
+/// An HTTP client with the service's timeouts and a short retry.
+fn http_client(c: &Config) -> anyhow::Result<HttpClient> {
+    let poll = PollConfig {
+        request_timeout: c.request_timeout,
+        connect_timeout: c.connect_timeout,
+        max_retries: 2,
+        backoff_initial: Duration::from_millis(200),
+        backoff_max: Duration::from_secs(2),
+        ..PollConfig::default()
+    };
+    HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")
+        .map_err(|e| anyhow::anyhow!("workflow http client: {e}"))
 }
 
 /// The NetBox a Release re-reads devices from.
@@ -398,18 +389,8 @@ impl NetboxClient {
             .map_err(|e| anyhow::anyhow!("configuration key workflow.netbox.auth_scheme: {e}"))?;
         // Fail at start, not at the first hand-back, when the token cannot be read.
         c.token.resolve("workflow.netbox.token")?;
-        let poll = PollConfig {
-            request_timeout: timeouts.request_timeout,
-            connect_timeout: timeouts.connect_timeout,
-            max_retries: 2,
-            backoff_initial: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(2),
-            ..PollConfig::default()
-        };
-        let http = HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")
-            .map_err(|e| anyhow::anyhow!("workflow http client: {e}"))?;
         Ok(Some(NetboxClient {
-            http,
+            http: http_client(timeouts)?,
             base,
             token: c.token.clone(),
             scheme,
@@ -481,16 +462,7 @@ pub(crate) struct Sites {
 
 impl Sites {
     pub fn new(c: &Config) -> anyhow::Result<Self> {
-        let poll = PollConfig {
-            request_timeout: c.request_timeout,
-            connect_timeout: c.connect_timeout,
-            max_retries: 2,
-            backoff_initial: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(2),
-            ..PollConfig::default()
-        };
-        let http = HttpClient::new(&poll, ConnectorMetrics::new(), "workflow")
-            .map_err(|e| anyhow::anyhow!("workflow http client: {e}"))?;
+        let http = http_client(c)?;
         let mut by_site = HashMap::new();
         for (site, sc) in &c.sites {
             let key = format!("workflow.sites.{site}.openstack");

@@ -27,12 +27,13 @@ use fleet_domain::impairment::{
 };
 use fleet_domain::OperationalStatus;
 use fleet_hub_client::HubCallError;
-use fleet_proto::{v1, ErrorCode, Message};
+use fleet_proto::{v1, ErrorCode};
 
 use crate::activities::CallError;
 use crate::impairment_store as store;
-use crate::storm::{self, Work};
-use crate::{Workflow, OUTBOX};
+use crate::service::{all_found, db, decode};
+use crate::storm::{self, Held};
+use crate::Workflow;
 
 /// Which half of an event a unit of work belongs to (its `JOBS` subject's
 /// workflow token).
@@ -85,14 +86,6 @@ impl Phase {
     }
 }
 
-fn db(e: sqlx::Error) -> Refusal {
-    Refusal::unavailable("the workflow service's database is unavailable", e)
-}
-
-fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
-    M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
-}
-
 /// A hub call's failure as a step's.
 fn hub_error(e: HubCallError) -> CallError {
     CallError::from_hub(e, FailureCode::ImpairmentHoldRefused)
@@ -139,21 +132,7 @@ impl Workflow {
         let event_id = format!("imp_{}", ulid::Ulid::new());
         let mut tx = self.pool.begin().await.map_err(db)?;
         let found = store::lock_and_read(&mut tx, &ids).await.map_err(db)?;
-        if found.len() != ids.len() {
-            let missing: Vec<&str> = ids
-                .iter()
-                .filter(|i| !found.iter().any(|f| &f.0 == *i))
-                .map(String::as_str)
-                .collect();
-            return Err(Refusal::new(
-                ErrorCode::NotFound,
-                format!(
-                    "{} device(s) not found: {}",
-                    missing.len(),
-                    missing.join(", ")
-                ),
-            ));
-        }
+        all_found(&ids, |i| found.iter().any(|f| f.0 == i))?;
         let busy = store::busy(&mut tx, &ids).await.map_err(db)?;
         if !busy.is_empty() {
             let list: Vec<String> = busy.iter().map(|(d, e)| format!("{d} ({e})")).collect();
@@ -180,23 +159,16 @@ impl Workflow {
         // The cordon takes hosts from their customers: the storm guard
         // counts it like a job that takes devices out of service.
         let trips = match self.config.storm_guard.policy() {
-            Some(policy) => {
-                let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
-                storm::guard(&mut tx, &policy, Work::Impairment, &event_id, &candidates)
-                    .await
-                    .map_err(db)?
-            }
+            Some(policy) => storm::guard(&mut tx, &policy, Held::ImpairmentEvent, &event_id, &ids)
+                .await
+                .map_err(db)?,
             None => vec![],
         };
         if trips.is_empty() {
-            self.queue(&mut tx, Phase::Cordon, &event_id, &ids).await?;
-        } else {
-            crate::storm::hold(&mut tx, crate::storm::Held::ImpairmentEvent, &event_id)
-                .await
-                .map_err(db)?;
+            self.queue(&mut tx, Phase::Cordon.as_str(), &event_id, &ids)
+                .await?;
         }
-        tx.commit().await.map_err(db)?;
-        self.wake_relay();
+        self.commit(tx).await?;
         let storm_guard = (!trips.is_empty()).then(|| v1::StormGuard {
             awaiting_confirmation: true,
             trips: trips
@@ -236,15 +208,9 @@ impl Workflow {
         r: v1::ConfirmRequest,
     ) -> Result<v1::ImpairmentAccepted, Refusal> {
         let (id, by, reason) = crate::service::confirmation(&r)?;
-        let mut tx = self.pool.begin().await.map_err(db)?;
-        let Some((status, awaiting, confirmed)) =
-            store::lock_for_confirm(&mut tx, id).await.map_err(db)?
-        else {
-            return Err(Refusal::new(
-                ErrorCode::NotFound,
-                format!("impairment event {id} not found"),
-            ));
-        };
+        let (mut tx, (status, awaiting, confirmed)) = self
+            .lock_for_confirm::<String>(Held::ImpairmentEvent, "status", id)
+            .await?;
         let accepted = |storm_guard| v1::ImpairmentAccepted {
             event_id: id.to_string(),
             status: status.clone(),
@@ -259,17 +225,12 @@ impl Workflow {
                 format!("impairment event {id} is not held by the storm guard"),
             ));
         }
-        let ids = store::device_ids(&mut tx, id).await.map_err(db)?;
-        let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
-        storm::admit(&mut tx, Work::Impairment, id, &candidates)
+        let ids = storm::admit_confirmed(&mut tx, Held::ImpairmentEvent, id, by, reason)
             .await
             .map_err(db)?;
-        crate::storm::confirm(&mut tx, crate::storm::Held::ImpairmentEvent, id, by, reason)
-            .await
-            .map_err(db)?;
-        self.queue(&mut tx, Phase::Cordon, id, &ids).await?;
-        tx.commit().await.map_err(db)?;
-        self.wake_relay();
+        self.queue(&mut tx, Phase::Cordon.as_str(), id, &ids)
+            .await?;
+        self.commit(tx).await?;
         tracing::warn!(event_id = %id, confirmed_by = %by, reason = %reason, devices = ids.len(), "storm guard: impairment event confirmed by an operator");
         Ok(accepted(None))
     }
@@ -312,39 +273,15 @@ impl Workflow {
         let devices = store::queue_release(&mut tx, id, &restoring)
             .await
             .map_err(db)?;
-        self.queue(&mut tx, Phase::Release, id, &devices).await?;
-        tx.commit().await.map_err(db)?;
-        self.wake_relay();
+        self.queue(&mut tx, Phase::Release.as_str(), id, &devices)
+            .await?;
+        self.commit(tx).await?;
         tracing::info!(event_id = %id, devices = devices.len(), requested_by = %r.requested_by, "impairment event release queued");
         Ok(v1::ImpairmentAccepted {
             event_id: id.to_string(),
             status: EventStatus::ReleasePending.as_str().into(),
             storm_guard: None,
         })
-    }
-
-    async fn queue(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-        phase: Phase,
-        event: &str,
-        devices: &[String],
-    ) -> Result<(), Refusal> {
-        let rows = devices
-            .iter()
-            .map(|d| fleet_outbox::Row {
-                subject: self.subjects.job(phase.as_str(), event, d),
-                schema: fleet_proto::schema::<v1::JobDeviceWork>(),
-                payload: v1::JobDeviceWork {
-                    job_id: event.to_string(),
-                    device_id: d.clone(),
-                    workflow: phase.as_str().into(),
-                }
-                .encode_to_vec(),
-                traceparent: None,
-            })
-            .collect();
-        OUTBOX.insert(tx, rows).await.map(|_| ()).map_err(db)
     }
 
     /// One device's cordon or release, to its phase's end. `Err` only when

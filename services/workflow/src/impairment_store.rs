@@ -112,34 +112,6 @@ pub(crate) async fn lock_event(
     .await
 }
 
-/// The event locked for a confirmation: `(status, awaiting_confirmation,
-/// confirmed)`.
-pub(crate) async fn lock_for_confirm(
-    tx: &mut Transaction<'_, Postgres>,
-    id: &str,
-) -> Result<Option<(String, bool, bool)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT status, awaiting_confirmation, confirmed_at IS NOT NULL FROM impairment_events \
-         WHERE id = $1 FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await
-}
-
-/// The event's device ids.
-pub(crate) async fn device_ids(
-    tx: &mut Transaction<'_, Postgres>,
-    event: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT device_id FROM impairment_event_devices WHERE event_id = $1 ORDER BY device_id",
-    )
-    .bind(event)
-    .fetch_all(&mut **tx)
-    .await
-}
-
 /// Queues the release of every device not cleared yet; a pre-hold
 /// available or in_use host at a Placement site gets its trait restored
 /// (the caller passes which pre-hold statuses restore). Returns the devices

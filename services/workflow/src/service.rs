@@ -18,7 +18,7 @@ use fleet_store::{Ops, Shell};
 
 use crate::Config;
 
-use crate::storm::{self, Work};
+use crate::storm::{self, Held};
 use crate::{store, Workflow, OUTBOX};
 
 /// The workflows this build runs. Every other workflow of seed 002 is
@@ -39,11 +39,11 @@ pub(crate) const RUNS: &[Kind] = &[
     Kind::MultiNodeTest,
 ];
 
-fn db(e: sqlx::Error) -> Refusal {
+pub(crate) fn db(e: sqlx::Error) -> Refusal {
     Refusal::unavailable("the workflow service's database is unavailable", e)
 }
 
-fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
+pub(crate) fn decode<M: Message + Default>(payload: &[u8], what: &str) -> Result<M, Refusal> {
     M::decode(payload).map_err(|e| Refusal::invalid(format!("undecodable {what}: {e}")))
 }
 
@@ -62,6 +62,26 @@ pub(crate) fn confirmation(r: &v1::ConfirmRequest) -> Result<(&str, &str, &str),
         return Err(Refusal::invalid("reason is longer than 1024 characters"));
     }
     Ok((id, by, reason))
+}
+
+/// Refuses (`NOT_FOUND`, naming them) the ids of `ids` not `found`.
+pub(crate) fn all_found(ids: &[String], found: impl Fn(&str) -> bool) -> Result<(), Refusal> {
+    let missing: Vec<&str> = ids
+        .iter()
+        .map(String::as_str)
+        .filter(|i| !found(i))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        ErrorCode::NotFound,
+        format!(
+            "{} device(s) not found: {}",
+            missing.len(),
+            missing.join(", ")
+        ),
+    ))
 }
 
 /// The request's options.
@@ -178,7 +198,7 @@ impl Workflow {
         let runs = store::runs(&self.pool, id).await.map_err(db)?;
         let mut out = job.to_proto(&runs);
         if out.storm_guard.is_some() {
-            let trips = storm::trips(&self.pool, Work::Job, id).await.map_err(db)?;
+            let trips = storm::trips(&self.pool, Held::Job, id).await.map_err(db)?;
             out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
         }
         Ok(out)
@@ -240,21 +260,7 @@ impl Workflow {
         }
         let params = params_of(kind, &ids, &r.params)?;
         let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
-        if devices.len() != ids.len() {
-            let missing: Vec<&str> = ids
-                .iter()
-                .filter(|i| !devices.iter().any(|d| &d.id == *i))
-                .map(String::as_str)
-                .collect();
-            return Err(Refusal::new(
-                ErrorCode::NotFound,
-                format!(
-                    "{} device(s) not found: {}",
-                    missing.len(),
-                    missing.join(", ")
-                ),
-            ));
-        }
+        all_found(&ids, |i| devices.iter().any(|d| d.id == i))?;
         let refusals = self.eligibility(kind, &r, &devices).await?;
         if !refusals.is_empty() {
             return Ok(Err(Ineligible(refusals)));
@@ -286,23 +292,17 @@ impl Workflow {
         .map_err(db)?;
         let held = match self.config.storm_guard.policy() {
             Some(policy) if kind.takes_out_of_service() => {
-                let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
-                let trips = storm::guard(&mut tx, &policy, Work::Job, &job_id, &candidates)
+                let trips = storm::guard(&mut tx, &policy, Held::Job, &job_id, &ids)
                     .await
                     .map_err(db)?;
                 !trips.is_empty()
             }
             _ => false,
         };
-        if held {
-            crate::storm::hold(&mut tx, crate::storm::Held::Job, &job_id)
-                .await
-                .map_err(db)?;
-        } else {
-            self.queue_job(&mut tx, kind, &job_id, &ids).await?;
+        if !held {
+            self.queue(&mut tx, kind.as_str(), &job_id, &ids).await?;
         }
-        tx.commit().await.map_err(db)?;
-        self.wake_relay();
+        self.commit(tx).await?;
         if held {
             tracing::warn!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job held by the storm guard: waiting for an operator's confirmation");
         } else {
@@ -311,23 +311,24 @@ impl Workflow {
         Ok(Ok(self.job(&job_id).await?))
     }
 
-    /// One JOBS message per device, in the caller's transaction.
-    async fn queue_job(
+    /// One JOBS message per device of job (or impairment event) `job_id`,
+    /// whose `workflow` token is given, in the caller's transaction.
+    pub(crate) async fn queue(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-        kind: Kind,
+        workflow: &str,
         job_id: &str,
         ids: &[String],
     ) -> Result<(), Refusal> {
         let rows = ids
             .iter()
             .map(|d| fleet_outbox::Row {
-                subject: self.subjects.job(kind.as_str(), job_id, d),
+                subject: self.subjects.job(workflow, job_id, d),
                 schema: fleet_proto::schema::<v1::JobDeviceWork>(),
                 payload: v1::JobDeviceWork {
                     job_id: job_id.to_string(),
                     device_id: d.clone(),
-                    workflow: kind.as_str().into(),
+                    workflow: workflow.into(),
                 }
                 .encode_to_vec(),
                 traceparent: None,
@@ -336,20 +337,24 @@ impl Workflow {
         OUTBOX.insert(tx, rows).await.map(|_| ()).map_err(db)
     }
 
+    /// Commits `tx` and wakes the relay for the work it queued.
+    pub(crate) async fn commit(
+        &self,
+        tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    ) -> Result<(), Refusal> {
+        tx.commit().await.map_err(db)?;
+        self.wake_relay();
+        Ok(())
+    }
+
     /// An operator confirms a job the storm guard holds: its devices go in
     /// the ledger and its work is queued. Confirming twice answers the same
     /// job; a cancelled job, or one the guard never held, is refused.
     async fn confirm_job(&self, r: v1::ConfirmRequest) -> Result<v1::Job, Refusal> {
         let (id, by, reason) = confirmation(&r)?;
-        let mut tx = self.pool.begin().await.map_err(db)?;
-        let Some((cancelled, awaiting, confirmed)) =
-            store::lock_for_confirm(&mut tx, id).await.map_err(db)?
-        else {
-            return Err(Refusal::new(
-                ErrorCode::NotFound,
-                format!("job {id} not found"),
-            ));
-        };
+        let (mut tx, (cancelled, awaiting, confirmed)) = self
+            .lock_for_confirm::<bool>(Held::Job, "cancel_requested", id)
+            .await?;
         if confirmed {
             drop(tx);
             return self.job(id).await;
@@ -372,19 +377,37 @@ impl Workflow {
             .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
         let kind = Kind::parse(&job.workflow)
             .map_err(|e| Refusal::unavailable("a job has an unknown workflow", e))?;
-        let ids = store::device_ids(&mut tx, id).await.map_err(db)?;
-        let candidates = storm::candidates(&mut tx, &ids).await.map_err(db)?;
-        storm::admit(&mut tx, Work::Job, id, &candidates)
+        let ids = storm::admit_confirmed(&mut tx, Held::Job, id, by, reason)
             .await
             .map_err(db)?;
-        crate::storm::confirm(&mut tx, crate::storm::Held::Job, id, by, reason)
-            .await
-            .map_err(db)?;
-        self.queue_job(&mut tx, kind, id, &ids).await?;
-        tx.commit().await.map_err(db)?;
-        self.wake_relay();
+        self.queue(&mut tx, kind.as_str(), id, &ids).await?;
+        self.commit(tx).await?;
         tracing::warn!(job_id = %id, confirmed_by = %by, reason = %reason, devices = ids.len(), "storm guard: job confirmed by an operator");
         self.job(id).await
+    }
+
+    /// The held work `id` locked for a confirmation in a new transaction
+    /// (`storm::lock_for_confirm`); `NOT_FOUND` when there is none.
+    pub(crate) async fn lock_for_confirm<T>(
+        &self,
+        held: Held,
+        column: &'static str,
+        id: &str,
+    ) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, (T, bool, bool)), Refusal>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+    {
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let locked = storm::lock_for_confirm(&mut tx, held, column, id)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| {
+                Refusal::new(
+                    ErrorCode::NotFound,
+                    format!("{} {id} not found", held.noun()),
+                )
+            })?;
+        Ok((tx, locked))
     }
 
     /// The request's device ids, trimmed, de-duplicated and sorted: 1 to

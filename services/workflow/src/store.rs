@@ -342,44 +342,27 @@ pub(crate) async fn start(
     Ok(status.as_deref() == Some("running"))
 }
 
-/// Records a completed step, with what the run pinned and read back so far.
-pub(crate) async fn step(
+/// Records what a running device's run pinned and read back so far, and
+/// the step it completed (which restarts its attempts): `None` when the run
+/// ends (its last read is its evidence: a simulated flip's per-switch
+/// results).
+pub(crate) async fn record(
     pool: &PgPool,
     job_id: &str,
     device_id: &str,
-    step: &str,
+    step: Option<&str>,
     pinned: &serde_json::Value,
     results: &[StepResult],
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "UPDATE job_devices SET step = $3, pinned = $4, results = $5, attempts = 0, updated_at = now() \
+        "UPDATE job_devices SET step = COALESCE($3, step), \
+         attempts = CASE WHEN $3::text IS NULL THEN attempts ELSE 0 END, \
+         pinned = $4, results = $5, updated_at = now() \
          WHERE job_id = $1 AND device_id = $2 AND status = 'running'",
     )
     .bind(job_id)
     .bind(device_id)
     .bind(step)
-    .bind(pinned)
-    .bind(Json(results))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// What a run pinned and read back, recorded when it ends (its last read
-/// is its evidence: a simulated flip's per-switch results).
-pub(crate) async fn carried(
-    pool: &PgPool,
-    job_id: &str,
-    device_id: &str,
-    pinned: &serde_json::Value,
-    results: &[StepResult],
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE job_devices SET pinned = $3, results = $4, updated_at = now() \
-         WHERE job_id = $1 AND device_id = $2 AND status = 'running'",
-    )
-    .bind(job_id)
-    .bind(device_id)
     .bind(pinned)
     .bind(Json(results))
     .execute(pool)
@@ -429,32 +412,6 @@ pub(crate) async fn finish(
     .await?;
     aggregate(&mut tx, job_id).await?;
     tx.commit().await
-}
-
-/// The job locked for a confirmation: `(cancel_requested,
-/// awaiting_confirmation, confirmed)`.
-pub(crate) async fn lock_for_confirm(
-    tx: &mut Transaction<'_, Postgres>,
-    id: &str,
-) -> Result<Option<(bool, bool, bool)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT cancel_requested, awaiting_confirmation, confirmed_at IS NOT NULL FROM jobs \
-         WHERE id = $1 FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await
-}
-
-/// The job's device ids.
-pub(crate) async fn device_ids(
-    tx: &mut Transaction<'_, Postgres>,
-    job_id: &str,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT device_id FROM job_devices WHERE job_id = $1 ORDER BY device_id")
-        .bind(job_id)
-        .fetch_all(&mut **tx)
-        .await
 }
 
 /// Cancel: devices not started become `cancelled` at once; running ones

@@ -11,22 +11,6 @@ use sqlx::{Postgres, Transaction};
 
 type Tx<'a> = Transaction<'a, Postgres>;
 
-/// A job or an impairment event (`storm_trips.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Work {
-    Job,
-    Impairment,
-}
-
-impl Work {
-    fn as_str(self) -> &'static str {
-        match self {
-            Work::Job => "job",
-            Work::Impairment => "impairment",
-        }
-    }
-}
-
 /// One device as the guard counts it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub(crate) struct Candidate {
@@ -52,10 +36,7 @@ impl Candidate {
     }
 }
 
-pub(crate) async fn candidates(
-    tx: &mut Tx<'_>,
-    ids: &[String],
-) -> Result<Vec<Candidate>, sqlx::Error> {
+async fn candidates(tx: &mut Tx<'_>, ids: &[String]) -> Result<Vec<Candidate>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, site_id, pool_id, operational_status, entered_service_at IS NOT NULL AS entered_service \
          FROM devices WHERE id = ANY($1) ORDER BY id",
@@ -77,16 +58,18 @@ fn taking(devices: &[Candidate]) -> Vec<((ScopeKind, String), Vec<&Candidate>)> 
     by.into_iter().collect()
 }
 
-/// Counts every scope the work touches and returns those it trips (empty:
-/// admitted, and its devices are in the ledger). Serialised per scope, so
-/// two jobs created at once cannot both squeeze under the limit.
+/// Counts every scope the work on `ids` touches and returns those it trips
+/// (empty: admitted, and its devices are in the ledger; otherwise the trips
+/// are recorded and the work is held). Serialised per scope, so two jobs
+/// created at once cannot both squeeze under the limit.
 pub(crate) async fn guard(
     tx: &mut Tx<'_>,
     policy: &Policy,
-    work: Work,
+    work: Held,
     id: &str,
-    devices: &[Candidate],
+    ids: &[String],
 ) -> Result<Vec<Count>, sqlx::Error> {
+    let devices = &candidates(tx, ids).await?;
     let scopes = taking(devices);
     let mut counts = Vec::with_capacity(scopes.len());
     for ((kind, scope), taken) in &scopes {
@@ -134,7 +117,7 @@ pub(crate) async fn guard(
             "INSERT INTO storm_trips (kind, id, scope_kind, scope_id, in_service, taking, in_window, device_limit) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
-        .bind(work.as_str())
+        .bind(work.kind())
         .bind(id)
         .bind(c.scope_kind.as_str())
         .bind(&c.scope_id)
@@ -145,13 +128,14 @@ pub(crate) async fn guard(
         .execute(&mut **tx)
         .await?;
     }
+    hold(tx, work, id).await?;
     Ok(trips)
 }
 
 /// Records what admitted work takes out of service, in every scope.
-pub(crate) async fn admit(
+async fn admit(
     tx: &mut Tx<'_>,
-    work: Work,
+    work: Held,
     id: &str,
     devices: &[Candidate],
 ) -> Result<(), sqlx::Error> {
@@ -173,7 +157,7 @@ pub(crate) async fn admit(
     .bind(&kinds)
     .bind(&scopes)
     .bind(&ids)
-    .bind(work.as_str())
+    .bind(work.kind())
     .bind(id)
     .execute(&mut **tx)
     .await?;
@@ -183,14 +167,14 @@ pub(crate) async fn admit(
 /// The trips a waiting job or event recorded.
 pub(crate) async fn trips(
     pool: &sqlx::PgPool,
-    work: Work,
+    work: Held,
     id: &str,
 ) -> Result<Vec<TripRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT scope_kind, scope_id, in_service, taking, in_window, device_limit FROM storm_trips \
          WHERE kind = $1 AND id = $2 ORDER BY scope_kind, scope_id",
     )
-    .bind(work.as_str())
+    .bind(work.kind())
     .bind(id)
     .fetch_all(pool)
     .await
@@ -219,7 +203,8 @@ impl TripRow {
     }
 }
 
-/// What the storm guard holds: a job, or an impairment event.
+/// Work the storm guard counts and may hold: a job, or an impairment
+/// event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
     Job,
@@ -227,20 +212,40 @@ pub(crate) enum Held {
 }
 
 impl Held {
+    /// What a refusal calls it.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Held::Job => "job",
+            Held::ImpairmentEvent => "impairment event",
+        }
+    }
+
+    /// Its `storm_trips.kind` and `storm_ledger.kind`.
+    fn kind(self) -> &'static str {
+        match self {
+            Held::Job => "job",
+            Held::ImpairmentEvent => "impairment",
+        }
+    }
+
     fn table(self) -> &'static str {
         match self {
             Held::Job => "jobs",
             Held::ImpairmentEvent => "impairment_events",
         }
     }
+
+    /// The table of its devices and the column there that names it.
+    fn devices(self) -> (&'static str, &'static str) {
+        match self {
+            Held::Job => ("job_devices", "job_id"),
+            Held::ImpairmentEvent => ("impairment_event_devices", "event_id"),
+        }
+    }
 }
 
 /// The storm guard holds the work until an operator confirms it.
-pub(crate) async fn hold(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    held: Held,
-    id: &str,
-) -> Result<(), sqlx::Error> {
+async fn hold(tx: &mut Tx<'_>, held: Held, id: &str) -> Result<(), sqlx::Error> {
     sqlx::query(&format!(
         "UPDATE {} SET awaiting_confirmation = true WHERE id = $1",
         held.table()
@@ -251,14 +256,46 @@ pub(crate) async fn hold(
     Ok(())
 }
 
-/// An operator's confirmation of held work, recorded with who and why.
-pub(crate) async fn confirm(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+/// The work `id` locked for a confirmation: `(column, awaiting_confirmation,
+/// confirmed)`, `column` being what the caller decides on besides.
+pub(crate) async fn lock_for_confirm<T>(
+    tx: &mut Tx<'_>,
+    held: Held,
+    column: &'static str,
+    id: &str,
+) -> Result<Option<(T, bool, bool)>, sqlx::Error>
+where
+    T: for<'r> sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres> + Send + Unpin,
+{
+    sqlx::query_as(&format!(
+        "SELECT {column}, awaiting_confirmation, confirmed_at IS NOT NULL FROM {} \
+         WHERE id = $1 FOR UPDATE",
+        held.table()
+    ))
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// An operator's confirmation of held work: what its devices take out of
+/// service goes in the ledger, and the confirmation is recorded with who
+/// and why. Returns the devices, whose work the caller queues.
+pub(crate) async fn admit_confirmed(
+    tx: &mut Tx<'_>,
     held: Held,
     id: &str,
     by: &str,
     reason: &str,
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<String>, sqlx::Error> {
+    let (devices, of) = held.devices();
+    let ids: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT device_id FROM {devices} WHERE {of} = $1 ORDER BY device_id"
+    ))
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let candidates = candidates(tx, &ids).await?;
+    admit(tx, held, id, &candidates).await?;
     sqlx::query(&format!(
         "UPDATE {} SET awaiting_confirmation = false, confirmed_by = $2, confirmed_at = now(), \
          confirm_reason = $3, updated_at = now() WHERE id = $1",
@@ -269,5 +306,5 @@ pub(crate) async fn confirm(
     .bind(reason)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(ids)
 }

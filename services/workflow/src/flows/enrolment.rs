@@ -25,8 +25,8 @@ fn pinned(c: &Carried) -> Pinned {
     Pinned {
         identity: c.pinned_str(IDENTITY).map(str::to_string),
         inspect_baseline: c.pinned.get(INSPECT_BASELINE).map(time),
-        power_cycle_requested: c.pinned.get(POWER_CYCLE_REQUESTED) == Some(&Value::Bool(true)),
-        proof_written: c.pinned.get(PROOF_WRITTEN) == Some(&Value::Bool(true)),
+        power_cycle_requested: c.pinned_flag(POWER_CYCLE_REQUESTED),
+        proof_written: c.pinned_flag(PROOF_WRITTEN),
     }
 }
 
@@ -94,9 +94,7 @@ impl Workflow {
                     // inspection.
                     site.power(&node.uuid, "rebooting").await?;
                     self.metrics.wrote("ironic", "power_cycle");
-                    carried
-                        .pinned
-                        .insert(POWER_CYCLE_REQUESTED.into(), Value::Bool(true));
+                    carried.pin_flag(POWER_CYCLE_REQUESTED);
                     Taken::Step("power_cycle_requested")
                 }
                 EnrolNext::Provision(target) => {
@@ -111,9 +109,7 @@ impl Workflow {
                 }
                 EnrolNext::WriteProof { result_ref } => {
                     self.write_proof(r, &result_ref).await?;
-                    carried
-                        .pinned
-                        .insert(PROOF_WRITTEN.into(), Value::Bool(true));
+                    carried.pin_flag(PROOF_WRITTEN);
                     Taken::Step("proof_written")
                 }
                 EnrolNext::Wait => Taken::Wait,

@@ -4,6 +4,7 @@
 
 use fleet_domain::eligibility::Workflow as Kind;
 use fleet_domain::ironic_direct::{image_next, unimage_next, Next, NodeView};
+use fleet_openstack::ironic::Node;
 use serde_json::json;
 
 use super::{not_configured, Carried, Run, StepOutcome, Taken};
@@ -12,6 +13,18 @@ use crate::Workflow;
 
 /// The `instance_uuid` the run minted or recovered.
 const INSTANCE_UUID: &str = "instance_uuid";
+
+/// The node as `fleet_domain::ironic_direct` decides from it.
+pub(super) fn node_view(node: &Node) -> NodeView<'_> {
+    NodeView {
+        uuid: &node.uuid,
+        provision_state: node.provision_state.as_deref().unwrap_or(""),
+        target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
+        maintenance: node.maintenance,
+        instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
+        last_error: node.last_error.as_deref(),
+    }
+}
 
 impl Workflow {
     pub(super) async fn ironic_direct(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
@@ -26,14 +39,7 @@ impl Workflow {
         }
         let ident = device.node_ident();
         let node = site.node(&ident).await?;
-        let view = NodeView {
-            uuid: &node.uuid,
-            provision_state: node.provision_state.as_deref().unwrap_or(""),
-            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
-            maintenance: node.maintenance,
-            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
-            last_error: node.last_error.as_deref(),
-        };
+        let view = node_view(&node);
         let next = match r.kind {
             Kind::ImageNode => image_next(&view, carried.pinned_str(INSTANCE_UUID)),
             _ => unimage_next(&view),
@@ -54,12 +60,8 @@ impl Workflow {
                 Taken::Step("bound")
             }
             Next::Provision { target } => {
-                let body = if target == "active" {
-                    site.deploy_body()
-                } else {
-                    json!({ "target": target })
-                };
-                site.provision(&node.uuid, &body).await?;
+                site.provision(&node.uuid, &site.provision_body(target))
+                    .await?;
                 self.metrics.wrote("ironic", target);
                 Taken::Step(if target == "active" {
                     "deploy_requested"

@@ -57,6 +57,39 @@ impl Carried {
     pub fn pin(&mut self, key: &str, value: impl Into<String>) {
         self.pinned.insert(key.into(), Value::String(value.into()));
     }
+
+    /// A wait that outlasted its time: the step's code, else the
+    /// workflow's.
+    fn timed_out(&self, kind: Kind, message: String) -> Outcome {
+        Outcome::Failed(self.timeout_code.unwrap_or(timeout_code(kind)), message)
+    }
+
+    /// Whether `key` is pinned `true`.
+    pub fn pinned_flag(&self, key: &str) -> bool {
+        self.pinned.get(key) == Some(&Value::Bool(true))
+    }
+
+    pub fn pin_flag(&mut self, key: &str) {
+        self.pinned.insert(key.into(), Value::Bool(true));
+    }
+
+    /// What the run pinned under `key` as a `T` (its default when nothing
+    /// readable is pinned).
+    pub fn pinned_as<T: serde::de::DeserializeOwned + Default>(&self, key: &str) -> T {
+        self.pinned
+            .get(key)
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+
+    /// Pins `value` under `key`, as JSON.
+    pub fn pin_as<T: serde::Serialize>(&mut self, key: &str, value: &T) {
+        self.pinned.insert(
+            key.into(),
+            serde_json::to_value(value).unwrap_or(Value::Null),
+        );
+    }
 }
 
 /// What a step comes to: what it did, or the call that failed it.
@@ -202,9 +235,7 @@ impl Workflow {
                 Taken::Done | Taken::Failed(..) => {
                     // The last read is the run's evidence (a simulated
                     // flip's per-switch results): record it with the end.
-                    let pinned = Value::Object(carried.pinned.clone());
-                    store::carried(&self.pool, job_id, device_id, &pinned, &carried.results)
-                        .await?;
+                    self.record(r, carried, None).await?;
                     return Ok(match next {
                         Taken::Failed(code, message) => Outcome::Failed(code, message),
                         _ => Outcome::Succeeded,
@@ -214,8 +245,8 @@ impl Workflow {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
                     let timeout = carried.wait_limit.unwrap_or(timeout).max(timeout);
                     if since.elapsed() > timeout {
-                        return Ok(Outcome::Failed(
-                            carried.timeout_code.unwrap_or(timeout_code(kind)),
+                        return Ok(carried.timed_out(
+                            kind,
                             format!(
                                 "device {} did not settle within {} s",
                                 device.name,
@@ -229,8 +260,8 @@ impl Workflow {
                     let since = *waiting_since.get_or_insert_with(Instant::now);
                     let left = timeout.saturating_sub(since.elapsed());
                     if left.is_zero() {
-                        return Ok(Outcome::Failed(
-                            carried.timeout_code.unwrap_or(timeout_code(kind)),
+                        return Ok(carried.timed_out(
+                            kind,
                             format!(
                                 "the hub did not derive what {kind} waits for on device {} within {} s",
                                 device.name,
@@ -248,19 +279,23 @@ impl Workflow {
                 Taken::Step(name) => {
                     waiting_since = None;
                     carried.timeout_code = None;
-                    let pinned = Value::Object(carried.pinned.clone());
-                    store::step(
-                        &self.pool,
-                        job_id,
-                        device_id,
-                        name,
-                        &pinned,
-                        &carried.results,
-                    )
-                    .await?;
+                    self.record(r, carried, Some(name)).await?;
                 }
             }
         }
+    }
+
+    /// What the run carries, committed with the step it completed (`None`:
+    /// with its end).
+    async fn record(
+        &self,
+        r: &Run<'_>,
+        carried: &Carried,
+        step: Option<&str>,
+    ) -> Result<(), sqlx::Error> {
+        let pinned = Value::Object(carried.pinned.clone());
+        let (job, device) = (&r.job.id, &r.device.id);
+        store::record(&self.pool, job, device, step, &pinned, &carried.results).await
     }
 
     /// The back-off before try `attempts + 1` of a step: doubling from

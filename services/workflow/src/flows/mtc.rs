@@ -10,12 +10,12 @@
 
 use fleet_domain::eligibility::proof_verdict;
 use fleet_domain::failure::FailureCode;
-use fleet_domain::ironic_direct::{image_next, Next, NodeView};
+use fleet_domain::ironic_direct::{image_next, Next};
 use fleet_domain::mtc::{
     adopt_next, cordon_next, reclaim_next, Adopt, Cordon, NodeRead, Phase, Reclaim, SlurmRead,
 };
 use fleet_domain::OperationalStatus;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{not_configured, Carried, Run, StepOutcome, Taken};
 use crate::activities::{bind_ops, mint_instance_uuid, slurm_error, CallError, Site};
@@ -68,7 +68,7 @@ impl Workflow {
                     instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
                     maintenance: node.maintenance,
                 };
-                let requested = carried.pinned.get(RECLAIM_REQUESTED) == Some(&Value::Bool(true));
+                let requested = carried.pinned_flag(RECLAIM_REQUESTED);
                 Ok(
                     match reclaim_next(
                         &read,
@@ -92,9 +92,7 @@ impl Workflow {
                                     self.metrics.wrote("ironic", "reclaim");
                                 }
                             }
-                            carried
-                                .pinned
-                                .insert(RECLAIM_REQUESTED.into(), Value::Bool(true));
+                            carried.pin_flag(RECLAIM_REQUESTED);
                             Taken::Step("reclaim_requested")
                         }
                         Reclaim::Wait => Taken::Wait,
@@ -141,11 +139,7 @@ impl Workflow {
         }
         if node.lessee.as_deref() != Some(slurm_project) {
             self.proof(r, &node.uuid).await?;
-            site.patch(
-                &node.uuid,
-                &json!([{"op": "add", "path": "/lessee", "value": slurm_project}]),
-            )
-            .await?;
+            site.set_lessee(&node.uuid, slurm_project).await?;
             self.metrics.wrote("ironic", "lease_to_slurm");
             return Ok(Taken::Step("leased_to_slurm"));
         }
@@ -169,14 +163,7 @@ impl Workflow {
                 "the image Move to Test Cluster deploys",
             ));
         }
-        let view = NodeView {
-            uuid: &node.uuid,
-            provision_state: node.provision_state.as_deref().unwrap_or(""),
-            target_provision_state: node.target_provision_state.as_deref().unwrap_or(""),
-            maintenance: node.maintenance,
-            instance_uuid: node.instance_uuid.as_deref().filter(|u| !u.is_empty()),
-            last_error: node.last_error.as_deref(),
-        };
+        let view = super::ironic_direct::node_view(node);
         match image_next(&view, carried.pinned_str(INSTANCE_UUID)) {
             Next::Mint => {
                 carried.pin(INSTANCE_UUID, mint_instance_uuid());
@@ -196,12 +183,8 @@ impl Workflow {
             }
             Next::Provision { target } => {
                 self.proof(r, &node.uuid).await?;
-                let body = if target == "active" {
-                    site.deploy_body()
-                } else {
-                    json!({ "target": target })
-                };
-                site.provision(&node.uuid, &body).await?;
+                site.provision(&node.uuid, &site.provision_body(target))
+                    .await?;
                 self.metrics.wrote("ironic", target);
                 return Ok(Taken::Step("deploy_requested"));
             }
@@ -252,7 +235,7 @@ impl Workflow {
             update_supported,
             operational_status: status,
         };
-        let resumed = carried.pinned.get(RESUME_REQUESTED) == Some(&Value::Bool(true));
+        let resumed = carried.pinned_flag(RESUME_REQUESTED);
         Ok(match adopt_next(&read, resumed) {
             Adopt::WaitRegistered => {
                 carried.timeout_code = Some(FailureCode::SlurmNodeNotRegistered);
@@ -269,9 +252,7 @@ impl Workflow {
                     .await
                     .map_err(slurm_error)?;
                 self.metrics.wrote("slurm", "resume");
-                carried
-                    .pinned
-                    .insert(RESUME_REQUESTED.into(), Value::Bool(true));
+                carried.pin_flag(RESUME_REQUESTED);
                 Taken::Step("slurm_resume_requested")
             }
             Adopt::WaitValidation => {

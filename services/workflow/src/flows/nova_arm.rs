@@ -9,7 +9,6 @@ use fleet_domain::nova_arm::{
 };
 use fleet_openstack::ironic::Node;
 use fleet_openstack::nova::{CreateServer, Server};
-use serde_json::json;
 
 use super::{Carried, Run, StepOutcome, Taken};
 use crate::activities::{CallError, Site};
@@ -126,11 +125,7 @@ impl Workflow {
         );
         Ok(match next {
             Next::MoveLease { to } => {
-                site.patch(
-                    &node.uuid,
-                    &json!([{"op": "add", "path": "/lessee", "value": to}]),
-                )
-                .await?;
+                site.set_lessee(&node.uuid, &to).await?;
                 self.metrics.wrote("ironic", "lease");
                 Taken::Step("lease_returned")
             }
@@ -196,11 +191,7 @@ impl Workflow {
         }
         Ok(Some(match next {
             Next::MoveLease { to } => {
-                site.patch(
-                    &node.uuid,
-                    &json!([{"op": "add", "path": "/lessee", "value": to}]),
-                )
-                .await?;
+                site.set_lessee(&node.uuid, &to).await?;
                 self.metrics.wrote("ironic", "lease");
                 Taken::Step("leased_to_slurm")
             }

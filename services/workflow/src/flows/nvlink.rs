@@ -14,7 +14,6 @@ use fleet_domain::nvlink::{
 use fleet_domain::OperationalStatus;
 use fleet_fabric::nmx::{host_gpus, partition_named, partition_of};
 use fleet_latch::Latch;
-use serde_json::Value;
 
 use super::{latch_error, Carried, Run, StepOutcome, Taken};
 use crate::activities::CallError;
@@ -23,21 +22,6 @@ use crate::store::{self, StepResult};
 use crate::Workflow;
 
 const NVLINK: &str = "nvlink";
-
-fn pinned(c: &Carried) -> NvPinned {
-    c.pinned
-        .get(NVLINK)
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default()
-}
-
-fn pin(c: &mut Carried, p: &NvPinned) {
-    c.pinned.insert(
-        NVLINK.into(),
-        serde_json::to_value(p).unwrap_or(Value::Null),
-    );
-}
 
 impl Workflow {
     pub(super) async fn nvlink(&self, r: &Run<'_>, carried: &mut Carried) -> StepOutcome {
@@ -60,7 +44,7 @@ impl Workflow {
                 format!("workflow.sites.{site_id}.fabric has no nmx_url"),
             ));
         };
-        let mut p = pinned(carried);
+        let mut p: NvPinned = carried.pinned_as(NVLINK);
         // The custody check, on a fresh read of the device: before the
         // plan and again before every write.
         let device = store::device(&self.pool, &r.device.id)
@@ -136,14 +120,14 @@ impl Workflow {
         Ok(match next {
             NvNext::Plan(plan) => {
                 p.planned = Some(plan);
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("planned")
             }
             NvNext::Replan(plan) => {
                 tracing::info!(job_id = %r.job.id, device_id = %device.id, partition = %plan.partition, "repair partition membership moved since planning; re-planned");
                 p.planned = Some(plan);
                 p.replans += 1;
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("replanned")
             }
             NvNext::WriteUnknown => {
@@ -157,7 +141,7 @@ impl Workflow {
                 .await
                 .map_err(|e| latch_error(e, failed))?;
                 p.unknown_written = true;
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("unknown_written")
             }
             NvNext::Put(plan) => {
@@ -170,13 +154,13 @@ impl Workflow {
                     partition: plan.partition,
                     id,
                 });
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("partition_update_requested")
             }
             NvNext::OperationDone => {
                 p.operation = None;
                 p.planned = None;
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("partition_updated")
             }
             NvNext::Wait => Taken::Wait,
@@ -191,7 +175,7 @@ impl Workflow {
                 .await
                 .map_err(|e| latch_error(e, Latch::NvlinkPartition.failure_code()))?;
                 p.latch_written = true;
-                pin(carried, &p);
+                carried.pin_as(NVLINK, &p);
                 Taken::Step("latch_written")
             }
             NvNext::Done => Taken::Done,

@@ -15,7 +15,6 @@ use fleet_domain::fabric_flip::{
 };
 use fleet_domain::failure::FailureCode;
 use fleet_latch::Latch;
-use serde_json::Value;
 
 use super::{latch_error, Carried, Run, StepOutcome, Taken};
 use crate::activities::CallError;
@@ -42,19 +41,6 @@ fn latch_of(plane: Plane) -> Latch {
         Plane::Frontend => Latch::FrontendVrf,
         Plane::Backend => Latch::BackendVrf,
     }
-}
-
-fn pinned(c: &Carried) -> FlipPinned {
-    c.pinned
-        .get(FLIP)
-        .cloned()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default()
-}
-
-fn pin(c: &mut Carried, p: &FlipPinned) {
-    c.pinned
-        .insert(FLIP.into(), serde_json::to_value(p).unwrap_or(Value::Null));
 }
 
 /// Per planned port, what this step read back (`leaf01:swp1`).
@@ -122,7 +108,7 @@ impl Workflow {
                 format!("{} has no target VRF for {}", r.kind, device.name),
             ));
         }
-        let mut p = pinned(carried);
+        let mut p: FlipPinned = carried.pinned_as(FLIP);
 
         // The plan: the device's cabled ports on the plane's switches.
         if p.plan.is_empty() {
@@ -139,7 +125,7 @@ impl Workflow {
             return Ok(match plan(&device.name, &ports) {
                 Ok(plan) => {
                     p.plan = plan;
-                    pin(carried, &p);
+                    carried.pin_as(FLIP, &p);
                     Taken::Step("planned")
                 }
                 Err((code, message)) => Taken::Failed(code, message),
@@ -226,7 +212,7 @@ impl Workflow {
                 .await
                 .map_err(|e| latch_error(e, failed))?;
                 p.unknown_written.insert(switch.unwrap_or_default());
-                pin(carried, &p);
+                carried.pin_as(FLIP, &p);
                 Taken::Step("unknown_written")
             }
             FlipNext::CreateRevision { switch } => {
@@ -238,7 +224,7 @@ impl Workflow {
                 self.metrics.wrote("nvue", "revision");
                 p.staged.remove(&switch);
                 p.revisions.insert(switch, rev);
-                pin(carried, &p);
+                carried.pin_as(FLIP, &p);
                 Taken::Step("revision_created")
             }
             FlipNext::Stage {
@@ -257,7 +243,7 @@ impl Workflow {
                     .map_err(|e| fabric_error(e, failed))?;
                 self.metrics.wrote("nvue", "stage");
                 p.staged.insert(switch);
-                pin(carried, &p);
+                carried.pin_as(FLIP, &p);
                 Taken::Step("ports_staged")
             }
             FlipNext::Apply { switch, revision } => {
@@ -268,7 +254,7 @@ impl Workflow {
                     .map_err(|e| fabric_error(e, failed))?;
                 self.metrics.wrote("nvue", "apply");
                 p.apply_requested.insert(switch);
-                pin(carried, &p);
+                carried.pin_as(FLIP, &p);
                 Taken::Step("apply_requested")
             }
             FlipNext::Wait => Taken::Wait,
@@ -284,7 +270,7 @@ impl Workflow {
                 .await
                 .map_err(|e| latch_error(e, latch.failure_code()))?;
                 p.latch_written = true;
-                pin(carried, &p);
+                carried.pin_as(FLIP, &p);
                 Taken::Step("latch_written")
             }
             FlipNext::Done => Taken::Done,

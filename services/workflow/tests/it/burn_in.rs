@@ -60,6 +60,11 @@ impl BurnIn {
         device_for(&self.env, "s1", node, &unique(node)).await
     }
 
+    /// A `workflow` job over `device`, once it ends.
+    async fn run(&self, workflow: &str, device: &str) -> v1::Job {
+        run_job(&self.env, workflow, &[device], WITHIN).await
+    }
+
     /// The SLURM job the run submitted, from its step results.
     async fn slurm_job(&self, job: &str) -> (u64, v1::JobDevice) {
         let c = workflow_client(&self.env);
@@ -75,6 +80,26 @@ impl BurnIn {
         .await
     }
 
+    /// SLURM job `id`'s state once it is `want`, or after `tries` reads
+    /// 100 ms apart.
+    async fn slurm_state(&mut self, id: u64, want: &str, tries: u32) -> Vec<String> {
+        let mut state = vec![];
+        for _ in 0..tries {
+            state = self
+                .slurm
+                .job(id)
+                .await
+                .unwrap()
+                .expect("the job")
+                .job_state;
+            if state == [want] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        state
+    }
+
     async fn stop(self) {
         self.stops.stop().await;
         self.env.cleanup().await;
@@ -87,11 +112,8 @@ impl BurnIn {
 async fn a_burn_in_that_completes_passes_the_stage() {
     let mut b = BurnIn::start("#!/bin/bash\necho burn-in on $FLEET_DEVICE_NAME\nexit 0\n").await;
     let device = b.device("gpu04").await;
-    let job = create(&b.env, "single_node_test", std::slice::from_ref(&device))
-        .await
-        .expect("job created");
-    let done = job_terminal(&b.env, &job.id, WITHIN).await;
-    assert_eq!(done.status, "succeeded", "{:?}", done.devices);
+    let job = b.run("single_node_test", &device).await;
+    assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let (id, d) = b.slurm_job(&job.id).await;
     assert!(
         d.results[0].detail.starts_with("COMPLETED on gpu04"),
@@ -119,17 +141,10 @@ async fn a_burn_in_that_completes_passes_the_stage() {
 async fn a_burn_in_that_fails_fails_the_stage_with_its_exit_status() {
     let b = BurnIn::start("#!/bin/bash\necho gpu 3 fell off the bus >&2\nexit 3\n").await;
     let device = b.device("gpu05").await;
-    let job = create(&b.env, "multi_node_test", std::slice::from_ref(&device))
-        .await
-        .expect("job created");
-    let done = job_terminal(&b.env, &job.id, WITHIN).await;
-    assert_eq!(done.status, "failed", "{:?}", done.devices);
-    let d = &done.devices[0];
-    assert_eq!(d.failure_code, "BURN_IN_FAILED", "{d:?}");
-    assert!(
-        d.failure_message.contains("FAILED") && d.failure_message.contains("exit status 3"),
-        "{d:?}"
-    );
+    let job = b.run("multi_node_test", &device).await;
+    assert_eq!(job.status, "failed", "{:?}", job.devices);
+    assert_failed(&job, "BURN_IN_FAILED", "exit status 3");
+    assert!(job.devices[0].failure_message.contains("FAILED"));
     b.stop().await;
 }
 
@@ -143,31 +158,15 @@ async fn a_cancelled_burn_in_cancels_its_slurm_job() {
         .await
         .expect("job created");
     let (id, _) = b.slurm_job(&job.id).await;
-    let slurm = &mut b.slurm;
-    let mut running = false;
-    for _ in 0..300 {
-        let j = slurm.job(id).await.unwrap().expect("the job");
-        if j.job_state == ["RUNNING"] {
-            running = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(running, "SLURM job {id} never ran");
+    let state = b.slurm_state(id, "RUNNING", 300).await;
+    assert_eq!(state, vec!["RUNNING"], "SLURM job {id} never ran");
     workflow_client(&b.env)
         .cancel_job(&job.id, "test")
         .await
         .expect("cancel accepted");
     let done = job_terminal(&b.env, &job.id, WITHIN).await;
     assert_eq!(done.status, "cancelled", "{:?}", done.devices);
-    let mut state = vec![];
-    for _ in 0..100 {
-        state = b.slurm.job(id).await.unwrap().expect("the job").job_state;
-        if state == ["CANCELLED"] {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let state = b.slurm_state(id, "CANCELLED", 100).await;
     assert_eq!(state, vec!["CANCELLED"], "SLURM job {id}");
     b.stop().await;
 }
@@ -178,21 +177,11 @@ async fn a_cancelled_burn_in_cancels_its_slurm_job() {
 async fn a_site_without_a_test_script_fails_with_site_not_configured() {
     let b = BurnIn::start("").await;
     let device = b.device("gpu04").await;
-    let job = create(&b.env, "single_node_test", std::slice::from_ref(&device))
-        .await
-        .expect("job created");
-    let done = job_terminal(&b.env, &job.id, WITHIN).await;
-    assert_eq!(
-        done.devices[0].failure_code, "SITE_NOT_CONFIGURED",
-        "{:?}",
-        done.devices
-    );
-    assert!(
-        done.devices[0]
-            .failure_message
-            .contains("burn_in.single_node_test.script"),
-        "{:?}",
-        done.devices
+    let job = b.run("single_node_test", &device).await;
+    assert_failed(
+        &job,
+        "SITE_NOT_CONFIGURED",
+        "burn_in.single_node_test.script",
     );
     b.stop().await;
 }

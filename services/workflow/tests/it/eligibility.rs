@@ -48,14 +48,8 @@ async fn a_refused_device_refuses_the_job_and_writes_nothing() {
     );
     assert!(got.contains(&(nova.as_str(), "backend_not_run")), "{got:?}");
     assert_eq!(e.code(), ErrorCode::Ineligible);
-    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-    let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_outbox")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let jobs = count(&env, "SELECT count(*) FROM jobs", None).await;
+    let outbox = count(&env, "SELECT count(*) FROM workflow_outbox", None).await;
     assert_eq!((jobs, outbox), (0, 0), "nothing written");
 
     // Bad input: typed, nothing written.
@@ -84,10 +78,7 @@ async fn a_refused_device_refuses_the_job_and_writes_nothing() {
     let done = job_terminal(&env, &first.id, std::time::Duration::from_secs(30)).await;
     assert_eq!(done.status, "failed");
     assert_eq!(done.devices[0].failure_code, "SITE_NOT_CONFIGURED");
-    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_outbox")
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let pending = count(&env, "SELECT count(*) FROM workflow_outbox", None).await;
     assert_eq!(pending, 0, "the relay published the work");
 
     stop(trigger, task).await;

@@ -23,17 +23,25 @@ async fn proof(env: &TestEnv, device: &str) -> (String, String) {
 }
 
 async fn enrol(env: &TestEnv, devices: &[String], run_inspection: Option<bool>) -> v1::Job {
-    let job = workflow_client(env)
-        .create_job(&v1::CreateJobRequest {
-            workflow: "enrollment".into(),
-            device_ids: devices.to_vec(),
-            created_by: "test".into(),
-            run_inspection,
-            ..Default::default()
-        })
-        .await
-        .expect("enrolment job created");
+    let job = create_with(env, "enrollment", devices, |r| {
+        r.run_inspection = run_inspection
+    })
+    .await
+    .expect("enrolment job created");
     job_terminal(env, &job.id, WITHIN).await
+}
+
+/// A node left in `enroll` (with `extra` fields) and its device.
+async fn enrolling(
+    ironic: &RealIronic,
+    env: &TestEnv,
+    prefix: &str,
+    extra: serde_json::Value,
+) -> (String, String) {
+    let name = unique(prefix);
+    let uuid = ironic.enroll_node(&name, extra).await;
+    let device = device_for(env, "s1", &name, &uuid).await;
+    (uuid, device)
 }
 
 /// "A qualifying typed completion establishes enrolled proof for its result
@@ -42,9 +50,7 @@ async fn enrol(env: &TestEnv, devices: &[String], run_inspection: Option<bool>) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enrolment_inspects_provides_and_records_the_proof() {
     let (ironic, env, mesh) = Mesh::start().await;
-    let name = unique("enr");
-    let uuid = ironic.enroll_node(&name, json!({})).await;
-    let device = device_for(&env, "s1", &name, &uuid).await;
+    let (uuid, device) = enrolling(&ironic, &env, "enr", json!({})).await;
     assert_eq!(proof(&env, &device).await.0, "");
 
     let job = enrol(&env, std::slice::from_ref(&device), None).await;
@@ -64,9 +70,7 @@ async fn enrolment_inspects_provides_and_records_the_proof() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_diagnostic_enrolment_provides_without_proving() {
     let (ironic, env, mesh) = Mesh::start().await;
-    let name = unique("diag");
-    let uuid = ironic.enroll_node(&name, json!({})).await;
-    let device = device_for(&env, "s1", &name, &uuid).await;
+    let (uuid, device) = enrolling(&ironic, &env, "diag", json!({})).await;
     let job = enrol(&env, std::slice::from_ref(&device), Some(false)).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let n = ironic.node(&uuid).await;
@@ -74,16 +78,11 @@ async fn a_diagnostic_enrolment_provides_without_proving() {
     assert!(n["inspection_finished_at"].is_null(), "not inspected: {n}");
     assert_eq!(proof(&env, &device).await.0, "", "no proof written");
     // run_inspection belongs to Enrolment alone.
-    let refused = workflow_client(&env)
-        .create_job(&v1::CreateJobRequest {
-            workflow: "image_node".into(),
-            device_ids: vec![device.clone()],
-            created_by: "test".into(),
-            run_inspection: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = create_with(&env, "image_node", std::slice::from_ref(&device), |r| {
+        r.run_inspection = Some(false)
+    })
+    .await
+    .unwrap_err();
     assert!(refused.to_string().contains("run_inspection"), "{refused}");
     mesh.stop(ironic, env).await;
 }
@@ -106,19 +105,12 @@ async fn a_power_cycle_on_a_node_without_the_required_driver_is_refused() {
     .await;
     let name = unique("drv");
     let uuid = ironic.available_node(&name).await;
-    let (s, v) = ironic.provision(&uuid, json!({"target": "manage"})).await;
-    assert_eq!(s, 202, "{v}");
-    ironic.wait_state(&uuid, "manageable").await;
+    provisioned(&ironic, &uuid, "manage", "manageable").await;
     let before = ironic.node(&uuid).await;
     let device = device_for(&env, "s1", &name, &uuid).await;
     let job = enrol(&env, std::slice::from_ref(&device), None).await;
     assert_eq!(job.status, "failed");
-    assert_eq!(job.devices[0].failure_code, "IRONIC_DRIVER_MISMATCH");
-    assert!(
-        job.devices[0].failure_message.contains("fake-hardware"),
-        "{}",
-        job.devices[0].failure_message
-    );
+    assert_failed(&job, "IRONIC_DRIVER_MISMATCH", "fake-hardware");
     let after = ironic.node(&uuid).await;
     for field in [
         "power_state",
@@ -147,30 +139,13 @@ async fn a_failed_enrolment_clears_stale_proof_and_keeps_matching_proof() {
         ("stale", "0f0f0f0f-0000-4000-8000-000000000000"),
         ("kept", ""),
     ] {
-        let name = unique(prefix);
-        let uuid = ironic
-            .enroll_node(&name, json!({"maintenance": true}))
-            .await;
-        let device = device_for(&env, "s1", &name, &uuid).await;
+        let (uuid, device) = enrolling(&ironic, &env, prefix, json!({"maintenance": true})).await;
         let result_ref = if proven.is_empty() {
-            uuid.clone()
+            uuid.as_str()
         } else {
-            proven.to_string()
+            proven
         };
-        let reply = env
-            .command(
-                "enrollment_proof",
-                0,
-                v1::hub_command::Command::EnrollmentProof(v1::EnrollmentProof {
-                    device_id: device.clone(),
-                    outcome: "enrolled".into(),
-                    result_ref: result_ref.clone(),
-                    proof_source: "enrollment:earlier".into(),
-                    pinned_infrastructure_ref: result_ref,
-                }),
-            )
-            .await;
-        assert!(reply.error.is_none(), "{:?}", reply.error);
+        prove(&env, &device, result_ref, "enrollment:earlier").await;
         devices.push((device, uuid));
     }
     let ids: Vec<String> = devices.iter().map(|(d, _)| d.clone()).collect();
@@ -200,9 +175,7 @@ async fn an_active_node_is_not_enrolled() {
     let (ironic, env, mesh) = Mesh::start().await;
     let name = unique("act");
     let uuid = ironic.available_node(&name).await;
-    let (s, v) = ironic.provision(&uuid, json!({"target": "active"})).await;
-    assert_eq!(s, 202, "{v}");
-    ironic.wait_state(&uuid, "active").await;
+    provisioned(&ironic, &uuid, "active", "active").await;
     let device = device_for(&env, "s1", &name, &uuid).await;
     let job = enrol(&env, std::slice::from_ref(&device), None).await;
     assert_eq!(job.status, "failed");

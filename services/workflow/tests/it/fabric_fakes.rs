@@ -7,8 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use fleet_proto::v1;
 use serde_json::{json, Map, Value};
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -17,6 +19,16 @@ use crate::support::*;
 
 fn decoded(segment: &str) -> String {
     segment.replace("%2F", "/").replace("%2f", "/")
+}
+
+/// A server answering every request with `responder`.
+async fn serve(responder: impl Respond + 'static) -> Arc<MockServer> {
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(responder)
+        .mount(&server)
+        .await;
+    Arc::new(server)
 }
 
 fn not_found() -> ResponseTemplate {
@@ -159,16 +171,12 @@ impl FakeNvue {
                 .collect(),
             ..Default::default()
         }));
-        let server = MockServer::start().await;
-        Mock::given(any())
-            .respond_with(NvueResponder(state.clone()))
-            .mount(&server)
-            .await;
+        let server = serve(NvueResponder(state.clone())).await;
         FakeNvue {
             name: name.into(),
             url: server.uri(),
             state,
-            _server: Arc::new(server),
+            _server: server,
         }
     }
 
@@ -232,14 +240,10 @@ impl FakeNetbox {
                 port.to_string(),
             ));
         }
-        let server = MockServer::start().await;
-        Mock::given(any())
-            .respond_with(NetboxResponder(map))
-            .mount(&server)
-            .await;
+        let server = serve(NetboxResponder(map)).await;
         FakeNetbox {
             url: server.uri(),
-            _server: Arc::new(server),
+            _server: server,
         }
     }
 }
@@ -366,15 +370,11 @@ impl FakeNmx {
             }
         }
         let state = Arc::new(Mutex::new(st));
-        let server = MockServer::start().await;
-        Mock::given(any())
-            .respond_with(NmxResponder(state.clone()))
-            .mount(&server)
-            .await;
+        let server = serve(NmxResponder(state.clone())).await;
         FakeNmx {
             url: server.uri(),
             state,
-            _server: Arc::new(server),
+            _server: server,
         }
     }
 
@@ -393,6 +393,86 @@ impl FakeNmx {
 }
 
 // ---- the workflow service against them ----
+
+/// How long a fabric job may take.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// A device, the fakes of its fabric (`F`, which the rig derefs to), the
+/// hub, and a workflow service for them.
+pub struct Fabric<F> {
+    pub env: TestEnv,
+    pub device: String,
+    fakes: F,
+    stops: Services,
+}
+
+impl<F> std::ops::Deref for Fabric<F> {
+    type Target = F;
+
+    fn deref(&self) -> &F {
+        &self.fakes
+    }
+}
+
+impl<F> Fabric<F> {
+    /// A workflow service on `env` with `f`'s settings, for `device` and
+    /// `fakes`; stopped before the hub `env` runs (`hub`).
+    pub async fn new(
+        env: TestEnv,
+        hub: ServiceTask,
+        device: String,
+        fakes: F,
+        f: impl FnOnce(&mut fleet_workflow::Config),
+    ) -> Self {
+        let (_w, trigger, task) = start_workflow(&env, f).await;
+        Fabric {
+            env,
+            device,
+            fakes,
+            stops: vec![(trigger, task), hub].into(),
+        }
+    }
+
+    /// A fabric job over the device (`customer_vrf`: a return's).
+    pub async fn flip(
+        &self,
+        workflow: &str,
+        simulate: bool,
+        customer_vrf: Option<&str>,
+    ) -> v1::Job {
+        let device = std::slice::from_ref(&self.device);
+        flip(&self.env, workflow, device, simulate, customer_vrf).await
+    }
+
+    /// The same, once it ends.
+    pub async fn run(&self, workflow: &str, simulate: bool, customer_vrf: Option<&str>) -> v1::Job {
+        let job = self.flip(workflow, simulate, customer_vrf).await;
+        self.ended(&job).await
+    }
+
+    /// `job` once it ends.
+    pub async fn ended(&self, job: &v1::Job) -> v1::Job {
+        job_terminal(&self.env, &job.id, WITHIN).await
+    }
+
+    /// The device's `t` latch row: `(status, reason, observed_at)`.
+    pub async fn latch(&self, t: &str) -> Option<(String, String, DateTime<Utc>)> {
+        latch(&self.env, &self.device, t).await
+    }
+
+    /// Asserts the device's `t` latch reads `status` for `reason`; returns
+    /// when it was observed.
+    pub async fn latch_is(&self, t: &str, status: &str, reason: &str) -> DateTime<Utc> {
+        let (s, r, at) = self.latch(t).await.unwrap_or_else(|| panic!("no {t} row"));
+        assert_eq!((s.as_str(), r.as_str()), (status, reason));
+        at
+    }
+
+    pub async fn stop(self) {
+        self.stops.stop().await;
+        self.env.cleanup().await;
+    }
+}
 
 /// The latch row of `device`: `(status, reason, observed_at)`.
 pub async fn latch(
@@ -440,8 +520,7 @@ pub async fn flip(
     devices: &[String],
     simulate: bool,
     customer_vrf: Option<&str>,
-) -> fleet_proto::v1::Job {
-    use fleet_proto::v1;
+) -> v1::Job {
     let params = customer_vrf
         .map(|vrf| {
             devices
@@ -457,17 +536,12 @@ pub async fn flip(
                 .collect()
         })
         .unwrap_or_default();
-    workflow_client(env)
-        .create_job(&v1::CreateJobRequest {
-            workflow: workflow.into(),
-            device_ids: devices.to_vec(),
-            created_by: "test".into(),
-            simulate,
-            params,
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{workflow} job created: {e}"))
+    create_with(env, workflow, devices, |r| {
+        r.simulate = simulate;
+        r.params = params;
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{workflow} job created: {e}"))
 }
 
 /// Waits until `check` holds of the fake's state.

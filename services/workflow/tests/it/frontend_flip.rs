@@ -14,22 +14,21 @@ use fleet_proto::v1;
 use crate::fabric_fakes::*;
 use crate::support::*;
 
-const WITHIN: Duration = Duration::from_secs(60);
 const LATCH: &str = "FrontendPortsInCustomerVrf";
 const CUST: &str = "cust-0042";
 
-/// A device cabled to `swp1` of leaf01 and of leaf02, both in `CUST`; the
-/// hub and a workflow service for them (`simulated` leaves listed).
-struct Rig {
-    env: TestEnv,
-    device: String,
+/// leaf01's and leaf02's NVUE and NetBox's cables.
+struct Leaves {
     leaf01: FakeNvue,
     leaf02: FakeNvue,
     _netbox: FakeNetbox,
-    stops: Services,
 }
 
+type Rig = Fabric<Leaves>;
+
 impl Rig {
+    /// A device cabled to `swp1` of leaf01 and of leaf02, both in `CUST`;
+    /// the hub and a workflow service for them (`simulated` leaves listed).
     async fn start(simulated: &[&str]) -> Rig {
         let env = TestEnv::new().await;
         let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
@@ -50,44 +49,20 @@ impl Rig {
             ..Default::default()
         };
         let nb = netbox.clone();
-        let (_w, trigger, task) = start_workflow(&env, |c| {
-            fabric_config(c, &nb, site);
-            c.max_attempts = 2;
-        })
-        .await;
-        Rig {
-            env,
-            device,
+        let leaves = Leaves {
             leaf01,
             leaf02,
             _netbox: netbox,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
-        }
-    }
-
-    async fn run(&self, workflow: &str, simulate: bool, vrf: Option<&str>) -> v1::Job {
-        let job = flip(
-            &self.env,
-            workflow,
-            std::slice::from_ref(&self.device),
-            simulate,
-            vrf,
-        )
-        .await;
-        job_terminal(&self.env, &job.id, WITHIN).await
-    }
-
-    async fn latch(&self) -> Option<(String, String, chrono::DateTime<Utc>)> {
-        latch(&self.env, &self.device, LATCH).await
+        };
+        Fabric::new(env, (hub_trigger, hub_task), device, leaves, |c| {
+            fabric_config(c, &nb, site);
+            c.max_attempts = 2;
+        })
+        .await
     }
 
     fn writes(&self) -> (u32, u32) {
         (self.leaf01.state().writes(), self.leaf02.state().writes())
-    }
-
-    async fn stop(self) {
-        self.stops.stop().await;
-        self.env.cleanup().await;
     }
 }
 
@@ -99,23 +74,13 @@ impl Rig {
 async fn a_front_end_isolate_then_return_end_to_end() {
     let rig = Rig::start(&[]).await;
     rig.leaf01.state().hold_apply = true;
-    let job = flip(
-        &rig.env,
-        "frontend_vrf_isolate",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
+    let job = rig.flip("frontend_vrf_isolate", false, None).await;
     until("leaf01's apply asked for", || {
         (rig.leaf01.state().applies == 1).then_some(())
     })
     .await;
-    let (status, reason, at) = rig.latch().await.expect("a latch row mid-flip");
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("Unknown", "FlipInProgress")
-    );
+    // A latch row mid-flip.
+    let at = rig.latch_is(LATCH, "Unknown", "FlipInProgress").await;
     let first_write = rig.leaf01.state().first_write_at.unwrap();
     assert!(
         at <= first_write,
@@ -123,18 +88,14 @@ async fn a_front_end_isolate_then_return_end_to_end() {
     );
     assert_eq!(rig.writes().1, 0, "leaf02 waits for leaf01");
     rig.leaf01.state().hold_apply = false;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.ended(&job).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.leaf01.vrf("swp1"), "isolate");
     assert_eq!(rig.leaf02.vrf("swp1"), "isolate");
     assert_eq!(rig.leaf01.vrf("swp2"), CUST, "not the device's port");
     // One revision, one stage, one apply per leaf.
     assert_eq!(rig.writes(), (3, 3));
-    let (status, reason, _) = rig.latch().await.unwrap();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "IsolateFlipVerified")
-    );
+    rig.latch_is(LATCH, "False", "IsolateFlipVerified").await;
     let d = &job.devices[0];
     assert_eq!(d.step, "latch_written");
     assert_eq!(d.results.len(), 2, "{:?}", d.results);
@@ -148,21 +109,15 @@ async fn a_front_end_isolate_then_return_end_to_end() {
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.leaf01.vrf("swp1"), CUST);
     assert_eq!(rig.leaf02.vrf("swp1"), CUST);
-    let (status, reason, _) = rig.latch().await.unwrap();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "CustomerVrfFlipVerified")
-    );
+    rig.latch_is(LATCH, "True", "CustomerVrfFlipVerified").await;
     // The return needs each device's customer VRF.
-    let refused = workflow_client(&rig.env)
-        .create_job(&v1::CreateJobRequest {
-            workflow: "frontend_vrf_return".into(),
-            device_ids: vec![rig.device.clone()],
-            created_by: "test".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = create(
+        &rig.env,
+        "frontend_vrf_return",
+        std::slice::from_ref(&rig.device),
+    )
+    .await
+    .unwrap_err();
     assert!(refused.to_string().contains("customer VRF"), "{refused}");
     rig.stop().await;
 }
@@ -176,7 +131,7 @@ async fn a_simulated_flip_writes_nothing_and_no_latch() {
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.writes(), (0, 0));
     assert_eq!(rig.leaf01.vrf("swp1"), CUST);
-    assert_eq!(rig.latch().await, None);
+    assert_eq!(rig.latch(LATCH).await, None);
     let results = &job.devices[0].results;
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(
@@ -203,11 +158,7 @@ async fn a_mixed_real_and_simulated_flip_fails_closed_leaving_unknown() {
     );
     assert_eq!(rig.writes(), (3, 0));
     assert_eq!(rig.leaf02.vrf("swp1"), CUST);
-    let (status, reason, _) = rig.latch().await.unwrap();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("Unknown", "FlipInProgress")
-    );
+    rig.latch_is(LATCH, "Unknown", "FlipInProgress").await;
     let simulated: Vec<bool> = d.results.iter().map(|r| r.simulated).collect();
     assert_eq!(simulated, vec![false, true], "{:?}", d.results);
     rig.stop().await;
@@ -221,16 +172,10 @@ async fn an_apply_that_fails_gives_switch_vrf_flip_failed_and_leaves_unknown() {
     rig.leaf01.state().fail_apply = true;
     let job = rig.run("frontend_vrf_isolate", false, None).await;
     assert_eq!(job.status, "failed");
-    let d = &job.devices[0];
-    assert_eq!(d.failure_code, "SWITCH_VRF_FLIP_FAILED");
-    assert!(
-        d.failure_message.contains("apply_fail"),
-        "{}",
-        d.failure_message
-    );
+    assert_failed(&job, "SWITCH_VRF_FLIP_FAILED", "apply_fail");
     assert_eq!(rig.leaf01.vrf("swp1"), CUST);
     assert_eq!(rig.writes().1, 0, "leaf02 never written");
-    let (status, _, _) = rig.latch().await.unwrap();
+    let (status, _, _) = rig.latch(LATCH).await.unwrap();
     assert_eq!(status, "Unknown");
     rig.stop().await;
 }
@@ -243,14 +188,7 @@ async fn an_apply_that_fails_gives_switch_vrf_flip_failed_and_leaves_unknown() {
 async fn a_refused_latch_write_fails_the_flip_and_a_rerun_converges() {
     let rig = Rig::start(&[]).await;
     rig.leaf02.state().hold_apply = true;
-    let job = flip(
-        &rig.env,
-        "frontend_vrf_isolate",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
+    let job = rig.flip("frontend_vrf_isolate", false, None).await;
     until("leaf02's apply asked for", || {
         (rig.leaf02.state().applies == 1).then_some(())
     })
@@ -278,19 +216,9 @@ async fn a_refused_latch_write_fails_the_flip_and_a_rerun_converges() {
         .await;
     assert!(reply.error.is_none(), "{:?}", reply.error);
     rig.leaf02.state().hold_apply = false;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.ended(&job).await;
     assert_eq!(job.status, "failed");
-    let d = &job.devices[0];
-    assert_eq!(
-        d.failure_code, "SWITCH_VRF_LATCH_WRITE_FAILED",
-        "{}",
-        d.failure_message
-    );
-    assert!(
-        d.failure_message.contains("stale-rejected"),
-        "{}",
-        d.failure_message
-    );
+    assert_failed(&job, "SWITCH_VRF_LATCH_WRITE_FAILED", "stale-rejected");
     assert_eq!(rig.leaf01.vrf("swp1"), "isolate", "the ports did move");
     assert_eq!(rig.leaf02.vrf("swp1"), "isolate");
     let before = rig.writes();
@@ -302,10 +230,6 @@ async fn a_refused_latch_write_fails_the_flip_and_a_rerun_converges() {
     let job = rig.run("frontend_vrf_isolate", false, None).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.writes(), before, "no switch written again");
-    let (status, reason, _) = rig.latch().await.unwrap();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "IsolateFlipVerified")
-    );
+    rig.latch_is(LATCH, "False", "IsolateFlipVerified").await;
     rig.stop().await;
 }

@@ -13,7 +13,6 @@ use fleet_workflow_client::WorkflowError;
 
 use crate::support::*;
 
-const READY: &str = "CUSTOM_CUSTOMER_READY";
 const OTHER: &str = "HW_CPU_X86_AVX2";
 
 struct Setup {
@@ -65,6 +64,20 @@ impl Setup {
                 ticket_url: "https://tickets.invalid/1".into(),
                 created_by: "test".into(),
             })
+            .await
+    }
+
+    async fn clear(&self, id: &str) {
+        workflow_client(&self.env)
+            .clear_impairment(id, "test")
+            .await
+            .unwrap();
+    }
+
+    /// The impairment hold `device` carries (empty: none).
+    async fn hold(&self, device: &str) -> String {
+        self.env
+            .device_field(device, "coalesce(impairment_hold, '')")
             .await
     }
 
@@ -155,12 +168,7 @@ async fn cordon_and_release_through_the_hub_and_placement() {
         "b was not available or in_use before the hold"
     );
     assert_eq!(s.placement.writes(), 3);
-    assert_eq!(
-        s.env
-            .device_field(&a, "coalesce(impairment_hold, '')")
-            .await,
-        ""
-    );
+    assert_eq!(s.hold(&a).await, "");
     assert_eq!(s.env.device_field(&a, "operational_status").await, "in_use");
     let done: bool =
         sqlx::query_scalar("SELECT cleared_at IS NOT NULL FROM impairment_events WHERE id = $1")
@@ -239,10 +247,7 @@ async fn outages_retry_conflicts_reread_and_a_missing_provider_fails_coded() {
     // and fails with the retryable code; clearing again after it is back
     // converges.
     s.placement.unavailable(1000);
-    workflow_client(&s.env)
-        .clear_impairment(&id, "test")
-        .await
-        .unwrap();
+    s.clear(&id).await;
     let e = impairment_in(&s.env, &id, &["release_failed"], Duration::from_secs(40)).await;
     let da = e.devices.iter().find(|x| x.0 == a).unwrap();
     assert_eq!(
@@ -250,25 +255,15 @@ async fn outages_retry_conflicts_reread_and_a_missing_provider_fails_coded() {
         ("release_failed", Some("PLACEMENT_UNAVAILABLE"))
     );
     assert_eq!(
-        s.env
-            .device_field(&a, "coalesce(impairment_hold, '')")
-            .await,
+        s.hold(&a).await,
         id,
         "the hold stays until the trait is back"
     );
     s.placement.unavailable(0);
-    workflow_client(&s.env)
-        .clear_impairment(&id, "test")
-        .await
-        .unwrap();
+    s.clear(&id).await;
     impairment_in(&s.env, &id, &["cleared"], WITHIN).await;
     assert!(has(&s.placement, &ua, READY));
-    assert_eq!(
-        s.env
-            .device_field(&a, "coalesce(impairment_hold, '')")
-            .await,
-        ""
-    );
+    assert_eq!(s.hold(&a).await, "");
     s.stop().await;
 }
 
@@ -299,10 +294,7 @@ async fn bad_requests_are_refused_and_record_nothing() {
             .unwrap_err();
         assert_eq!(e.code(), code, "{devices:?} {reason:?}: {e}");
     }
-    let none: i64 = sqlx::query_scalar("SELECT count(*) FROM impairment_events")
-        .fetch_one(&s.env.pool)
-        .await
-        .unwrap();
+    let none = count(&s.env, "SELECT count(*) FROM impairment_events", None).await;
     assert_eq!(none, 0);
     let e = c.clear_impairment("imp_missing", "test").await.unwrap_err();
     assert_eq!(e.code(), fleet_proto::ErrorCode::NotFound);

@@ -7,6 +7,11 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// How long a job that deploys or tears a node down may take.
+const DEPLOY: Duration = Duration::from_secs(120);
+/// How long any other job may take.
+const WITHIN: Duration = Duration::from_secs(60);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_then_unimage_a_standalone_node_end_to_end() {
     let (ironic, env, mesh) = Mesh::start().await;
@@ -33,7 +38,7 @@ async fn image_then_unimage_a_standalone_node_end_to_end() {
         "{:?}",
         job.devices
     );
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = job_terminal(&env, &job.id, DEPLOY).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let mut minted = vec![];
     for (d, uuid) in job.devices.iter().zip(&nodes) {
@@ -57,10 +62,7 @@ async fn image_then_unimage_a_standalone_node_end_to_end() {
     // The same devices cannot be imaged again while imaged: the node is
     // active with an instance this run did not mint.
     mirrored(&env, &devices[0], "active").await;
-    let again = create(&env, "image_node", &devices[..1])
-        .await
-        .expect("created");
-    let again = job_terminal(&env, &again.id, Duration::from_secs(60)).await;
+    let again = run_job(&env, "image_node", &devices[..1], WITHIN).await;
     assert_eq!(again.status, "failed");
     assert_eq!(again.devices[0].failure_code, "IRONIC_NODE_NOT_AVAILABLE");
     assert_eq!(
@@ -71,10 +73,7 @@ async fn image_then_unimage_a_standalone_node_end_to_end() {
 
     // Unimage: "ACTIVE/DEPLOYFAIL -> cleaning -> AVAILABLE, then atomically
     // clears the node's instance_uuid/instance_info".
-    let job = create(&env, "unimage_node", &devices)
-        .await
-        .expect("unimage job created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = run_job(&env, "unimage_node", &devices, DEPLOY).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     for uuid in &nodes {
         let n = ironic.node(uuid).await;
@@ -84,10 +83,7 @@ async fn image_then_unimage_a_standalone_node_end_to_end() {
     }
     // "An unbound node is already complete only when Ironic is AVAILABLE":
     // a second unimage succeeds without a write.
-    let job = create(&env, "unimage_node", &devices[..1])
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let job = run_job(&env, "unimage_node", &devices[..1], WITHIN).await;
     assert_eq!(job.status, "succeeded");
 
     mesh.stop(ironic, env).await;
@@ -107,15 +103,10 @@ async fn an_available_node_with_a_stale_instance_uuid_is_rejected_not_adopted() 
         .await;
     let device = device_for(&env, "s1", &name, &uuid).await;
     mirrored(&env, &device, "available").await;
-    let job = create(&env, "image_node", &[device])
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let job = run_job(&env, "image_node", &[device], WITHIN).await;
     assert_eq!(job.status, "failed");
-    let d = &job.devices[0];
-    assert_eq!(d.status, "failed");
-    assert_eq!(d.failure_code, "IRONIC_STALE_INSTANCE_UUID");
-    assert!(d.failure_message.contains(&stale), "{}", d.failure_message);
+    assert_eq!(job.devices[0].status, "failed");
+    assert_failed(&job, "IRONIC_STALE_INSTANCE_UUID", &stale);
     let n = ironic.node(&uuid).await;
     assert_eq!(n["provision_state"], "available", "not deployed: {n}");
     assert_eq!(n["instance_uuid"], stale, "not adopted, not cleared: {n}");
@@ -136,15 +127,8 @@ async fn a_node_already_cleaning_is_not_fired_again() {
         .await;
     let device = device_for(&env, "s1", &name, &uuid).await;
     mirrored(&env, &device, "available").await;
-    let job = create(&env, "image_node", &[device.clone()])
-        .await
-        .expect("created");
-    assert_eq!(
-        job_terminal(&env, &job.id, Duration::from_secs(60))
-            .await
-            .status,
-        "succeeded"
-    );
+    let job = run_job(&env, "image_node", &[&device], WITHIN).await;
+    assert_eq!(job.status, "succeeded");
 
     // Someone else starts the teardown; the unimage job finds it cleaning.
     let (s, v) = ironic.provision(&uuid, json!({"target": "deleted"})).await;
@@ -153,10 +137,7 @@ async fn a_node_already_cleaning_is_not_fired_again() {
         (ironic.node(&uuid).await["provision_state"] == "cleaning").then_some(())
     })
     .await;
-    let job = create(&env, "unimage_node", &[device.clone()])
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let job = run_job(&env, "unimage_node", &[&device], WITHIN).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let d = &job.devices[0];
     // Never fired: no teardown request recorded and no refused (409) try.
@@ -181,17 +162,12 @@ async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
     let device = device_for(&env, "s1", &name, &uuid).await;
     mirrored(&env, &device, "available").await;
     // Admitted while available...
-    let job = create(&env, "image_node", &[device.clone()])
-        .await
-        .expect("created");
-    let first = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let first = run_job(&env, "image_node", &[&device], WITHIN).await;
     assert_eq!(first.status, "succeeded");
     // ... then the node is redeployed by hand with its only deploy step
     // disabled: Ironic ends in deploy failed ("No deploy steps returned by
     // the driver"), still bound.
-    let (s, v) = ironic.provision(&uuid, json!({"target": "deleted"})).await;
-    assert_eq!(s, 202, "{v}");
-    ironic.wait_state(&uuid, "available").await;
+    provisioned(&ironic, &uuid, "deleted", "available").await;
     let bound = fleet_testkit::ironic::random_uuid();
     ironic
         .patch(
@@ -227,10 +203,7 @@ async fn deploy_failed_fails_closed_and_unimage_cleans_it_up() {
     assert_eq!(refusals[0].refusal, "ironic_failure_state");
     assert_eq!(refusals[0].detail, "deploy failed");
     // Unimage admits it and cleans it up.
-    let job = create(&env, "unimage_node", &[device.clone()])
-        .await
-        .expect("admitted");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let job = run_job(&env, "unimage_node", &[&device], WITHIN).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let n = ironic.node(&uuid).await;
     assert_eq!(n["provision_state"], "available");
@@ -339,8 +312,7 @@ async fn a_deploy_ironic_took_without_the_run_hearing_it_is_not_a_refusal() {
     for d in &devices {
         mirrored(&env, d, "available").await;
     }
-    let job = create(&env, "image_node", &devices).await.expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = run_job(&env, "image_node", &devices, DEPLOY).await;
     assert_eq!(job.status, "succeeded", "{:#?}", job.devices);
     let pinned: Vec<(String, serde_json::Value)> =
         sqlx::query_as("SELECT device_id, pinned FROM job_devices WHERE job_id = $1")

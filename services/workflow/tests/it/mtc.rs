@@ -13,7 +13,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
 use fleet_proto::v1;
 use serde_json::{json, Value};
 use wiremock::matchers::path_regex;
@@ -22,14 +21,13 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 use crate::support::*;
 
 const MAINT: &str = "slurm-project";
-const READY: &str = "CUSTOM_CUSTOMER_READY";
 const SLURM_IMAGE: &str = "http://images.invalid/slurm-test-cluster.qcow2";
 const WITHIN: Duration = Duration::from_secs(120);
 
 struct Mtc {
     ironic: RealIronic,
     env: TestEnv,
-    stops: Services,
+    mesh: Mesh,
 }
 
 impl Mtc {
@@ -58,66 +56,30 @@ impl Mtc {
         )>,
     ) -> Mtc {
         let ironic = RealIronic::connect().await;
-        let env = TestEnv::new().await;
-        if nova.is_none() {
-            standalone_site(&env).await;
-        }
-        let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-        let (os_trigger, os_task) =
-            fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |c, s| {
-                // Devices are named as SLURM names them, not as their
-                // (shared, uniquely named) Ironic nodes.
-                c.key_by = "infrastructure_ref".into();
-                s.maintenance_project_id = MAINT.into()
-            });
-        let os_task = tokio::spawn(async move {
-            os_task.await.unwrap().expect("connector-openstack runs");
-        });
         let mut site = site_config(&ironic);
         site.openstack.maintenance_project_id = MAINT.into();
         site.slurm_image_source = SLURM_IMAGE.into();
         if let Some(s) = slurm {
             site.slurm = s;
         }
+        let placement_enabled = nova.is_some();
         if let Some((nova, placement)) = nova {
             site.openstack.placement_enabled = true;
             site.openstack.placement_url = placement.url.clone();
             // The site's own (administrator's) credential reaches Nova too:
             // force_reclaim deletes a customer's server with it.
             site.openstack.nova_url = nova.url.clone();
-            site.nova = fleet_workflow::NovaArmConfig {
-                credential: fleet_openstack::SiteConfig {
-                    nova_url: nova.url.clone(),
-                    ..Default::default()
-                },
-                enrol_project_id: ENROL_PROJECT.into(),
-                network_id: "slurm-net".into(),
-                key_name: "slurm-key".into(),
-                roles: [(
-                    "gpu_compute".to_string(),
-                    fleet_workflow::RoleImage {
-                        image: "slurm-test-cluster".into(),
-                        flavor: "bm.gpu".into(),
-                    },
-                )]
-                .into_iter()
-                .collect(),
-            };
+            site.nova = nova_arm(nova, "slurm-test-cluster");
         }
-        let (_w, trigger, task) = start_workflow(&env, |c| {
-            c.sites.insert("s1".into(), site);
-        })
-        .await;
-        Mtc {
-            ironic,
-            env,
-            stops: vec![
-                (trigger, task),
-                (os_trigger, os_task),
-                (hub_trigger, hub_task),
-            ]
-            .into(),
-        }
+        let reader = Reader {
+            maintenance_project: MAINT,
+            // Devices are named as SLURM names them, not as their
+            // (shared, uniquely named) Ironic nodes.
+            by_ref: true,
+        };
+        let (ironic, env, mesh) =
+            Mesh::start_with(ironic, site, placement_enabled, reader, |_| {}).await;
+        Mtc { ironic, env, mesh }
     }
 
     /// An available node carrying the customer-ready trait and its proven
@@ -132,40 +94,18 @@ impl Mtc {
 
     /// What connector-slurm would publish of a registered, healthy node.
     async fn slurm_healthy(&self, name: &str) {
-        self.env
-            .publish_snapshot(&snapshot(
-                "slurm",
-                "s1",
-                "name",
-                name,
-                Utc::now(),
-                vec![
-                    cond("SlurmRegistered", "True", "Registered"),
-                    cond("SlurmNodeHealthy", "True", "Healthy"),
-                ],
-            ))
-            .await;
+        slurm_healthy(&self.env, name).await;
     }
 
     async fn mtc(&self, devices: &[String], f: impl FnOnce(&mut v1::CreateJobRequest)) -> v1::Job {
-        let mut r = v1::CreateJobRequest {
-            workflow: "move_to_test_cluster".into(),
-            device_ids: devices.to_vec(),
-            created_by: "test".into(),
-            ..Default::default()
-        };
-        f(&mut r);
-        let job = workflow_client(&self.env)
-            .create_job(&r)
+        let job = create_with(&self.env, "move_to_test_cluster", devices, f)
             .await
             .expect("job created");
         job_terminal(&self.env, &job.id, WITHIN).await
     }
 
     async fn stop(self) {
-        self.stops.stop().await;
-        self.ironic.cleanup().await;
-        self.env.cleanup().await;
+        self.mesh.stop(self.ironic, self.env).await;
     }
 }
 
@@ -206,15 +146,13 @@ async fn cordon_only_removes_the_trait_and_writes_nothing_else() {
     let device = device_for(&m.env, "s1", "gpu-cordon", &uuid).await;
     mirrored(&m.env, &device, "available").await;
 
-    let refused = workflow_client(&m.env)
-        .create_job(&v1::CreateJobRequest {
-            workflow: "move_to_test_cluster".into(),
-            device_ids: vec![device.clone()],
-            created_by: "test".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = create(
+        &m.env,
+        "move_to_test_cluster",
+        std::slice::from_ref(&device),
+    )
+    .await
+    .unwrap_err();
     let fleet_workflow_client::WorkflowError::Ineligible { refusals, .. } = &refused else {
         panic!("expected INELIGIBLE, got {refused:?}")
     };
@@ -382,9 +320,7 @@ async fn a_customer_instance_is_reclaimed_only_with_force_reclaim() {
             ]),
         )
         .await;
-    let (s, v) = m.ironic.provision(&uuid, json!({"target": "active"})).await;
-    assert_eq!(s, 202, "{v}");
-    m.ironic.wait_state(&uuid, "active").await;
+    provisioned(&m.ironic, &uuid, "active", "active").await;
 
     let job = m.mtc(std::slice::from_ref(&device), |_| {}).await;
     assert_eq!(job.status, "failed");

@@ -9,6 +9,11 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// How long a job that deploys or tears a node down may take.
+const DEPLOY: Duration = Duration::from_secs(120);
+/// How long any other job may take.
+const WITHIN: Duration = Duration::from_secs(60);
+
 /// A node available and leased to the enrol project, a device for it at
 /// the Nova site, mirrored by the hub.
 async fn enrolled(env: &TestEnv, ironic: &RealIronic, prefix: &str) -> (String, String, String) {
@@ -31,10 +36,7 @@ async fn image_then_unimage_at_a_nova_site_end_to_end() {
     let (ironic, env, mesh) = Mesh::start_nova(&nova).await;
     let (name, uuid, device) = enrolled(&env, &ironic, "nova").await;
 
-    let job = create(&env, "image_node", std::slice::from_ref(&device))
-        .await
-        .expect("image job created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = run_job(&env, "image_node", &[&device], DEPLOY).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     // "Before Nova creation it moves the Ironic lease from the enrol
     // project to the SLURM project, then creates the server through the
@@ -66,10 +68,7 @@ async fn image_then_unimage_at_a_nova_site_end_to_end() {
     // Ironic to return to AVAILABLE, then returns the lease to the enrol
     // project."
     mirrored(&env, &device, "active").await;
-    let job = create(&env, "unimage_node", std::slice::from_ref(&device))
-        .await
-        .expect("unimage job created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = run_job(&env, "unimage_node", &[&device], DEPLOY).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert!(nova.servers().is_empty(), "{:?}", nova.servers());
     assert_eq!(nova.deletes(), 1);
@@ -80,10 +79,7 @@ async fn image_then_unimage_at_a_nova_site_end_to_end() {
 
     // "A retry accepts that already-completed enrol-leased state."
     mirrored(&env, &device, "available").await;
-    let job = create(&env, "unimage_node", std::slice::from_ref(&device))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
+    let job = run_job(&env, "unimage_node", &[&device], WITHIN).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(nova.deletes(), 1, "nothing deleted again");
     assert_eq!(nova.created().len(), 1, "nothing created");
@@ -110,10 +106,7 @@ async fn a_name_match_is_recovered_several_fail_closed_and_a_failed_build_is_kep
     nova.place(&two_name, "", "BUILD");
     nova.place(&two_name, "", "ACTIVE");
 
-    let job = create(&env, "image_node", &[one.clone(), two.clone()])
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
+    let job = run_job(&env, "image_node", &[&one, &two], DEPLOY).await;
     let by = |id: &str| {
         job.devices
             .iter()
@@ -142,17 +135,8 @@ async fn a_name_match_is_recovered_several_fail_closed_and_a_failed_build_is_kep
     // A build that fails in Nova: NOVA_SERVER_FAILED with Nova's fault,
     // and the server is left for diagnosis.
     nova.fail_next_build();
-    let job = create(&env, "image_node", std::slice::from_ref(&three))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(120)).await;
-    let d = &job.devices[0];
-    assert_eq!(d.failure_code, "NOVA_SERVER_FAILED", "{d:?}");
-    assert!(
-        d.failure_message.contains("No valid host"),
-        "{}",
-        d.failure_message
-    );
+    let job = run_job(&env, "image_node", &[&three], DEPLOY).await;
+    assert_failed(&job, "NOVA_SERVER_FAILED", "No valid host");
     assert_eq!(nova.created().len(), 1);
     assert_eq!(nova.deletes(), 0, "the failed server is not deleted");
     assert!(nova
@@ -183,19 +167,12 @@ async fn unimage_of_a_binding_nova_does_not_have_fails_and_touches_nothing() {
             ]),
         )
         .await;
-    let (s, v) = ironic.provision(&uuid, json!({"target": "active"})).await;
-    assert_eq!(s, 202, "{v}");
-    ironic.wait_state(&uuid, "active").await;
+    provisioned(&ironic, &uuid, "active", "active").await;
     mirrored(&env, &device, "active").await;
 
-    let job = create(&env, "unimage_node", std::slice::from_ref(&device))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
-    let d = &job.devices[0];
-    assert_eq!(d.status, "failed");
-    assert_eq!(d.failure_code, "NOVA_SERVER_MISSING", "{d:?}");
-    assert!(d.failure_message.contains(&orphan), "{}", d.failure_message);
+    let job = run_job(&env, "unimage_node", &[&device], WITHIN).await;
+    assert_eq!(job.devices[0].status, "failed");
+    assert_failed(&job, "NOVA_SERVER_MISSING", &orphan);
     let n = ironic.node(&uuid).await;
     assert_eq!(n["provision_state"], "active", "not torn down: {n}");
     assert_eq!(n["instance_uuid"], orphan.as_str(), "{n}");
@@ -215,60 +192,31 @@ async fn nova_outages_refusals_and_hypervisors_fail_with_their_codes() {
     let (_, _, down) = enrolled(&env, &ironic, "down").await;
 
     nova.unavailable(1_000);
-    let job = create(&env, "image_node", std::slice::from_ref(&down))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
-    let d = &job.devices[0];
-    assert_eq!(d.failure_code, "NOVA_UNAVAILABLE", "{d:?}");
-    assert!(d.failure_message.contains("after"), "{}", d.failure_message);
+    let job = run_job(&env, "image_node", &[&down], WITHIN).await;
+    assert_failed(&job, "NOVA_UNAVAILABLE", "after");
     nova.unavailable(0);
 
     nova.refuse_creates(
         "Quota exceeded for instances: Requested 1, but already used 10 of 10 instances",
     );
-    let job = create(&env, "image_node", std::slice::from_ref(&down))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
-    let d = &job.devices[0];
-    assert_eq!(d.failure_code, "NOVA_REQUEST_REFUSED", "{d:?}");
-    assert!(
-        d.failure_message.contains("Quota exceeded"),
-        "{}",
-        d.failure_message
-    );
+    let job = run_job(&env, "image_node", &[&down], WITHIN).await;
+    assert_failed(&job, "NOVA_REQUEST_REFUSED", "Quota exceeded");
     assert!(nova.created().is_empty());
 
     let name = unique("hyp");
     let uuid = ironic.available_node(&name).await;
-    let reply = env
-        .command(
-            "create_device",
-            0,
-            fleet_proto::v1::hub_command::Command::CreateDevice(fleet_proto::v1::CreateDevice {
-                site: "s1".into(),
-                name: name.clone(),
-                infrastructure_ref: uuid.clone(),
-                device_class: "cpu_hypervisor".into(),
-                ..Default::default()
-            }),
-        )
+    let hypervisor = env
+        .create_device_with(fleet_proto::v1::CreateDevice {
+            site: "s1".into(),
+            name: name.clone(),
+            infrastructure_ref: uuid.clone(),
+            device_class: "cpu_hypervisor".into(),
+            ..Default::default()
+        })
         .await;
-    assert!(reply.error.is_none(), "{:?}", reply.error);
-    let hypervisor = device_of(&reply).id;
     mirrored(&env, &hypervisor, "available").await;
-    let job = create(&env, "image_node", std::slice::from_ref(&hypervisor))
-        .await
-        .expect("created");
-    let job = job_terminal(&env, &job.id, Duration::from_secs(60)).await;
-    let d = &job.devices[0];
-    assert_eq!(d.failure_code, "IMAGE_ROLE_UNSUPPORTED", "{d:?}");
-    assert!(
-        d.failure_message.contains("out of scope"),
-        "{}",
-        d.failure_message
-    );
+    let job = run_job(&env, "image_node", &[&hypervisor], WITHIN).await;
+    assert_failed(&job, "IMAGE_ROLE_UNSUPPORTED", "out of scope");
     let n = ironic.node(&uuid).await;
     assert!(n["lessee"].is_null(), "nothing written: {n}");
 

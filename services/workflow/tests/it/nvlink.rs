@@ -4,23 +4,23 @@
 //! write, the latch after the membership reads back, nothing written by a
 //! simulated run or for a tray in customer custody.
 
-use std::time::Duration;
-
 use crate::fabric_fakes::*;
 use crate::support::*;
 
-const WITHIN: Duration = Duration::from_secs(60);
 const LATCH: &str = "NvLinkGpusInRepairPartition";
 
-struct Rig {
-    env: TestEnv,
-    device: String,
+/// NMX-M, and the host whose GPUs it moves.
+struct Nvlink {
     host: String,
     nmx: FakeNmx,
-    stops: Services,
 }
 
+type Rig = Fabric<Nvlink>;
+
 impl Rig {
+    /// A host with four GPUs in NMX-M's `default` partition, another
+    /// host's GPU already in repair, the hub and a workflow service for
+    /// them.
     async fn start() -> Rig {
         let env = TestEnv::new().await;
         let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
@@ -42,7 +42,8 @@ impl Rig {
             repair_partition: "repair".into(),
             ..Default::default()
         };
-        let (_w, trigger, task) = start_workflow(&env, |c| {
+        let hub = (hub_trigger, hub_task);
+        Fabric::new(env, hub, device, Nvlink { host, nmx }, |c| {
             c.sites.insert(
                 "s1".into(),
                 fleet_workflow::SiteConfig {
@@ -51,19 +52,7 @@ impl Rig {
                 },
             );
         })
-        .await;
-        Rig {
-            env,
-            device,
-            host,
-            nmx,
-            stops: vec![(trigger, task), (hub_trigger, hub_task)].into(),
-        }
-    }
-
-    async fn stop(self) {
-        self.stops.stop().await;
-        self.env.cleanup().await;
+        .await
     }
 }
 
@@ -76,67 +65,34 @@ impl Rig {
 async fn the_nvlink_move_writes_unknown_before_the_nmx_m_write_and_the_latch_after_verification() {
     let rig = Rig::start().await;
     rig.nmx.state().hold = true;
-    let job = flip(
-        &rig.env,
-        "nvlink_repair_move",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
+    let job = rig.flip("nvlink_repair_move", false, None).await;
     until("the first partition update", || {
         (rig.nmx.state().puts == 1).then_some(())
     })
     .await;
-    let (status, reason, at) = latch(&rig.env, &rig.device, LATCH)
-        .await
-        .expect("a latch row before the operation completes");
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("Unknown", "MoveInProgress")
-    );
+    // A latch row before the operation completes.
+    let at = rig.latch_is(LATCH, "Unknown", "MoveInProgress").await;
     let put_at = rig.nmx.state().first_put_at.unwrap();
     assert!(at <= put_at, "Unknown at {at}, first PUT at {put_at}");
     rig.nmx.state().hold = false;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.ended(&job).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.nmx.in_partition(&rig.host, 7), 4);
     assert_eq!(rig.nmx.in_partition("gpu-other", 7), 1);
     assert_eq!(rig.nmx.state().puts, 2, "out of default, then into repair");
-    let (status, reason, verified_at) = latch(&rig.env, &rig.device, LATCH).await.unwrap();
-    assert_eq!((status.as_str(), reason.as_str()), ("True", "MoveVerified"));
+    let verified_at = rig.latch_is(LATCH, "True", "MoveVerified").await;
     assert!(verified_at > at);
 
     // A re-run converges from live membership: no PUT, the latch again.
-    let job = flip(
-        &rig.env,
-        "nvlink_repair_move",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.run("nvlink_repair_move", false, None).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.nmx.state().puts, 2);
 
-    let job = flip(
-        &rig.env,
-        "nvlink_repair_return",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.run("nvlink_repair_return", false, None).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.nmx.in_partition(&rig.host, 7), 0);
     assert_eq!(rig.nmx.in_partition("gpu-other", 7), 1);
-    let (status, reason, _) = latch(&rig.env, &rig.device, LATCH).await.unwrap();
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("False", "ReturnVerified")
-    );
+    rig.latch_is(LATCH, "False", "ReturnVerified").await;
     rig.stop().await;
 }
 
@@ -146,37 +102,21 @@ async fn the_nvlink_move_writes_unknown_before_the_nmx_m_write_and_the_latch_aft
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simulated_move_and_a_custody_refusal_write_nothing() {
     let rig = Rig::start().await;
-    let job = flip(
-        &rig.env,
-        "nvlink_repair_move",
-        std::slice::from_ref(&rig.device),
-        true,
-        None,
-    )
-    .await;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.run("nvlink_repair_move", true, None).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     assert_eq!(rig.nmx.state().puts, 0);
     assert!(job.devices[0].results.iter().all(|r| r.simulated));
-    assert_eq!(latch(&rig.env, &rig.device, LATCH).await, None);
+    assert_eq!(rig.latch(LATCH).await, None);
 
     sqlx::query("UPDATE devices SET custody = 'GOOGLE_OWNED' WHERE id = $1")
         .bind(&rig.device)
         .execute(&rig.env.pool)
         .await
         .unwrap();
-    let job = flip(
-        &rig.env,
-        "nvlink_repair_move",
-        std::slice::from_ref(&rig.device),
-        false,
-        None,
-    )
-    .await;
-    let job = job_terminal(&rig.env, &job.id, WITHIN).await;
+    let job = rig.run("nvlink_repair_move", false, None).await;
     assert_eq!(job.status, "failed");
     assert_eq!(job.devices[0].failure_code, "NVLINK_CUSTODY_REFUSED");
     assert_eq!(rig.nmx.state().puts, 0);
-    assert_eq!(latch(&rig.env, &rig.device, LATCH).await, None);
+    assert_eq!(rig.latch(LATCH).await, None);
     rig.stop().await;
 }

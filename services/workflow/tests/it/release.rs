@@ -17,14 +17,13 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 use crate::support::*;
 
 const MAINT: &str = "maint-project";
-const READY: &str = "CUSTOM_CUSTOMER_READY";
 const WITHIN: Duration = Duration::from_secs(60);
 
 struct Release {
     ironic: RealIronic,
     env: TestEnv,
     netbox: MockServer,
-    stops: Services,
+    mesh: Mesh,
 }
 
 impl Release {
@@ -32,22 +31,15 @@ impl Release {
     /// workflow service with the site's maintenance project and NetBox.
     async fn start() -> Release {
         let ironic = RealIronic::connect().await;
-        let env = TestEnv::new().await;
-        standalone_site(&env).await;
         let netbox = MockServer::start().await;
-        let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
-        let (os_trigger, os_task) =
-            fleet_testkit::ironic::start_openstack_connector_with(&env, &ironic, 0.3, |_, s| {
-                s.maintenance_project_id = MAINT.into()
-            });
-        let os_task = tokio::spawn(async move {
-            os_task.await.unwrap().expect("connector-openstack runs");
-        });
         let mut site = site_config(&ironic);
         site.openstack.maintenance_project_id = MAINT.into();
+        let reader = Reader {
+            maintenance_project: MAINT,
+            ..Default::default()
+        };
         let url = netbox.uri();
-        let (_w, trigger, task) = start_workflow(&env, |c| {
-            c.sites.insert("s1".into(), site);
+        let (ironic, env, mesh) = Mesh::start_with(ironic, site, false, reader, |c| {
             c.netbox.url = url;
             c.netbox.token.value =
                 fleet_runtime::config::Secret::new("0123456789abcdef0123456789abcdef01234567");
@@ -58,12 +50,7 @@ impl Release {
             ironic,
             env,
             netbox,
-            stops: vec![
-                (trigger, task),
-                (os_trigger, os_task),
-                (hub_trigger, hub_task),
-            ]
-            .into(),
+            mesh,
         }
     }
 
@@ -103,22 +90,31 @@ impl Release {
             .await
     }
 
+    /// A fully managed Release of `device` alone, waited for until it ends.
+    async fn handed_back(&self, device: &str) -> v1::Job {
+        let job = self.release(&[device.to_string()], true).await.unwrap();
+        job_terminal(&self.env, &job.id, WITHIN).await
+    }
+
+    /// Asserts node `uuid` was not handed back: still leased to the
+    /// maintenance project, without the customer-ready trait.
+    async fn assert_kept(&self, uuid: &str) {
+        let (lessee, traits) = self.ironic.lessee_and_traits(uuid).await;
+        assert_eq!(lessee, MAINT, "the lease is untouched");
+        assert!(!traits.iter().any(|t| t == READY), "no trait: {traits:?}");
+    }
+
     /// A Release to the customer pool for `mode` (empty: internal).
     async fn release_as(
         &self,
         devices: &[String],
         mode: &str,
     ) -> Result<v1::Job, fleet_workflow_client::WorkflowError> {
-        workflow_client(&self.env)
-            .create_job(&v1::CreateJobRequest {
-                workflow: "release".into(),
-                device_ids: devices.to_vec(),
-                created_by: "test".into(),
-                release_to_customer_pool: !mode.is_empty(),
-                engagement_mode: mode.into(),
-                ..Default::default()
-            })
-            .await
+        create_with(&self.env, "release", devices, |r| {
+            r.release_to_customer_pool = !mode.is_empty();
+            r.engagement_mode = mode.into();
+        })
+        .await
     }
 
     async fn latch(&self, device: &str, latch: Latch, reason: &str) {
@@ -140,9 +136,7 @@ impl Release {
     }
 
     async fn stop(self) {
-        self.stops.stop().await;
-        self.ironic.cleanup().await;
-        self.env.cleanup().await;
+        self.mesh.stop(self.ironic, self.env).await;
     }
 }
 
@@ -153,11 +147,7 @@ async fn a_fully_managed_release_clears_the_lease_adds_the_trait_and_is_availabl
     let r = Release::start().await;
     let (device, uuid) = r.leased_device("rel", 501).await;
     r.netbox_says(501, "active", Duration::ZERO).await;
-    let job = r
-        .release(std::slice::from_ref(&device), true)
-        .await
-        .unwrap();
-    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    let job = r.handed_back(&device).await;
     assert_eq!(job.status, "succeeded", "{:?}", job.devices);
     let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
     assert!(lessee.is_null(), "lease cleared: {lessee}");
@@ -180,16 +170,10 @@ async fn a_device_netbox_moved_to_rma_after_admission_is_not_handed_back() {
     let r = Release::start().await;
     let (device, uuid) = r.leased_device("rma", 502).await;
     r.netbox_says(502, "rma", Duration::ZERO).await;
-    let job = r
-        .release(std::slice::from_ref(&device), true)
-        .await
-        .unwrap();
-    let job = job_terminal(&r.env, &job.id, WITHIN).await;
+    let job = r.handed_back(&device).await;
     assert_eq!(job.status, "failed");
     assert_eq!(job.devices[0].failure_code, "RELEASE_INVENTORY_NOT_ACTIVE");
-    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
-    assert_eq!(lessee, MAINT, "the lease is untouched");
-    assert!(!traits.iter().any(|t| t == READY), "no trait: {traits:?}");
+    r.assert_kept(&uuid).await;
     r.stop().await;
 }
 
@@ -212,9 +196,7 @@ async fn an_nvlink_latch_written_after_admission_refuses_the_hand_back() {
     let job = job_terminal(&r.env, &job.id, WITHIN).await;
     assert_eq!(job.status, "failed", "{:?}", job.devices);
     assert_eq!(job.devices[0].failure_code, "RELEASE_NVLINK_LATCH_REFUSED");
-    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
-    assert_eq!(lessee, MAINT);
-    assert!(!traits.iter().any(|t| t == READY), "{traits:?}");
+    r.assert_kept(&uuid).await;
     r.stop().await;
 }
 
@@ -245,20 +227,7 @@ async fn the_back_end_latch_refuses_a_customer_release_at_admission_not_an_inter
         .await
         .unwrap();
     let name = r.env.device_field(&device, "name").await;
-    let at = Utc::now();
-    r.env
-        .publish_snapshot(&snapshot(
-            "slurm",
-            "s1",
-            "name",
-            &name,
-            at,
-            vec![
-                cond("SlurmRegistered", "True", "Registered"),
-                cond("SlurmNodeHealthy", "True", "Healthy"),
-            ],
-        ))
-        .await;
+    slurm_healthy(&r.env, &name).await;
     // InMaintenancePool comes from connector-openstack reading the lessee.
     let job = job_terminal(&r.env, &job.id, WITHIN).await;
     let _ = uuid;
@@ -286,19 +255,7 @@ async fn a_metal_release_delegates_through_the_hub_and_refuses_rma() {
     // quarantined device is refused by the hub, as the hand-back's own
     // re-check).
     let name = r.env.device_field(&device, "name").await;
-    r.env
-        .publish_snapshot(&snapshot(
-            "slurm",
-            "s1",
-            "name",
-            &name,
-            Utc::now(),
-            vec![
-                cond("SlurmRegistered", "True", "Registered"),
-                cond("SlurmNodeHealthy", "True", "Healthy"),
-            ],
-        ))
-        .await;
+    slurm_healthy(&r.env, &name).await;
     eventually("validation", || async {
         (r.env.device_field(&device, "operational_status").await == "validation").then_some(())
     })
@@ -327,9 +284,8 @@ async fn a_metal_release_delegates_through_the_hub_and_refuses_rma() {
     .await
     .unwrap();
     assert_eq!(latch, ("Unknown".into(), "HandoverBreach".into()));
-    let (lessee, traits) = r.ironic.lessee_and_traits(&uuid).await;
-    assert_eq!(lessee, MAINT, "a Metal hand-back writes nothing to Ironic");
-    assert!(!traits.iter().any(|t| t == READY), "{traits:?}");
+    // A Metal hand-back writes nothing to Ironic.
+    r.assert_kept(&uuid).await;
     // "self_managed" is refused by name at creation.
     let e = r
         .release_as(&[device.clone()], "self_managed")

@@ -13,8 +13,6 @@ use fleet_workflow_client::WorkflowError;
 
 use crate::support::*;
 
-const READY: &str = "CUSTOM_CUSTOMER_READY";
-
 struct Fleet {
     env: TestEnv,
     placement: FakePlacement,
@@ -41,14 +39,9 @@ impl Fleet {
                 .await;
         }
         eventually(&format!("{n} devices in service"), || async {
-            let c: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM devices WHERE operational_status = 'in_use' \
-                 AND entered_service_at IS NOT NULL",
-            )
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-            (c == n as i64).then_some(())
+            let sql = "SELECT count(*) FROM devices WHERE operational_status = 'in_use' \
+                       AND entered_service_at IS NOT NULL";
+            (count(&env, sql, None).await == n as i64).then_some(())
         })
         .await;
         let site = placement.site_config();
@@ -96,21 +89,10 @@ impl Fleet {
     /// JOBS messages written for `id` so far (the outbox keeps its rows
     /// until the relay publishes them; the stream keeps them after).
     async fn queued(&self, id: &str) -> i64 {
-        let pending: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM workflow_outbox WHERE subject LIKE '%.' || $1 || '.%'",
-        )
-        .bind(id)
-        .fetch_one(&self.env.pool)
-        .await
-        .unwrap();
-        let worked: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM impairment_event_devices WHERE event_id = $1 AND status <> 'pending'",
-        )
-        .bind(id)
-        .fetch_one(&self.env.pool)
-        .await
-        .unwrap();
-        pending + worked
+        let pending = "SELECT count(*) FROM workflow_outbox WHERE subject LIKE '%.' || $1 || '.%'";
+        let worked = "SELECT count(*) FROM impairment_event_devices WHERE event_id = $1 \
+                      AND status <> 'pending'";
+        count(&self.env, pending, Some(id)).await + count(&self.env, worked, Some(id)).await
     }
 
     async fn stop(self) {
@@ -156,12 +138,8 @@ async fn a_cordon_over_the_share_waits_for_a_confirmation_before_any_write() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(f.queued(&id).await, 0);
     assert_eq!(f.placement.writes(), 0);
-    let held_at_hub: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM devices WHERE impairment_hold IS NOT NULL")
-            .fetch_one(&f.env.pool)
-            .await
-            .unwrap();
-    assert_eq!(held_at_hub, 0);
+    let held_at_hub = "SELECT count(*) FROM devices WHERE impairment_hold IS NOT NULL";
+    assert_eq!(count(&f.env, held_at_hub, None).await, 0);
 
     // A confirmation needs a reason; a clear is refused while it waits.
     let (code, message) = refused(f.confirm(&id, " ").await);
@@ -238,37 +216,24 @@ async fn an_outage_never_trips_the_guard_and_starts_nothing() {
             .await;
     }
     eventually("every device unknown after the outage", || async {
-        let c: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM devices WHERE operational_status = 'unknown'")
-                .fetch_one(&f.env.pool)
-                .await
-                .unwrap();
-        (c == 40).then_some(())
+        let sql = "SELECT count(*) FROM devices WHERE operational_status = 'unknown'";
+        (count(&f.env, sql, None).await == 40).then_some(())
     })
     .await;
-    let work = |pool: sqlx::PgPool| async move {
-        let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        let events: i64 = sqlx::query_scalar("SELECT count(*) FROM impairment_events")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        (jobs, events)
+    let work = || async {
+        (
+            count(&f.env, "SELECT count(*) FROM jobs", None).await,
+            count(&f.env, "SELECT count(*) FROM impairment_events", None).await,
+        )
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        work(f.env.pool.clone()).await,
-        (0, 0),
-        "nothing started on its own"
-    );
+    assert_eq!(work().await, (0, 0), "nothing started on its own");
     let admitted = f.cordon(0..3).await;
     assert!(
         admitted.storm_guard.is_none(),
         "an outage trips nothing: {:?}",
         admitted.storm_guard
     );
-    assert_eq!(work(f.env.pool.clone()).await, (0, 1));
+    assert_eq!(work().await, (0, 1));
     f.stop().await;
 }
