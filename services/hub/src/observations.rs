@@ -149,10 +149,14 @@ impl Hub {
             Ok(Ok((s, rows))) => {
                 merge(&mut stats, s);
                 let started = std::time::Instant::now();
+                // The status changes first: they are what consumers wait
+                // for, while an ack only tells the stream what it may drop
+                // (a crash in between redelivers, and a redelivery is a
+                // duplicate the hub recognises).
+                self.publish_committed(rows).await;
                 for item in &good {
                     self.ack(&item.msg).await;
                 }
-                self.publish_committed(rows).await;
                 self.metrics.stage("publish", started.elapsed());
             }
             Err(e) if e.is_unavailable() => {
