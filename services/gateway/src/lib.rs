@@ -197,23 +197,8 @@ impl Gateway {
             observed_generation,
             identity_generation,
         };
-        fleet_bus::publish_observation(
-            &self.js,
-            &self.subjects,
-            self.common.nats.partitions,
-            "gateway",
-            &Self::device_key(site, device_id),
-            now.timestamp_nanos_opt().unwrap_or_default(),
-            &fleet_proto::schema::<v1::ConnectivityObservation>(),
-            fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
-            obs.encode_to_vec().into(),
-        )
-        .await?
-        .await
-        .map_err(|e| {
-            GatewayError::new(ErrorCode::Unavailable, format!("connectivity publish: {e}"))
-        })?;
-        Ok(())
+        self.publish(site, device_id, now, &obs, "connectivity")
+            .await
     }
 
     /// The gateway's snapshot: `GpuCountMismatch`, the one type it owns.
@@ -241,20 +226,33 @@ impl Gateway {
             }],
             mirror: None,
         };
+        self.publish(site, device_id, now, &snap, "snapshot").await
+    }
+
+    /// Publishes one observation of the device (source `gateway`) and
+    /// waits for its ack; `what` names it in the error.
+    async fn publish<M: Message + fleet_proto::Name>(
+        &self,
+        site: &str,
+        device_id: &str,
+        observed_at: chrono::DateTime<Utc>,
+        message: &M,
+        what: &str,
+    ) -> Result<(), GatewayError> {
         fleet_bus::publish_observation(
             &self.js,
             &self.subjects,
             self.common.nats.partitions,
             "gateway",
             &Self::device_key(site, device_id),
-            now.timestamp_nanos_opt().unwrap_or_default(),
-            &fleet_proto::schema::<v1::ConditionSnapshot>(),
+            observed_at.timestamp_nanos_opt().unwrap_or_default(),
+            &fleet_proto::schema::<M>(),
             fleet_runtime::telemetry::traceparent_of(&tracing::Span::current()).as_deref(),
-            snap.encode_to_vec().into(),
+            message.encode_to_vec().into(),
         )
         .await?
         .await
-        .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("snapshot publish: {e}")))?;
+        .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("{what} publish: {e}")))?;
         Ok(())
     }
 

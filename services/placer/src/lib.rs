@@ -98,12 +98,7 @@ impl Placer {
             streams,
         } = fleet_store::Deps::connect(&common, fleet_store::Role::Placer).await?;
         // STATUS and DLQ are the hub's; the placer owns only its events.
-        fleet_bus::await_streams(
-            &js,
-            &[streams.status(), streams.dlq()],
-            std::future::pending(),
-        )
-        .await;
+        fleet_bus::await_hub_streams(&js, &streams).await;
         service::ensure_events_stream(&js, &streams, &subjects).await?;
         let placer = Arc::new(Placer {
             common,

@@ -132,13 +132,7 @@ impl Radar {
             streams,
         } = fleet_store::Deps::connect(&common, fleet_store::Role::Radar).await?;
         fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Radar).await?;
-        // STATUS and DLQ are the hub's.
-        fleet_bus::await_streams(
-            &js,
-            &[streams.status(), streams.dlq()],
-            std::future::pending(),
-        )
-        .await;
+        fleet_bus::await_hub_streams(&js, &streams).await;
         Ok(Arc::new(Radar {
             common,
             config,

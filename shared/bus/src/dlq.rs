@@ -51,14 +51,7 @@ pub fn copy(
     let budget = max_payload.saturating_sub(SLACK);
     // The original's own headers (trace, schema) when they fit in half.
     if let Some(orig) = original {
-        let theirs: usize = orig
-            .iter()
-            .map(|(k, vs)| {
-                vs.iter()
-                    .map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4)
-                    .sum::<usize>()
-            })
-            .sum();
+        let theirs = headers_size(orig);
         if size + theirs <= budget / 2 {
             for (k, vs) in orig.iter() {
                 if AsRef::<str>::as_ref(k).eq_ignore_ascii_case("Nats-Msg-Id") {
@@ -77,6 +70,17 @@ pub fn copy(
     }
     h.insert(HEADER_DLQ_TRUNCATED, payload.len().to_string().as_str());
     (h, payload.slice(..room))
+}
+
+/// The bytes `h` takes on the wire: each value with its name and framing.
+fn headers_size(h: &HeaderMap) -> usize {
+    h.iter()
+        .map(|(k, vs)| {
+            vs.iter()
+                .map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4)
+                .sum::<usize>()
+        })
+        .sum()
 }
 
 /// Copies `msg` to `<root>.dlq.<stream>.<reason>` and terminates it; true
@@ -154,14 +158,7 @@ mod tests {
             "too big",
             1 << 20,
         );
-        let headers: usize = h
-            .iter()
-            .map(|(k, vs)| {
-                vs.iter()
-                    .map(|v| AsRef::<str>::as_ref(k).len() + v.as_str().len() + 4)
-                    .sum::<usize>()
-            })
-            .sum();
+        let headers = headers_size(&h);
         assert!(p.len() + headers + 200 < 1 << 20, "{} + {headers}", p.len());
         assert_eq!(
             h.get(HEADER_DLQ_TRUNCATED).map(|v| v.as_str()),

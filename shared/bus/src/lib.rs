@@ -16,12 +16,12 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 
 pub use connect::{connect, connect_now, NatsConfig, NatsConfigError, NatsTls};
-pub use request::{request, RequestError};
+pub use request::{request, Caller, ClientError, RequestError};
 pub use secret::{redact_url, Secret};
 pub use serve::{serve, Limits, Refusal, Responder, ResponderMetrics, Route};
 pub use streams::{
-    await_streams, check_observations, ensure_owned, ensure_streams, pull_consumer, Owner,
-    StreamNames,
+    await_hub_streams, await_streams, check_observations, ensure_owned, ensure_streams,
+    pull_consumer, Owner, StreamNames,
 };
 pub use subjects::Subjects;
 

@@ -1,11 +1,13 @@
 //! The caller's side of the one request/reply layer: every client crate
 //! (`fleet-hub-client`, `fleet-placer-client`, `fleet-workflow-client`)
-//! sends through [`request`], so "no answer in time", "nobody is
+//! sends through [`request`] (most through a [`Caller`]), so "no answer in time", "nobody is
 //! subscribed" and "the reply does not decode" mean the same everywhere.
 
 use std::time::Duration;
 
 use fleet_proto::Message;
+
+use crate::Subjects;
 
 /// Why a request has no reply to read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +62,53 @@ pub async fn request<M: Message + Default>(
         Ok(Ok(m)) => m,
     };
     M::decode(msg.payload.as_ref()).map_err(|e| RequestError::BadReply(e.to_string()))
+}
+
+/// A client crate's own error, as a failed request becomes one.
+pub trait ClientError {
+    /// Nobody was subscribed: nothing was sent, nothing applied.
+    fn not_running() -> Self;
+    /// Why the service is unavailable ([`RequestError::unavailable`]).
+    fn unavailable(why: String) -> Self;
+}
+
+/// One service's caller: NATS, the subjects, and how long a request
+/// waits for its reply.
+#[derive(Clone)]
+pub struct Caller {
+    nats: async_nats::Client,
+    subjects: Subjects,
+    timeout: Duration,
+}
+
+impl Caller {
+    pub fn new(nats: async_nats::Client, subjects: Subjects, timeout: Duration) -> Self {
+        Caller {
+            nats,
+            subjects,
+            timeout,
+        }
+    }
+
+    pub fn subjects(&self) -> &Subjects {
+        &self.subjects
+    }
+
+    /// [`request`] with this caller's timeout; a failure is the client's
+    /// error `E`, naming `service`.
+    pub async fn call<M: Message + Default, E: ClientError>(
+        &self,
+        service: &str,
+        subject: String,
+        payload: Vec<u8>,
+    ) -> Result<M, E> {
+        request(&self.nats, subject, payload, self.timeout)
+            .await
+            .map_err(|e| {
+                e.unavailable(service)
+                    .map_or_else(E::not_running, E::unavailable)
+            })
+    }
 }
 
 #[cfg(test)]

@@ -209,6 +209,17 @@ fn check_partitions(
     }
 }
 
+/// Waits, without end, for the hub's STATUS and DLQ streams: for a
+/// service that consumes STATUS and dead-letters but owns neither.
+pub async fn await_hub_streams(js: &jetstream::Context, streams: &StreamNames) {
+    await_streams(
+        js,
+        &[streams.status(), streams.dlq()],
+        std::future::pending(),
+    )
+    .await;
+}
+
 /// Waits until every stream named exists (another service owns them),
 /// logging while it waits; `false` when `stop` fired first.
 pub async fn await_streams(

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fleet_bus::{RequestError, Subjects};
+use fleet_bus::{Caller, Subjects};
 use fleet_proto::{v1, Message};
 
 use crate::error::PlacerError;
@@ -13,17 +13,13 @@ use crate::model::{AllocateRequest, Allocation, Capacity};
 
 #[derive(Clone)]
 pub struct PlacerClient {
-    nats: async_nats::Client,
-    subjects: Subjects,
-    timeout: Duration,
+    bus: Caller,
 }
 
 impl PlacerClient {
     pub fn new(nats: async_nats::Client, subjects: Subjects, timeout: Duration) -> Self {
         PlacerClient {
-            nats,
-            subjects,
-            timeout,
+            bus: Caller::new(nats, subjects, timeout),
         }
     }
 
@@ -32,17 +28,10 @@ impl PlacerClient {
         verb: &str,
         payload: Vec<u8>,
     ) -> Result<v1::placer_reply::Result, PlacerError> {
-        let reply: v1::PlacerReply = fleet_bus::request(
-            &self.nats,
-            self.subjects.placer_cmd(verb),
-            payload,
-            self.timeout,
-        )
-        .await
-        .map_err(|e: RequestError| {
-            e.unavailable("placer")
-                .map_or(PlacerError::NotRunning, PlacerError::Unavailable)
-        })?;
+        let reply: v1::PlacerReply = self
+            .bus
+            .call("placer", self.bus.subjects().placer_cmd(verb), payload)
+            .await?;
         if let Some(e) = &reply.error {
             return Err(PlacerError::from_proto(e));
         }

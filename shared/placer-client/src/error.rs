@@ -45,3 +45,13 @@ impl PlacerError {
         }
     }
 }
+
+impl fleet_bus::ClientError for PlacerError {
+    fn not_running() -> Self {
+        PlacerError::NotRunning
+    }
+
+    fn unavailable(why: String) -> Self {
+        PlacerError::Unavailable(why)
+    }
+}

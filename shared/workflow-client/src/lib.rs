@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fleet_bus::{RequestError, Subjects};
+use fleet_bus::{Caller, Subjects};
 use fleet_proto::{v1, ErrorCode, Message};
 
 /// A refusal of the workflow service, with the mesh's error code.
@@ -53,19 +53,25 @@ impl WorkflowError {
     }
 }
 
+impl fleet_bus::ClientError for WorkflowError {
+    fn not_running() -> Self {
+        WorkflowError::NotRunning
+    }
+
+    fn unavailable(why: String) -> Self {
+        WorkflowError::Unavailable(why)
+    }
+}
+
 #[derive(Clone)]
 pub struct WorkflowClient {
-    nats: async_nats::Client,
-    subjects: Subjects,
-    timeout: Duration,
+    bus: Caller,
 }
 
 impl WorkflowClient {
     pub fn new(nats: async_nats::Client, subjects: Subjects, timeout: Duration) -> Self {
         WorkflowClient {
-            nats,
-            subjects,
-            timeout,
+            bus: Caller::new(nats, subjects, timeout),
         }
     }
 
@@ -74,17 +80,14 @@ impl WorkflowClient {
         verb: &str,
         payload: Vec<u8>,
     ) -> Result<v1::workflow_reply::Result, WorkflowError> {
-        let reply: v1::WorkflowReply = fleet_bus::request(
-            &self.nats,
-            self.subjects.workflow_cmd(verb),
-            payload,
-            self.timeout,
-        )
-        .await
-        .map_err(|e: RequestError| {
-            e.unavailable("workflow service")
-                .map_or(WorkflowError::NotRunning, WorkflowError::Unavailable)
-        })?;
+        let reply: v1::WorkflowReply = self
+            .bus
+            .call(
+                "workflow service",
+                self.bus.subjects().workflow_cmd(verb),
+                payload,
+            )
+            .await?;
         if let Some(e) = reply.error {
             return Err(WorkflowError::from_proto(e));
         }

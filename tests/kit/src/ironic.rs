@@ -181,15 +181,7 @@ impl RealIronic {
     /// The same, with more fields on the node (`"automated_clean": true`
     /// makes its teardown clean for 5 s, see `tests/peers/ironic.sh`).
     pub async fn available_node_with(&self, name: &str, extra: Value) -> String {
-        let mut body = json!({"name": name, "driver": "fake-hardware", "resource_class": "gpu"});
-        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-            b.extend(e.clone());
-        }
-        let (s, v) = self.call(reqwest::Method::POST, "/nodes", Some(body)).await;
-        assert_eq!(s, 201, "create node {name}: {v}");
-        let uuid = v["uuid"].as_str().expect("node uuid").to_string();
-        self.made.lock().unwrap().push(uuid.clone());
-        self.wait_state(&uuid, "enroll").await;
+        let uuid = self.enroll_node(name, extra).await;
         let (s, v) = self.provision(&uuid, json!({"target": "manage"})).await;
         assert_eq!(s, 202, "manage {name}: {v}");
         self.wait_state(&uuid, "manageable").await;

@@ -149,6 +149,15 @@ fn run_netbox(env: &TestEnv, config: fleet_connector_netbox::Config) -> Running 
     Running::spawn(env, config, fleet_connector_netbox::run)
 }
 
+/// The connector against the fake at `url`, with the v1 token.
+fn run_netbox_v1(env: &TestEnv, url: &str) -> Running {
+    let token = Credential {
+        value: Secret::new(V1_TOKEN),
+        ..Default::default()
+    };
+    run_netbox(env, netbox_config(url, token))
+}
+
 #[derive(Debug, PartialEq, Eq, sqlx::FromRow)]
 struct Row {
     site_id: String,
@@ -192,17 +201,7 @@ async fn netbox_creates_unknown_devices_and_mirrors_status_and_tags_through_the_
     // Known to the hub already: create_device answers CONFLICT.
     env.create_device("s1", "gpu01").await;
     let (control, _fake) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
-    let url = control.url();
-    let connector = run_netbox(
-        &env,
-        netbox_config(
-            &url,
-            Credential {
-                value: Secret::new(V1_TOKEN),
-                ..Default::default()
-            },
-        ),
-    );
+    let connector = run_netbox_v1(&env, &control.url());
 
     let gpu05 = eventually("gpu05 created from netbox", || async {
         let r = rows(&env, "gpu05").await;
@@ -418,17 +417,7 @@ async fn a_device_gone_from_netbox_is_marked_and_comes_back() {
     let env = TestEnv::new().await;
     let hub = HubTask::start(&env).await;
     let (control, fake) = netbox_fake(&format!("Token {V1_TOKEN}")).await;
-    let url = control.url();
-    let connector = run_netbox(
-        &env,
-        netbox_config(
-            &url,
-            Credential {
-                value: Secret::new(V1_TOKEN),
-                ..Default::default()
-            },
-        ),
-    );
+    let connector = run_netbox_v1(&env, &control.url());
     eventually("gpu05 created as failed", || async {
         let r = rows(&env, "gpu05").await;
         (r.len() == 1 && r[0].inventory_status == "failed").then_some(())
