@@ -56,6 +56,29 @@ fn fabric_truth(mesh: &DevMesh) -> BTreeMap<(String, String), i64> {
         .collect()
 }
 
+/// A dev mesh of `devices` at `sites` sites (`standalone_sites` of them
+/// without Placement) against this test's database, held (no scenario
+/// changes), without the consumers or agents, resyncing every second.
+async fn held_mesh(
+    env: &TestEnv,
+    devices: usize,
+    sites: usize,
+    standalone_sites: usize,
+) -> DevMesh {
+    let mut opts = DevOptions::new(devices);
+    opts.isolate = false;
+    opts.sites = sites;
+    opts.standalone_sites = standalone_sites;
+    opts.consumers = false;
+    opts.agents = 0;
+    opts.held = true;
+    opts.tick = Duration::from_millis(500);
+    opts.resync_secs = 1.0;
+    DevMesh::start(crate::support::fleet_config(env), opts)
+        .await
+        .expect("the dev mesh starts")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dev_mesh_converges_to_the_scenario_ground_truth() {
     let env = TestEnv::new().await;
@@ -612,18 +635,7 @@ async fn fleet_dev_cleans_up_when_its_pipe_is_gone_and_it_is_interrupted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
     let env = TestEnv::new().await;
-    let mut opts = DevOptions::new(100);
-    opts.isolate = false;
-    opts.sites = 2;
-    opts.standalone_sites = 1;
-    opts.consumers = false;
-    opts.agents = 0;
-    opts.held = true;
-    opts.tick = Duration::from_millis(500);
-    opts.resync_secs = 1.0;
-    let mesh = DevMesh::start(crate::support::fleet_config(&env), opts)
-        .await
-        .expect("the dev mesh starts");
+    let mesh = held_mesh(&env, 100, 2, 1).await;
     let converged = |what: &'static str| {
         let mesh = &mesh;
         eventually_within(
@@ -793,17 +805,7 @@ async fn jobs_run_against_the_simulated_ironic_and_the_ground_truth_follows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn burn_in_runs_on_the_simulated_slurmrestd_and_the_matrix_moves() {
     let env = TestEnv::new().await;
-    let mut opts = DevOptions::new(64);
-    opts.isolate = false;
-    opts.sites = 1;
-    opts.consumers = false;
-    opts.agents = 0;
-    opts.held = true;
-    opts.tick = Duration::from_millis(500);
-    opts.resync_secs = 1.0;
-    let mesh = DevMesh::start(crate::support::fleet_config(&env), opts)
-        .await
-        .expect("the dev mesh starts");
+    let mesh = held_mesh(&env, 64, 1, 0).await;
     let (healthy, faulty) = {
         let s = mesh.scenario.lock().unwrap();
         let pick = |ok: bool| {

@@ -34,21 +34,29 @@ impl Fresh {
     /// `base` pointed at a new database `fleet_bench_<what>_<id>` (migrated)
     /// and a subject root and stream prefix of its own.
     pub async fn new(base: &FleetConfig, what: &str) -> anyhow::Result<Fresh> {
+        let mut fresh = Fresh::isolated(base, &format!("fleet_bench_{what}"))?;
+        let db = &mut fresh.config.database;
+        db.max_connections = db.max_connections.max(24);
+        crate::migrate(&fresh.config).await?;
+        Ok(fresh)
+    }
+
+    /// `base` pointed at a new database `<db_prefix>_<id>` (not created
+    /// yet) and a subject root and stream prefix of its own.
+    pub fn isolated(base: &FleetConfig, db_prefix: &str) -> anyhow::Result<Fresh> {
         use anyhow::Context;
         let id = ulid::Ulid::new().to_string().to_lowercase();
         let mut config = base.clone();
-        let db_name = format!("fleet_bench_{what}_{id}");
+        let db_name = format!("{db_prefix}_{id}");
         let (prefix, _) = base
             .database
             .url
             .rsplit_once('/')
             .context("database.url has no database name")?;
         config.database.url = format!("{prefix}/{db_name}");
-        config.database.max_connections = config.database.max_connections.max(24);
         config.nats.subject_root = format!("bench{id}.fleet");
         config.nats.radar_root = format!("bench{id}.radar");
         config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
-        crate::migrate(&config).await?;
         Ok(Fresh {
             config,
             db_name,
@@ -61,17 +69,15 @@ impl Fresh {
         if let Ok(nats) = fleet_bus::connect_now(&self.config.nats, "fleet-bench").await {
             let js = async_nats::jetstream::new(nats);
             let names = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
-            let mesh = [
-                names.observations(),
-                names.status(),
-                names.radar(),
-                names.jobs(),
-                names.dlq(),
-            ];
-            for s in mesh.iter().chain(extra) {
+            for s in mesh_streams(&names).iter().chain(extra) {
                 let _ = js.delete_stream(s).await;
             }
         }
+        self.drop_database().await;
+    }
+
+    /// Drops the database (forcing its connections closed).
+    pub async fn drop_database(&self) {
         if let Ok(admin) = fleet_store::connect(&self.admin_url, 1).await {
             let _ = sqlx::query(&format!(
                 "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
@@ -81,6 +87,17 @@ impl Fresh {
             .await;
         }
     }
+}
+
+/// The mesh's streams.
+pub(crate) fn mesh_streams(names: &fleet_bus::StreamNames) -> [String; 5] {
+    [
+        names.observations(),
+        names.status(),
+        names.radar(),
+        names.jobs(),
+        names.dlq(),
+    ]
 }
 
 pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> {

@@ -32,6 +32,18 @@ pub struct Target {
     pub output: Output,
 }
 
+impl Target {
+    /// A client of the API this target names.
+    pub fn api(&self) -> anyhow::Result<Api> {
+        Api::new(&self.api_url, self.token.as_deref())
+    }
+
+    /// Whether the output is JSON (`-o json`).
+    pub fn json(&self) -> bool {
+        self.output == Output::Json
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
     Table,
@@ -364,9 +376,7 @@ impl Api {
 
     /// A `GET` read as the API's own type.
     pub async fn get_as<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let v = self.get(path, &[]).await?;
-        serde_json::from_value(v)
-            .with_context(|| format!("the API's {path} answer is not what this CLI reads"))
+        decode(self.get(path, &[]).await?, &format!("{path} answer"))
     }
 
     pub async fn device(&self, id: &str) -> anyhow::Result<DeviceDetail> {
@@ -422,7 +432,86 @@ impl Api {
         let v = self
             .post(&format!("/api/v1/devices/{id}/{verb}"), body)
             .await?;
-        serde_json::from_value(v).context("the API's device change is not what this CLI reads")
+        decode(v, "device change")
+    }
+}
+
+/// An API answer read as the API's own type; `what` names it in the error.
+pub(crate) fn decode<T: DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
+    serde_json::from_value(v)
+        .with_context(|| format!("the API's {what} is not what this CLI reads"))
+}
+
+/// `v` as JSON, or as `text` renders it.
+pub(crate) fn emit<T: serde::Serialize + ?Sized>(
+    json_out: bool,
+    v: &T,
+    text: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    if json_out {
+        print_json(&v)
+    } else {
+        print!("{}", text(v));
+        Ok(())
+    }
+}
+
+/// A list as JSON, or as its table with a count of `noun` on stderr.
+fn emit_list<T: serde::Serialize>(
+    json_out: bool,
+    items: &[T],
+    rows: fn(&[T]) -> String,
+    noun: &str,
+) -> anyhow::Result<()> {
+    emit(json_out, items, rows)?;
+    if !json_out {
+        eprintln!("{} {noun}", items.len());
+    }
+    Ok(())
+}
+
+/// The query pairs of the filters that are set.
+pub(crate) fn filters<const N: usize>(
+    pairs: [(&'static str, Option<String>); N],
+) -> Vec<(&'static str, String)> {
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
+}
+
+/// Reads a record again and again, `every` apart, until `settled` says it
+/// is: its text each time the text changes, or its JSON once, at the end.
+async fn watch<T, Fut>(
+    json_out: bool,
+    every: std::time::Duration,
+    read: impl Fn() -> Fut,
+    settled: impl Fn(&T) -> bool,
+    text: impl Fn(&T) -> String,
+) -> anyhow::Result<()>
+where
+    T: serde::Serialize,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut last = String::new();
+    loop {
+        let v = read().await?;
+        let settled = settled(&v);
+        if json_out {
+            if settled {
+                return print_json(&v);
+            }
+        } else {
+            let text = text(&v);
+            if text != last {
+                print!("{text}");
+                last = text;
+            }
+            if settled {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -444,23 +533,17 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A table of `items`, a row each as `row` makes it.
+pub(crate) fn table_of<T>(
+    header: &[&str],
+    items: &[T],
+    row: impl FnMut(&T) -> Vec<String>,
+) -> String {
+    table(header, &items.iter().map(row).collect::<Vec<_>>())
+}
+
 fn device_rows(items: &[DeviceSummary]) -> String {
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|d| {
-            vec![
-                d.id.clone(),
-                d.name.clone(),
-                d.site_id.clone(),
-                d.operational_status.clone(),
-                d.health_status.clone(),
-                d.cordoned.to_string(),
-                d.schedulable.to_string(),
-                list_or_dash(&d.no_schedule_reasons),
-            ]
-        })
-        .collect();
-    table(
+    table_of(
         &[
             "ID",
             "NAME",
@@ -471,7 +554,19 @@ fn device_rows(items: &[DeviceSummary]) -> String {
             "SCHEDULABLE",
             "NO-SCHEDULE",
         ],
-        &rows,
+        items,
+        |d| {
+            vec![
+                d.id.clone(),
+                d.name.clone(),
+                d.site_id.clone(),
+                d.operational_status.clone(),
+                d.health_status.clone(),
+                d.cordoned.to_string(),
+                d.schedulable.to_string(),
+                list_or_dash(&d.no_schedule_reasons),
+            ]
+        },
     )
 }
 
@@ -481,17 +576,12 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
-    let json_out = t.output == Output::Json;
+    let api = t.api()?;
+    let json_out = t.json();
     match what {
         DevicesCommand::List(a) => {
             let items = api.list_devices(&a).await?;
-            if json_out {
-                print_json(&items)?;
-            } else {
-                print!("{}", device_rows(&items));
-                eprintln!("{} devices", items.len());
-            }
+            emit_list(json_out, &items, device_rows, "devices")?;
         }
         DevicesCommand::Show { id } => {
             let d = api.device(&id).await?;
@@ -504,26 +594,20 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
                 .await?;
             if json_out {
                 print_json(&json!({"device": d, "lifecycle_events": events}))?;
-                return Ok(());
+            } else {
+                print!("{}", show_device(&d, &events));
             }
-            print!("{}", show_device(&d, &events));
         }
-        DevicesCommand::Cordon { id, reason } => report(
-            json_out,
-            api.device_command(&id, "cordon", Some(&reason)).await?,
-        )?,
-        DevicesCommand::Promote { id, reason } => report(
-            json_out,
-            api.device_command(&id, "promote-to-managed", Some(&reason))
-                .await?,
-        )?,
-        DevicesCommand::Uncordon { id } => {
-            report(json_out, api.device_command(&id, "uncordon", None).await?)?
+        DevicesCommand::Cordon { id, reason } => {
+            report(&api, json_out, &id, "cordon", Some(&reason)).await?
         }
-        DevicesCommand::Drain { id, reason } => report(
-            json_out,
-            api.device_command(&id, "drain", Some(&reason)).await?,
-        )?,
+        DevicesCommand::Promote { id, reason } => {
+            report(&api, json_out, &id, "promote-to-managed", Some(&reason)).await?
+        }
+        DevicesCommand::Uncordon { id } => report(&api, json_out, &id, "uncordon", None).await?,
+        DevicesCommand::Drain { id, reason } => {
+            report(&api, json_out, &id, "drain", Some(&reason)).await?
+        }
         DevicesCommand::Triage {
             ids,
             off,
@@ -537,25 +621,27 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
                            "triage_ticket_url": ticket_url, "parent_ticket_url": parent_ticket_url}),
                 )
                 .await?;
-            if json_out {
-                print_json(&v)?;
-            } else {
-                println!("{}", serde_json::to_string(&v)?);
-            }
+            emit(json_out, &v, |v| format!("{v}\n"))?;
         }
     }
     Ok(())
 }
 
-fn report(json_out: bool, d: DeviceChange) -> anyhow::Result<()> {
-    if json_out {
-        return print_json(&d);
-    }
-    println!(
-        "{} {}: version {}, cordoned {}, operational {}",
-        d.id, d.name, d.version, d.cordoned, d.operational_status
-    );
-    Ok(())
+/// Runs a device command and prints the change.
+async fn report(
+    api: &Api,
+    json_out: bool,
+    id: &str,
+    verb: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
+    let d = api.device_command(id, verb, reason).await?;
+    emit(json_out, &d, |d: &DeviceChange| {
+        format!(
+            "{} {}: version {}, cordoned {}, operational {}\n",
+            d.id, d.name, d.version, d.cordoned, d.operational_status
+        )
+    })
 }
 
 fn or_dash(v: Option<impl ToString>) -> String {
@@ -603,10 +689,10 @@ fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
         out.push_str(&format!("{k:<20} {v}\n"));
     }
     out.push_str("\ndecisive conditions:\n");
-    let conds: Vec<Vec<String>> = d
-        .operational_status_conditions
-        .iter()
-        .map(|c| {
+    out.push_str(&table_of(
+        &["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"],
+        &d.operational_status_conditions,
+        |c| {
             vec![
                 c.condition_type.clone(),
                 c.status.clone(),
@@ -614,16 +700,13 @@ fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
                 c.source.clone(),
                 c.message.clone(),
             ]
-        })
-        .collect();
-    out.push_str(&table(
-        &["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"],
-        &conds,
+        },
     ));
     out.push_str("\nrecent lifecycle events:\n");
-    let ev: Vec<Vec<String>> = events
-        .iter()
-        .map(|e| {
+    out.push_str(&table_of(
+        &["AT", "KIND", "VALUE", "CAUSE", "ENDED"],
+        events,
+        |e| {
             vec![
                 e.created_at.to_rfc3339(),
                 e.kind.clone(),
@@ -631,15 +714,14 @@ fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
                 e.cause.clone(),
                 or_dash(e.ended_at.map(|t| t.to_rfc3339())),
             ]
-        })
-        .collect();
-    out.push_str(&table(&["AT", "KIND", "VALUE", "CAUSE", "ENDED"], &ev));
+        },
+    ));
     out
 }
 
 pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
-    let json_out = t.output == Output::Json;
+    let api = t.api()?;
+    let json_out = t.json();
     let (v, watch) = match what {
         ImpairmentsCommand::Create {
             ids,
@@ -655,30 +737,11 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
             watch,
         ),
         ImpairmentsCommand::List { status } => {
-            let q: Vec<(&str, String)> = status.map(|st| ("status", st)).into_iter().collect();
+            let q = filters([("status", status)]);
             let events: Vec<ImpairmentEvent> = api
                 .list_all("/api/v1/operations/impairment-events/", &q, None)
                 .await?;
-            if json_out {
-                return print_json(&events);
-            }
-            let rows: Vec<Vec<String>> = events
-                .iter()
-                .map(|e| {
-                    vec![
-                        e.id.clone(),
-                        e.status.clone(),
-                        e.device_count.to_string(),
-                        e.reason.clone(),
-                        e.created_at.to_rfc3339(),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                table(&["ID", "STATUS", "DEVICES", "REASON", "CREATED"], &rows)
-            );
-            return Ok(());
+            return emit(json_out, &events[..], impairment_rows);
         }
         ImpairmentsCommand::Show { id } => (
             api.get(&format!("/api/v1/operations/impairment-events/{id}/"), &[])
@@ -702,17 +765,27 @@ pub async fn impairments(t: Target, what: ImpairmentsCommand) -> anyhow::Result<
             watch,
         ),
     };
-    let d: ImpairmentEventDetail = serde_json::from_value(v)
-        .context("the API's impairment event is not what this CLI reads")?;
+    let d: ImpairmentEventDetail = decode(v, "impairment event")?;
     if watch {
         return watch_impairment(&api, &d.event.id, json_out).await;
     }
-    if json_out {
-        print_json(&d)
-    } else {
-        print!("{}", impairment_text(&d));
-        Ok(())
-    }
+    emit(json_out, &d, impairment_text)
+}
+
+fn impairment_rows(events: &[ImpairmentEvent]) -> String {
+    table_of(
+        &["ID", "STATUS", "DEVICES", "REASON", "CREATED"],
+        events,
+        |e| {
+            vec![
+                e.id.clone(),
+                e.status.clone(),
+                e.device_count.to_string(),
+                e.reason.clone(),
+                e.created_at.to_rfc3339(),
+            ]
+        },
+    )
 }
 
 /// The storm guard's hold, a line per tripped scope.
@@ -744,22 +817,7 @@ fn impairment_text(d: &ImpairmentEventDetail) -> String {
     if let Some(g) = &d.storm_guard {
         out.push_str(&storm_guard_text(g));
     }
-    let rows: Vec<Vec<String>> = d
-        .devices
-        .iter()
-        .map(|x| {
-            vec![
-                x.device_id.clone(),
-                x.status.clone(),
-                x.pre_hold_operational_status.clone(),
-                x.placement_action.clone().unwrap_or_default(),
-                x.placement_status.clone().unwrap_or_default(),
-                x.error_code.clone().unwrap_or_default(),
-                x.error_message.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
-    out.push_str(&table(
+    out.push_str(&table_of(
         &[
             "DEVICE",
             "STATUS",
@@ -769,7 +827,18 @@ fn impairment_text(d: &ImpairmentEventDetail) -> String {
             "ERROR",
             "MESSAGE",
         ],
-        &rows,
+        &d.devices,
+        |x| {
+            vec![
+                x.device_id.clone(),
+                x.status.clone(),
+                x.pre_hold_operational_status.clone(),
+                x.placement_action.clone().unwrap_or_default(),
+                x.placement_status.clone().unwrap_or_default(),
+                x.error_code.clone().unwrap_or_default(),
+                x.error_message.clone().unwrap_or_default(),
+            ]
+        },
     ));
     out
 }
@@ -777,33 +846,20 @@ fn impairment_text(d: &ImpairmentEventDetail) -> String {
 /// Follows an event until no device is left to work on.
 async fn watch_impairment(api: &Api, id: &str, json_out: bool) -> anyhow::Result<()> {
     use fleet_domain::impairment::EventStatus as S;
-    let mut last = String::new();
-    loop {
-        let v = api
-            .get(&format!("/api/v1/operations/impairment-events/{id}/"), &[])
-            .await?;
-        let d: ImpairmentEventDetail = serde_json::from_value(v)
-            .context("the API's impairment event is not what this CLI reads")?;
-        let settled = !matches!(
-            S::parse(&d.event.status),
-            Ok(S::Accepted | S::ReleasePending | S::ReleaseRetrying)
-        );
-        if json_out {
-            if settled {
-                return print_json(&d);
-            }
-        } else {
-            let text = impairment_text(&d);
-            if text != last {
-                print!("{text}");
-                last = text;
-            }
-            if settled {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
+    let path = &format!("/api/v1/operations/impairment-events/{id}/");
+    watch(
+        json_out,
+        std::time::Duration::from_secs(1),
+        || async move { decode(api.get(path, &[]).await?, "impairment event") },
+        |d: &ImpairmentEventDetail| {
+            !matches!(
+                S::parse(&d.event.status),
+                Ok(S::Accepted | S::ReleasePending | S::ReleaseRetrying)
+            )
+        },
+        impairment_text,
+    )
+    .await
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -872,9 +928,12 @@ pub enum PoolsCommand {
 }
 
 fn allocation_rows(items: &[Allocation]) -> String {
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|a| {
+    table_of(
+        &[
+            "ID", "TENANT", "POOL", "GPUS", "STATUS", "DEVICES", "CREATED",
+        ],
+        items,
+        |a| {
             let devices: std::collections::BTreeSet<&str> =
                 a.atoms.iter().map(|t| t.device_id.as_str()).collect();
             vec![
@@ -890,17 +949,12 @@ fn allocation_rows(items: &[Allocation]) -> String {
                 },
                 a.created_at.to_rfc3339(),
             ]
-        })
-        .collect();
-    table(
-        &[
-            "ID", "TENANT", "POOL", "GPUS", "STATUS", "DEVICES", "CREATED",
-        ],
-        &rows,
+        },
     )
 }
 
-fn show_allocation(a: &Allocation) {
+fn show_allocation(a: &Allocation) -> String {
+    let mut out = String::new();
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let at = |v: &Option<chrono::DateTime<chrono::Utc>>| v.map_or("-".into(), |t| t.to_rfc3339());
     for (k, v) in [
@@ -917,20 +971,18 @@ fn show_allocation(a: &Allocation) {
         ("impaired_at", at(&a.impaired_at)),
         ("released_at", at(&a.released_at)),
     ] {
-        println!("{k:<16} {v}");
+        out.push_str(&format!("{k:<16} {v}\n"));
     }
-    let atoms: Vec<Vec<String>> = a
-        .atoms
-        .iter()
-        .map(|t| vec![t.device_id.clone(), t.atom.to_string()])
-        .collect();
-    println!();
-    print!("{}", table(&["DEVICE", "GPU"], &atoms));
+    out.push('\n');
+    out.push_str(&table_of(&["DEVICE", "GPU"], &a.atoms, |t| {
+        vec![t.device_id.clone(), t.atom.to_string()]
+    }));
+    out
 }
 
 pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
-    let json_out = t.output == Output::Json;
+    let api = t.api()?;
+    let json_out = t.json();
     let v = match what {
         AllocationsCommand::Create {
             pool,
@@ -955,7 +1007,7 @@ pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<
             api.get(&format!("/api/v1/allocations/{id}/"), &[]).await?
         }
         AllocationsCommand::Release { id, tenant } => {
-            let q: Vec<(&str, String)> = tenant.map(|t| ("tenant_id", t)).into_iter().collect();
+            let q = filters([("tenant_id", tenant)]);
             api.post_query(&format!("/api/v1/allocations/{id}/release"), &q)
                 .await?
         }
@@ -965,27 +1017,16 @@ pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<
             status,
             limit,
         } => {
-            let q: Vec<(&str, String)> = [("pool", pool), ("tenant", tenant), ("status", status)]
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect();
+            let q = filters([("pool", pool), ("tenant", tenant), ("status", status)]);
             let items: Vec<Allocation> = api.list_all("/api/v1/allocations/", &q, limit).await?;
-            if json_out {
-                return print_json(&items);
-            }
-            print!("{}", allocation_rows(&items));
-            eprintln!("{} allocations", items.len());
-            return Ok(());
+            return emit_list(json_out, &items, allocation_rows, "allocations");
         }
     };
-    let a: Allocation =
-        serde_json::from_value(v).context("the API's allocation is not what this CLI reads")?;
-    if json_out {
-        print_json(&a)
-    } else {
-        show_allocation(&a);
-        Ok(())
-    }
+    emit(
+        json_out,
+        &decode::<Allocation>(v, "allocation")?,
+        show_allocation,
+    )
 }
 
 /// The capacity buckets in the order `device.md` checks them.
@@ -1024,16 +1065,11 @@ pub fn capacity_table(c: &Capacity) -> String {
 }
 
 pub async fn pools(t: Target, what: PoolsCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let api = t.api()?;
     match what {
         PoolsCommand::Capacity { id } => {
             let c: Capacity = api.get_as(&format!("/api/v1/pools/{id}/capacity")).await?;
-            if t.output == Output::Json {
-                print_json(&c)
-            } else {
-                print!("{}", capacity_table(&c));
-                Ok(())
-            }
+            emit(t.json(), &c, capacity_table)
         }
         PoolsCommand::Inventory(what) => crate::inventory_cmd::pools(&api, t.output, what).await,
     }
@@ -1118,20 +1154,7 @@ pub enum JobsCommand {
 }
 
 fn job_rows(items: &[Job]) -> String {
-    let rows: Vec<Vec<String>> = items
-        .iter()
-        .map(|j| {
-            vec![
-                j.id.clone(),
-                j.workflow.clone(),
-                j.status.clone(),
-                j.device_count.to_string(),
-                j.created_by.clone(),
-                j.created_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
-            ]
-        })
-        .collect();
-    table(
+    table_of(
         &[
             "ID",
             "WORKFLOW",
@@ -1140,7 +1163,17 @@ fn job_rows(items: &[Job]) -> String {
             "CREATED-BY",
             "CREATED",
         ],
-        &rows,
+        items,
+        |j| {
+            vec![
+                j.id.clone(),
+                j.workflow.clone(),
+                j.status.clone(),
+                j.device_count.to_string(),
+                j.created_by.clone(),
+                j.created_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            ]
+        },
     )
 }
 
@@ -1158,23 +1191,6 @@ pub fn job_text(j: &Job) -> String {
         .as_ref()
         .map(storm_guard_text)
         .unwrap_or_default();
-    let rows: Vec<Vec<String>> = j
-        .devices
-        .iter()
-        .map(|d| {
-            vec![
-                d.device_id.clone(),
-                d.status.clone().unwrap_or_else(|| "-".into()),
-                if d.step.is_empty() {
-                    "-".into()
-                } else {
-                    d.step.clone()
-                },
-                d.failure_code.clone().unwrap_or_else(|| "-".into()),
-                d.failure_message.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
     format!(
         "job {} {} {}{} ({})\n{guard}{}",
         j.id,
@@ -1186,7 +1202,7 @@ pub fn job_text(j: &Job) -> String {
             ""
         },
         summary.join(", "),
-        table(
+        table_of(
             &[
                 "DEVICE",
                 "STATUS",
@@ -1194,39 +1210,39 @@ pub fn job_text(j: &Job) -> String {
                 "FAILURE-CODE",
                 "FAILURE-MESSAGE"
             ],
-            &rows
+            &j.devices,
+            |d| {
+                vec![
+                    d.device_id.clone(),
+                    d.status.clone().unwrap_or_else(|| "-".into()),
+                    if d.step.is_empty() {
+                        "-".into()
+                    } else {
+                        d.step.clone()
+                    },
+                    d.failure_code.clone().unwrap_or_else(|| "-".into()),
+                    d.failure_message.clone().unwrap_or_default(),
+                ]
+            }
         )
     )
 }
 
 async fn watch_job(api: &Api, id: &str, interval: f64, json_out: bool) -> anyhow::Result<()> {
-    let every = std::time::Duration::from_secs_f64(interval.max(0.1));
-    let mut last = String::new();
-    loop {
-        let j: Job = api.get_as(&format!("/api/v1/jobs/{id}/")).await?;
-        let terminal =
-            fleet_domain::jobs::JobStatus::parse(&j.status).is_ok_and(|s| s.is_terminal());
-        if json_out {
-            if terminal {
-                return print_json(&j);
-            }
-        } else {
-            let text = job_text(&j);
-            if text != last {
-                print!("{text}");
-                last = text;
-            }
-            if terminal {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(every).await;
-    }
+    let path = &format!("/api/v1/jobs/{id}/");
+    watch(
+        json_out,
+        std::time::Duration::from_secs_f64(interval.max(0.1)),
+        || api.get_as::<Job>(path),
+        |j| fleet_domain::jobs::JobStatus::parse(&j.status).is_ok_and(|s| s.is_terminal()),
+        job_text,
+    )
+    .await
 }
 
 pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
-    let json_out = t.output == Output::Json;
+    let api = t.api()?;
+    let json_out = t.json();
     let job: Job = match what {
         JobsCommand::Create {
             workflow,
@@ -1266,29 +1282,26 @@ pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
             let v = api
                 .post("/api/v1/jobs/", serde_json::to_value(&body)?)
                 .await?;
-            let j: Job =
-                serde_json::from_value(v).context("the API's job is not what this CLI reads")?;
+            let j: Job = decode(v, "job")?;
             if watch {
                 return watch_job(&api, &j.id, 1.0, json_out).await;
             }
             j
         }
         JobsCommand::Show { id } => api.get_as(&format!("/api/v1/jobs/{id}/")).await?,
-        JobsCommand::Cancel { id } => {
-            let v = api
-                .post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
-                .await?;
-            serde_json::from_value(v).context("the API's job is not what this CLI reads")?
-        }
-        JobsCommand::Confirm { id, reason } => {
-            let v = api
-                .post(
-                    &format!("/api/v1/jobs/{id}/confirm"),
-                    json!({ "reason": reason }),
-                )
-                .await?;
-            serde_json::from_value(v).context("the API's job is not what this CLI reads")?
-        }
+        JobsCommand::Cancel { id } => decode(
+            api.post(&format!("/api/v1/jobs/{id}/cancel"), json!({}))
+                .await?,
+            "job",
+        )?,
+        JobsCommand::Confirm { id, reason } => decode(
+            api.post(
+                &format!("/api/v1/jobs/{id}/confirm"),
+                json!({ "reason": reason }),
+            )
+            .await?,
+            "job",
+        )?,
         JobsCommand::Watch { id, interval } => {
             return watch_job(&api, &id, interval, json_out).await
         }
@@ -1297,25 +1310,12 @@ pub async fn jobs(t: Target, what: JobsCommand) -> anyhow::Result<()> {
             workflow,
             limit,
         } => {
-            let q: Vec<(&str, String)> = [("status", status), ("workflow", workflow)]
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect();
+            let q = filters([("status", status), ("workflow", workflow)]);
             let items: Vec<Job> = api.list_all("/api/v1/jobs/", &q, limit).await?;
-            if json_out {
-                return print_json(&items);
-            }
-            print!("{}", job_rows(&items));
-            eprintln!("{} jobs", items.len());
-            return Ok(());
+            return emit_list(json_out, &items, job_rows, "jobs");
         }
     };
-    if json_out {
-        print_json(&job)
-    } else {
-        print!("{}", job_text(&job));
-        Ok(())
-    }
+    emit(json_out, &job, job_text)
 }
 
 #[cfg(test)]

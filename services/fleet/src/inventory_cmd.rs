@@ -4,10 +4,9 @@
 
 use clap::Subcommand;
 use fleet_api::inventory::{Pool, Site, Tenant};
-use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::cli::{print_json, table, Api, Output, Target};
+use crate::cli::{decode, emit, filters, table_of, Api, Output, Target};
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum SitesCommand {
@@ -146,23 +145,15 @@ pub enum PoolCommand {
     },
 }
 
-fn read<T: DeserializeOwned>(v: Value) -> anyhow::Result<T> {
-    serde_json::from_value(v)
-        .map_err(|e| anyhow::anyhow!("the API's answer is not what this CLI reads: {e}"))
-}
-
 fn print<T: serde::Serialize>(
     out: Output,
     items: &[T],
     rows: impl Fn(&T) -> Vec<String>,
     header: &[&str],
 ) -> anyhow::Result<()> {
-    if out == Output::Json {
-        return print_json(&items);
-    }
-    let rows: Vec<Vec<String>> = items.iter().map(rows).collect();
-    print!("{}", table(header, &rows));
-    Ok(())
+    emit(out == Output::Json, items, |items| {
+        table_of(header, items, rows)
+    })
 }
 
 fn site_row(s: &Site) -> Vec<String> {
@@ -212,7 +203,7 @@ fn pool_row(p: &Pool) -> Vec<String> {
 const POOL_HEADER: &[&str] = &["ID", "SITE", "KIND", "OWNER", "PROFILE", "CREATED"];
 
 pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let api = t.api()?;
     let one = match what {
         SitesCommand::List => {
             let items: Vec<Site> = api.list_all("/api/v1/sites/", &[], None).await?;
@@ -238,11 +229,16 @@ pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
         }
         SitesCommand::Delete { id } => api.delete(&format!("/api/v1/sites/{id}/")).await?,
     };
-    print(t.output, &[read::<Site>(one)?], site_row, SITE_HEADER)
+    print(
+        t.output,
+        &[decode::<Site>(one, "answer")?],
+        site_row,
+        SITE_HEADER,
+    )
 }
 
 pub async fn tenants(t: Target, what: TenantsCommand) -> anyhow::Result<()> {
-    let api = Api::new(&t.api_url, t.token.as_deref())?;
+    let api = t.api()?;
     let one = match what {
         TenantsCommand::List => {
             let items: Vec<Tenant> = api.list_all("/api/v1/tenants/", &[], None).await?;
@@ -259,7 +255,12 @@ pub async fn tenants(t: Target, what: TenantsCommand) -> anyhow::Result<()> {
         }
         TenantsCommand::Delete { id } => api.delete(&format!("/api/v1/tenants/{id}/")).await?,
     };
-    print(t.output, &[read::<Tenant>(one)?], tenant_row, TENANT_HEADER)
+    print(
+        t.output,
+        &[decode::<Tenant>(one, "answer")?],
+        tenant_row,
+        TENANT_HEADER,
+    )
 }
 
 fn profile(gpus: Option<i32>, model: Option<String>) -> Value {
@@ -272,7 +273,7 @@ fn profile(gpus: Option<i32>, model: Option<String>) -> Value {
 pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<()> {
     let one = match what {
         PoolCommand::List { site } => {
-            let q: Vec<(&str, String)> = site.map(|s| ("site", s)).into_iter().collect();
+            let q = filters([("site", site)]);
             let items: Vec<Pool> = api.list_all("/api/v1/pools/", &q, None).await?;
             return print(out, &items, pool_row, POOL_HEADER);
         }
@@ -310,5 +311,10 @@ pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<
         }
         PoolCommand::Delete { id } => api.delete(&format!("/api/v1/pools/{id}/")).await?,
     };
-    print(out, &[read::<Pool>(one)?], pool_row, POOL_HEADER)
+    print(
+        out,
+        &[decode::<Pool>(one, "answer")?],
+        pool_row,
+        POOL_HEADER,
+    )
 }

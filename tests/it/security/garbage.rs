@@ -43,59 +43,42 @@ const HUB_VERBS: &[&str] = &[
 /// Decodes a reply as its service's type and returns its error code.
 type Decoder = fn(&[u8]) -> Option<Option<String>>;
 
+/// Decodes `b` as `M` and names the code of the error `code` finds in it.
+fn typed<M: Message + Default>(
+    b: &[u8],
+    code: impl FnOnce(M) -> Option<i32>,
+) -> Option<Option<String>> {
+    M::decode(b)
+        .ok()
+        .map(|r| code(r).map(|c| fleet_proto::error_code_of(c).as_str_name().to_string()))
+}
+
 fn hub(b: &[u8]) -> Option<Option<String>> {
-    v1::HubReply::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::HubReply| r.error.map(|e| e.code))
 }
 fn placer(b: &[u8]) -> Option<Option<String>> {
-    v1::PlacerReply::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::PlacerReply| r.error.map(|e| e.code))
 }
 fn radar(b: &[u8]) -> Option<Option<String>> {
-    v1::RadarReply::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::RadarReply| r.error.map(|e| e.code))
 }
 fn join(b: &[u8]) -> Option<Option<String>> {
-    v1::JoinReply::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::JoinReply| r.error.map(|e| e.code))
 }
 fn opened(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionOpened::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::SessionOpened| r.error.map(|e| e.code))
 }
 fn ack(b: &[u8]) -> Option<Option<String>> {
-    v1::HeartbeatAck::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::HeartbeatAck| r.error.map(|e| e.code))
 }
 fn closed(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionClosed::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::SessionClosed| r.error.map(|e| e.code))
 }
 fn relay(b: &[u8]) -> Option<Option<String>> {
-    v1::RelayReply::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::RelayReply| r.error.map(|e| e.code))
 }
 fn ended(b: &[u8]) -> Option<Option<String>> {
-    v1::SessionsEnded::decode(b).ok().map(|r| {
-        r.error
-            .map(|e| fleet_proto::error_code_of(e.code).as_str_name().to_string())
-    })
+    typed(b, |r: v1::SessionsEnded| r.error.map(|e| e.code))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::bench::{mesh_streams, Fresh};
 use crate::config::FleetConfig;
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
@@ -41,9 +42,8 @@ pub struct HubBench {
 }
 
 struct Bench {
-    config: FleetConfig,
-    db_name: String,
-    admin_url: String,
+    /// The config, database and streams of this run.
+    fresh: Fresh,
     pool: PgPool,
     nats: async_nats::Client,
     js: async_nats::jetstream::Context,
@@ -97,27 +97,16 @@ pub async fn run(base: FleetConfig, args: HubBench) -> anyhow::Result<()> {
 
 impl Bench {
     async fn setup(base: FleetConfig, args: &HubBench) -> anyhow::Result<Bench> {
-        let id = ulid::Ulid::new().to_string().to_lowercase();
-        let mut config = base.clone();
-        let db_name = format!("fleet_bench_{id}");
-        let (prefix, _) = base
-            .database
-            .url
-            .rsplit_once('/')
-            .context("database.url has no database name")?;
-        config.database.url = format!("{prefix}/{db_name}");
-        let admin_url = format!("{prefix}/postgres");
-        config.nats.subject_root = format!("bench{id}.fleet");
-        config.nats.radar_root = format!("bench{id}.radar");
-        config.nats.stream_prefix = format!("BENCH{}_", id.to_uppercase());
+        let mut fresh = Fresh::isolated(&base, "fleet_bench")?;
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
             l.local_addr()?.port()
         };
         let metrics_addr = format!("127.0.0.1:{port}");
-        config.hub.listen = metrics_addr.clone();
+        fresh.config.hub.listen = metrics_addr.clone();
 
-        crate::migrate(&config).await?;
+        let config = &fresh.config;
+        crate::migrate(config).await?;
         let pool = fleet_store::connect(&config.database.url, 8).await?;
         let nats = fleet_bus::connect_now(&config.nats, "fleet-bench").await?;
         let js = async_nats::jetstream::new(nats.clone());
@@ -142,9 +131,7 @@ impl Bench {
         sqlx::query("ANALYZE devices").execute(&pool).await?;
         let names = (1..=args.devices).map(|g| format!("gpu-{g:07}")).collect();
         Ok(Bench {
-            config,
-            db_name,
-            admin_url,
+            fresh,
             pool,
             nats,
             js,
@@ -156,29 +143,16 @@ impl Bench {
     }
 
     async fn teardown(&self) {
-        for s in [
-            self.streams.observations(),
-            self.streams.status(),
-            self.streams.radar(),
-            self.streams.jobs(),
-            self.streams.dlq(),
-        ] {
+        for s in mesh_streams(&self.streams) {
             let _ = self.js.delete_stream(&s).await;
         }
         self.pool.close().await;
-        if let Ok(admin) = fleet_store::connect(&self.admin_url, 1).await {
-            let _ = sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.db_name
-            ))
-            .execute(&admin)
-            .await;
-        }
+        self.fresh.drop_database().await;
     }
 
     fn spawn_hub(&self) -> anyhow::Result<Child> {
         let exe = std::env::current_exe()?;
-        let c = &self.config;
+        let c = &self.fresh.config;
         Command::new(exe)
             .arg("hub")
             .env("FLEET__DATABASE__URL", &c.database.url)
@@ -233,7 +207,7 @@ impl Bench {
             let ack = fleet_bus::publish_observation(
                 &self.js,
                 &self.subjects,
-                self.config.nats.partitions,
+                self.fresh.config.nats.partitions,
                 "openstack",
                 &key,
                 at,
@@ -411,7 +385,7 @@ impl Bench {
         let mut out = String::new();
         out += &format!(
             "fleet bench hub: {n} devices, 6 conditions per snapshot, {} partitions, batch {}\n",
-            self.config.nats.partitions, self.config.hub.batch_size
+            self.fresh.config.nats.partitions, self.fresh.config.hub.batch_size
         );
         out += "| figure | value | target |\n|---|---|---|\n";
         out += &format!(
@@ -551,7 +525,7 @@ impl Bench {
                 fleet_bus::publish_observation(
                     &self.js,
                     &self.subjects,
-                    self.config.nats.partitions,
+                    self.fresh.config.nats.partitions,
                     "openstack",
                     &key,
                     i as i64,
@@ -667,8 +641,8 @@ impl Bench {
     /// Publish `n` snapshot-sized messages and consume+ack them from a pull
     /// consumer: msgs/s over the whole loop.
     async fn raw_js(&self, n: usize) -> anyhow::Result<f64> {
-        let name = format!("{}RAW", self.config.nats.stream_prefix);
-        let subject = format!("{}.raw.>", self.config.nats.subject_root);
+        let name = format!("{}RAW", self.fresh.config.nats.stream_prefix);
+        let subject = format!("{}.raw.>", self.fresh.config.nats.subject_root);
         let stream = self
             .js
             .create_stream(async_nats::jetstream::stream::Config {
@@ -687,12 +661,12 @@ impl Bench {
             &self.js,
             &name,
             "raw",
-            format!("{}.raw.>", self.config.nats.subject_root),
+            format!("{}.raw.>", self.fresh.config.nats.subject_root),
             Duration::from_secs(30),
         )
         .await?;
         let js = self.js.clone();
-        let root = self.config.nats.subject_root.clone();
+        let root = self.fresh.config.nats.subject_root.clone();
         let publisher = tokio::spawn(async move {
             let mut inflight = Vec::with_capacity(1024);
             for i in 0..n {

@@ -29,15 +29,25 @@ pub(super) fn start_handover(d: &mut SimDevice, breach: bool, a: &mut Activity) 
         a.breaches += 1;
         return;
     }
-    d.pending = Some(FlipJob {
+    d.pending = Some(frontend_flip(
+        d,
+        format!("{CUSTOMER_VRF_PREFIX}{:04}", d.index % 10_000),
+        FrontendLatch::CustomerVrfFlipVerified,
+    ));
+}
+
+/// A flip of the device's front-end port into `vrf`, `latch` recorded once
+/// verified.
+fn frontend_flip(d: &SimDevice, vrf: String, latch: FrontendLatch) -> FlipJob {
+    FlipJob {
         index: d.index,
         site: d.site.clone(),
         name: d.name.clone(),
         switch: frontend_switch(&d.rack),
         port: switch_port(d),
-        vrf: format!("{CUSTOMER_VRF_PREFIX}{:04}", d.index % 10_000),
-        latch: FrontendLatch::CustomerVrfFlipVerified,
-    });
+        vrf,
+        latch,
+    }
 }
 
 pub(super) fn enter_custody(d: &mut SimDevice) {
@@ -58,15 +68,11 @@ pub(super) fn custody_step(d: &mut SimDevice, roll: u32, a: &mut Activity) {
             d.custody = Some(Custody::PartnerOwned);
             a.returns += 1;
             if d.frontend_latch == Some(FrontendLatch::CustomerVrfFlipVerified) {
-                d.pending = Some(FlipJob {
-                    index: d.index,
-                    site: d.site.clone(),
-                    name: d.name.clone(),
-                    switch: frontend_switch(&d.rack),
-                    port: switch_port(d),
-                    vrf: ISOLATE_VRF.into(),
-                    latch: FrontendLatch::IsolateFlipVerified,
-                });
+                d.pending = Some(frontend_flip(
+                    d,
+                    ISOLATE_VRF.into(),
+                    FrontendLatch::IsolateFlipVerified,
+                ));
             }
         }
         Some(Custody::GoogleOwned) if d.custody_served && roll < 10 => {
