@@ -74,11 +74,7 @@ impl Hub {
         if notes.handover_breach {
             tracing::error!(device_id = %id, "HandoverBreach: custody entry with no verified front-end VRF flip on record");
         }
-        let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
-            .await?;
-        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-            .await?;
+        let work = self.commit_work(tx, work, now).await?;
         let t = work
             .devices
             .get(&id)

@@ -191,11 +191,7 @@ impl Hub {
                         now,
                     );
                 }
-                let (_, mut work) = work
-                    .finish(&mut tx, now, &self.ttls, &self.subjects)
-                    .await?;
-                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-                    .await?;
+                let work = self.commit_work(tx, work, now).await?;
                 let devices = work
                     .devices
                     .values()
@@ -226,11 +222,7 @@ impl Hub {
                     write.hub_ordered,
                     now,
                 )?;
-                let (_, mut work) = work
-                    .finish(&mut tx, now, &self.ttls, &self.subjects)
-                    .await?;
-                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-                    .await?;
+                let work = self.commit_work(tx, work, now).await?;
                 let t = &work.devices[&id];
                 // The stored row: different from what was sent means stale-rejected.
                 let row = &t.after.conditions[&write.input.condition_type];
@@ -261,16 +253,8 @@ impl Hub {
                     cmd::check_version(&s.record, c.expected_version)?;
                 }
                 apply_device_command(s, other, now)?;
-                let (_, mut work) = work
-                    .finish(&mut tx, now, &self.ttls, &self.subjects)
-                    .await?;
-                self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-                    .await?;
-                let t = &work.devices[&id];
-                Ok(reply::ok(
-                    Record::Device(reply::device(&t.after)),
-                    t.after.record.version,
-                ))
+                let work = self.commit_work(tx, work, now).await?;
+                Ok(reply::device_ok(&work.devices[&id].after))
             }
         }
     }
@@ -286,38 +270,18 @@ impl Hub {
         let kinds = pool_kinds(&mut tx, draft.pool_id.iter()).await?;
         let new = draft.resolve(&kinds)?;
         let id = new.id.clone();
-        match devices::insert_device(&mut tx, &new).await {
-            Ok(Some(())) => {}
-            Ok(None) => return Err(DomainError::NotFound(format!("site {site}")).into()),
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
-                return Err(DomainError::AlreadyExists(format!(
-                    "a device named {name} (or with that netbox_id) already exists in site {site}"
-                ))
-                .into());
-            }
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
-                return Err(
-                    DomainError::NotFound(format!("pool or tenant of device {name}")).into(),
-                );
-            }
-            Err(e) => return Err(e.into()),
-        }
+        insert_device(&mut tx, &new, || {
+            format!("a device named {name} (or with that netbox_id) already exists in site {site}")
+        })
+        .await?;
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
         if let Some(t) = work.devices.get_mut(&id) {
             t.born = true;
             t.cause = cause.to_string();
         }
         let now = Utc::now();
-        let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
-            .await?;
-        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-            .await?;
-        let t = &work.devices[&id];
-        Ok(reply::ok(
-            Record::Device(reply::device(&t.after)),
-            t.after.record.version,
-        ))
+        let work = self.commit_work(tx, work, now).await?;
+        Ok(reply::device_ok(&work.devices[&id].after))
     }
 }
 
@@ -374,12 +338,28 @@ impl Hub {
                 }
             })
             .collect();
-        let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
-            .await?;
-        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-            .await?;
+        self.commit_work(tx, work, now).await?;
         Ok(reply::ok(Record::Holds(v1::HoldResults { results }), 0))
+    }
+}
+
+/// Inserts one new device; a taken name (or key) is `ALREADY_EXISTS` as
+/// `taken` words it, an unknown site, pool or tenant `NOT_FOUND`.
+pub(crate) async fn insert_device(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    new: &NewDevice,
+    taken: impl FnOnce() -> String,
+) -> Result<(), CommandError> {
+    match devices::insert_device(tx, new).await {
+        Ok(Some(())) => Ok(()),
+        Ok(None) => Err(DomainError::NotFound(format!("site {}", new.site_id)).into()),
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+            Err(DomainError::AlreadyExists(taken()).into())
+        }
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
+            Err(DomainError::NotFound(format!("pool or tenant of device {}", new.name)).into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -562,11 +542,7 @@ impl Hub {
             t.cause = cause.to_string();
         }
         let now = Utc::now();
-        let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
-            .await?;
-        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-            .await?;
+        self.commit_work(tx, work, now).await?;
         for (i, n) in &news {
             if inserted.contains(&n.id) {
                 results[*i].id = n.id.clone();

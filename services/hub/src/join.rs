@@ -219,23 +219,13 @@ impl Hub {
                 gpu_count: j.gpu_count,
             }),
         };
-        match devices::insert_device(&mut tx, &new).await {
-            Ok(Some(())) => {}
-            Ok(None) => return Err(DomainError::NotFound(format!("site {}", j.site)).into()),
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
-                return Err(DomainError::AlreadyExists(format!(
-                    "a device named {} already exists in site {} and the hardware key does not name it",
-                    j.name, j.site
-                ))
-                .into());
-            }
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
-                return Err(
-                    DomainError::NotFound(format!("pool or tenant of device {}", j.name)).into(),
-                );
-            }
-            Err(e) => return Err(e.into()),
-        }
+        crate::commands::insert_device(&mut tx, &new, || {
+            format!(
+                "a device named {} already exists in site {} and the hardware key does not name it",
+                j.name, j.site
+            )
+        })
+        .await?;
         let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
         if let Some(t) = work.devices.get_mut(&id) {
             t.born = true;
@@ -243,11 +233,7 @@ impl Hub {
         if let Some(s) = work.device(&id, cause, None) {
             adopt_with(s, j)?;
         }
-        let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
-            .await?;
-        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
-            .await?;
+        let work = self.commit_work(tx, work, now).await?;
         let t = &work.devices[&id];
         Ok(joined(&t.after, Found::Created, j.trusted))
     }

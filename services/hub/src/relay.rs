@@ -45,6 +45,23 @@ impl Hub {
         Ok(())
     }
 
+    /// The end of a command's transaction: finishes its unit of work
+    /// (derivation, rows, lifecycle, outbox), commits, and publishes the
+    /// status events; returns the finished work for the reply.
+    pub(crate) async fn commit_work(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+        work: crate::work::Work,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<crate::work::Work, fleet_store::StoreError> {
+        let (_, mut work) = work
+            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
+        Ok(work)
+    }
+
     /// Publishes rows a lane committed, awaiting every PubAck; the relay
     /// deletes the acked ones and publishes any that were not.
     pub(crate) async fn publish_committed(&self, rows: Vec<Pending>) {

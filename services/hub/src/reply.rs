@@ -97,6 +97,12 @@ pub fn condition(device_id: &str, row: &ConditionRow, stale: bool) -> v1::Condit
 }
 
 /// A successful reply carrying `record`.
+/// The reply to a command on one device: the device as it now is, at its
+/// new version.
+pub fn device_ok(state: &DeviceState) -> v1::HubReply {
+    ok(Record::Device(device(state)), state.record.version)
+}
+
 pub fn ok(record: Record, version: i64) -> v1::HubReply {
     v1::HubReply {
         error: None,
