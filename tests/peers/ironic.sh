@@ -38,14 +38,8 @@ die() {
   if [ -n "${STARTED:-}" ]; then grep -E 'ERROR|CRITICAL|Error' "$LOG" 2>/dev/null | tail -n 10 >&2 || true; fi
   exit 1
 }
-say() { echo "$ME: $*"; }
-# alive PIDFILE NAME: the pid in PIDFILE runs and its command line names NAME (guards against reused pids).
-alive() {
-  local pid
-  [ -s "$1" ] && pid=$(cat "$1" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null \
-    && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
-}
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# What the peer scripts share: say, alive, port_busy, apt_install.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 running() { alive "$PIDFILE" "bin/ironic --config-file"; }
 # Ready = the API answers AND the conductor has registered the fake-hardware driver.
 ready() { curl -fsS -m 5 -H "$HDR" "$URL/v1/drivers" 2>/dev/null | grep -q '"fake-hardware"'; }
@@ -86,16 +80,8 @@ missing=""
 command -v curl >/dev/null || missing="$missing curl"
 command -v setsid >/dev/null || missing="$missing util-linux"
 command -v pgrep >/dev/null || missing="$missing procps"
-if [ -n "$missing" ]; then
-  command -v apt-get >/dev/null || die "missing packages:$missing and no apt-get here (needs Debian 12)"
-  [ "$(id -u)" = 0 ] || die "missing packages:$missing: run as root to install them"
-  say "installing$missing (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  # shellcheck disable=SC2086
-  { apt-get install -y --no-install-recommends $missing >/dev/null 2>&1 \
-    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends $missing >/dev/null; }; } \
-    || die "apt-get install$missing failed"
-fi
+# shellcheck disable=SC2086
+[ -z "$missing" ] || apt_install $missing
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || die "$PYTHON has no venv/ensurepip module"
 for c in curl setsid pgrep ps; do command -v "$c" >/dev/null || die "$c not found"; done
 

@@ -29,14 +29,8 @@ die() {
   if [ -n "${STARTED:-}" ]; then tail -n 10 "$LOG" >&2 || true; fi
   exit 1
 }
-say() { echo "$ME: $*"; }
-# alive PIDFILE NAME: the pid in PIDFILE runs and its command line names NAME (guards against reused pids).
-alive() {
-  local pid
-  [ -s "$1" ] && pid=$(cat "$1" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null \
-    && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
-}
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# What the peer scripts share: say, alive, port_busy, apt_install.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 prom_ready() { curl -fsS -m 5 "$URL/-/ready" >/dev/null 2>&1; }
 # The last scrape of the textfile succeeded: up{job="gpu-textfile"}==1
 series_ok() { curl -fsS -m 5 "$URL/api/v1/query?query=up%7Bjob%3D%22gpu-textfile%22%7D%3D%3D1" 2>/dev/null | grep -q '"value"'; }
@@ -84,22 +78,8 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null || missing="$
 command -v python3 >/dev/null || missing="$missing python3"
 command -v curl >/dev/null || missing="$missing curl"
 command -v setsid >/dev/null || missing="$missing util-linux"
-if [ -n "$missing" ]; then
-  command -v apt-get >/dev/null || die "missing packages:$missing and no apt-get here (needs Debian 12)"
-  [ "$(id -u)" = 0 ] || die "missing packages:$missing: run as root to install them"
-  say "installing$missing (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  POLICY=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    POLICY=/usr/sbin/policy-rc.d; printf '#!/bin/sh\nexit 101\n' >"$POLICY"; chmod 755 "$POLICY"
-    trap 'rm -f "$POLICY"' EXIT
-  fi
-  # shellcheck disable=SC2086
-  { apt-get install -y --no-install-recommends $missing >/dev/null 2>&1 \
-    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends $missing >/dev/null; }; } \
-    || die "apt-get install$missing failed"
-  if [ -n "$POLICY" ]; then rm -f "$POLICY"; trap - EXIT; fi
-fi
+# shellcheck disable=SC2086
+[ -z "$missing" ] || apt_install $missing
 for c in prometheus promtool python3 curl setsid; do command -v "$c" >/dev/null || die "$c not found"; done
 case "$(prometheus --version 2>&1 | head -n1)" in
   *"version 2.42."*) ;;

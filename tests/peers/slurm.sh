@@ -32,15 +32,9 @@ PLUGINS=openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38   # dbv0.0.x need slurmd
 PKGS="munge slurmctld slurmd slurmrestd slurm-client slurm-wlm-basic-plugins slurm-wlm-jwt-plugin curl"
 
 die() { echo "$ME: ERROR: $*" >&2; exit 1; }
-say() { echo "$ME: $*"; }
 log_tail() { [ -f "$1" ] && tail -n 15 "$1" >&2; true; }
-# alive PIDFILE NAME: the pid in PIDFILE runs and its command line names NAME (guards against reused pids).
-alive() {
-  local pid
-  [ -s "$1" ] && pid=$(cat "$1" 2>/dev/null) && [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null \
-    && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
-}
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# What the peer scripts share: say, alive, port_busy, apt_install.
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 have_slurm() { command -v scontrol >/dev/null 2>&1; }
 node_names() { for i in $(seq 1 "$NODES"); do printf 'gpu%02d\n' "$i"; done; }
 munge_ok() { [ -S "$MSOCK" ] && munge -S "$MSOCK" -n 2>/dev/null | unmunge -S "$MSOCK" >/dev/null 2>&1; }
@@ -137,21 +131,8 @@ fi
 
 # Debian 12 packages (SLURM 22.05.8). Packaged services must not start: a temporary policy-rc.d.
 missing=""; for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  command -v apt-get >/dev/null || die "missing packages:$missing and no apt-get here (needs Debian 12)"
-  say "installing$missing (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  POLICY=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    POLICY=/usr/sbin/policy-rc.d; printf '#!/bin/sh\nexit 101\n' >"$POLICY"; chmod 755 "$POLICY"
-    trap 'rm -f "$POLICY"' EXIT
-  fi
-  # shellcheck disable=SC2086
-  { apt-get install -y --no-install-recommends $missing >/dev/null 2>&1 \
-    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends $missing >/dev/null; }; } \
-    || die "apt-get install$missing failed"
-  if [ -n "$POLICY" ]; then rm -f "$POLICY"; trap - EXIT; fi
-fi
+# shellcheck disable=SC2086
+[ -z "$missing" ] || apt_install $missing
 for c in munged slurmctld slurmd slurmrestd scontrol sinfo curl; do
   command -v "$c" >/dev/null || die "$c not found after installing$PKGS"
 done
