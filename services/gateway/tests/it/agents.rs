@@ -905,3 +905,149 @@ async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shut
 
     mesh.stop(env).await;
 }
+
+/// What an older hub (one that does not know `JoinDevice.adopt`, as during
+/// a rolling upgrade) was asked: `(verb, expected_version, device or name)`.
+type Asked = Arc<std::sync::Mutex<Vec<(String, i64, String)>>>;
+
+/// Answers the hub's `join` and `adopt` as a hub from before
+/// `JoinDevice.adopt`: a join leaves the device as the name says
+/// (`*-adopted` already adopted, anything else `adopting`) at version 7;
+/// an adopt answers version 8. The device rows exist, so credentials can
+/// be issued for them.
+async fn older_hub(env: &TestEnv) -> (Asked, JoinHandle<()>) {
+    let asked: Asked = Default::default();
+    let mut join = env
+        .nats
+        .subscribe(env.subjects.hub_cmd("join"))
+        .await
+        .unwrap();
+    let mut adopt = env
+        .nats
+        .subscribe(env.subjects.hub_cmd("adopt"))
+        .await
+        .unwrap();
+    env.nats.flush().await.unwrap();
+    let (nats, log) = (env.nats.clone(), asked.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let msg = tokio::select! {
+                Some(m) = join.next() => m,
+                Some(m) = adopt.next() => m,
+                else => return,
+            };
+            let cmd = v1::HubCommand::decode(msg.payload.as_ref()).unwrap();
+            let (device, record) = match cmd.command.unwrap() {
+                C::Join(j) => {
+                    let state = if j.name.ends_with("-adopted") {
+                        "adopted"
+                    } else {
+                        "adopting"
+                    };
+                    let id = format!("dev_{}", j.name.replace('-', "_"));
+                    log.lock()
+                        .unwrap()
+                        .push(("join".into(), cmd.expected_version, j.name));
+                    let device = v1::DeviceChange {
+                        id,
+                        version: 7,
+                        identity_generation: 1,
+                        provision_state: state.into(),
+                        ..Default::default()
+                    };
+                    (
+                        device.clone(),
+                        v1::hub_reply::Record::Joined(v1::Joined {
+                            device: Some(device),
+                            hardware_key_trusted: true,
+                            ..Default::default()
+                        }),
+                    )
+                }
+                C::Adopt(a) => {
+                    log.lock().unwrap().push((
+                        "adopt".into(),
+                        cmd.expected_version,
+                        a.device_id.clone(),
+                    ));
+                    let device = v1::DeviceChange {
+                        id: a.device_id,
+                        version: 8,
+                        identity_generation: 1,
+                        provision_state: "adopted".into(),
+                        ..Default::default()
+                    };
+                    (device.clone(), v1::hub_reply::Record::Device(device))
+                }
+                other => panic!("an older hub was asked {other:?}"),
+            };
+            let reply = v1::HubReply {
+                error: None,
+                version: device.version,
+                record: Some(record),
+            };
+            if let Some(to) = msg.reply {
+                nats.publish(to, reply.encode_to_vec().into())
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    (asked, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_hub_that_leaves_a_joined_device_adopting_gets_the_adopt_from_the_gateway() {
+    let env = TestEnv::new().await;
+    let token = seed(&env, Trust::Platform).await;
+    // The current hub makes the streams, then steps aside for the older one.
+    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    stop(hub_trigger, hub_task).await;
+    for name in ["old-accepted", "old-short", "old-adopted"] {
+        sqlx::query(
+            "INSERT INTO devices (id, name, site_id, pool_id, role, provision_state, connectivity, no_schedule_reasons) \
+             VALUES ($1, $2, 's1', 'p1', 'host', 'adopting', 'disconnected', '{unreachable}')",
+        )
+        .bind(format!("dev_{}", name.replace('-', "_")))
+        .bind(name)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    }
+    let (asked, fake) = older_hub(&env).await;
+    let (_gw, gw_trigger, gw_task) = start_gateway(&env, |_| {}).await;
+
+    // Acceptance passed and the hub left the device adopting: the gateway
+    // adopts it, once, at the version the join returned.
+    let mut spec = SimSpec::numbered("old", 1, 8);
+    spec.hostname = "old-accepted".into();
+    let r = sim(&env, spec).join(&token).await.unwrap();
+    assert_eq!(
+        (r.device_id.as_str(), r.provision_state.as_str()),
+        ("dev_old_accepted", "adopted")
+    );
+    // Acceptance failed (4 GPUs against the profile's 8): no adopt.
+    let mut spec = SimSpec::numbered("old", 2, 4);
+    spec.hostname = "old-short".into();
+    let r = sim(&env, spec).join(&token).await.unwrap();
+    assert_eq!(r.provision_state, "adopting");
+    // The hub adopted with the join: no second adopt.
+    let mut spec = SimSpec::numbered("old", 3, 8);
+    spec.hostname = "old-adopted".into();
+    let r = sim(&env, spec).join(&token).await.unwrap();
+    assert_eq!(r.provision_state, "adopted");
+
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![
+            ("join".to_string(), 0, "old-accepted".to_string()),
+            ("adopt".to_string(), 7, "dev_old_accepted".to_string()),
+            ("join".to_string(), 0, "old-short".to_string()),
+            ("join".to_string(), 0, "old-adopted".to_string()),
+        ]
+    );
+    fake.abort();
+    stop(gw_trigger, gw_task).await;
+    env.cleanup().await;
+}
