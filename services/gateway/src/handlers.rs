@@ -123,7 +123,7 @@ impl Gateway {
                 "hostname is required (at most 253 characters)",
             ));
         }
-        let grant = store::join_grant(&self.pool, &req.join_token)
+        let grant = store::join_grant(&self.deps.pool, &req.join_token)
             .await?
             .ok_or_else(|| {
                 GatewayError::new(
@@ -152,7 +152,7 @@ impl Gateway {
         // Acceptance (the inventory against the pool's hardware profile)
         // is known before the join, so the hub adopts with it.
         let profile = match &grant.pool_id {
-            Some(pool_id) => Some(store::profile(&self.pool, pool_id).await?),
+            Some(pool_id) => Some(store::profile(&self.deps.pool, pool_id).await?),
             None => None,
         };
         let acceptance = profile
@@ -189,7 +189,7 @@ impl Gateway {
                 "the hub's join reply names no device",
             ));
         }
-        let credential = store::issue_credential(&self.pool, &device_id, generation).await?;
+        let credential = store::issue_credential(&self.deps.pool, &device_id, generation).await?;
         tracing::info!(device_id = %device_id, rejoined, claimed, trusted = key.trusted, generation, "agent joined");
 
         // Acceptance: the hub adopted with the join when it passed. A hub
@@ -238,7 +238,7 @@ impl Gateway {
             match r {
                 Ok(_) => return Ok(true),
                 Err(e) if e.code == ErrorCode::Conflict => {
-                    let Some(d) = store::device(&self.pool, device_id).await? else {
+                    let Some(d) = store::device(&self.deps.pool, device_id).await? else {
                         return Ok(false);
                     };
                     if d.provision_state != "adopting" {
@@ -257,10 +257,13 @@ impl Gateway {
     async fn open(&self, subject: &str, payload: &[u8]) -> Result<v1::SessionOpened, GatewayError> {
         let req: v1::OpenSession = decode(payload, "OpenSession")?;
         check_device(subject, &req.device_id)?;
-        let generation = store::credential_generation(&self.pool, &req.device_id, &req.credential)
-            .await?
-            .ok_or_else(|| GatewayError::new(ErrorCode::Unauthenticated, "unknown credential"))?;
-        let device = store::device(&self.pool, &req.device_id)
+        let generation =
+            store::credential_generation(&self.deps.pool, &req.device_id, &req.credential)
+                .await?
+                .ok_or_else(|| {
+                    GatewayError::new(ErrorCode::Unauthenticated, "unknown credential")
+                })?;
+        let device = store::device(&self.deps.pool, &req.device_id)
             .await?
             .ok_or_else(|| GatewayError::new(ErrorCode::NotFound, "no such device"))?;
         if device.deleted || device.identity_generation != generation {
@@ -283,7 +286,7 @@ impl Gateway {
             })
         };
         let epoch = store::open_session(
-            &self.pool,
+            &self.deps.pool,
             &req.device_id,
             device.session_epoch,
             generation,
@@ -405,7 +408,7 @@ impl Gateway {
         let req: v1::RelayCommand = decode(payload, "RelayCommand")?;
         let kind = AgentCommandKind::parse(&req.command)
             .ok_or_else(|| GatewayError::invalid(format!("unknown command {:?}", req.command)))?;
-        let device = store::device(&self.pool, &req.device_id)
+        let device = store::device(&self.deps.pool, &req.device_id)
             .await?
             .filter(|d| !d.deleted)
             .ok_or_else(|| {
@@ -441,8 +444,8 @@ impl Gateway {
             )),
             epoch: s.epoch,
         };
-        let asked = self.nats.request(
-            self.subjects.agent(&req.device_id, "cmd"),
+        let asked = self.deps.nats.request(
+            self.deps.subjects.agent(&req.device_id, "cmd"),
             cmd.encode_to_vec().into(),
         );
         let msg = match tokio::time::timeout(deadline, asked).await {
@@ -508,14 +511,14 @@ impl Gateway {
         s: &Session,
         inv: Inventory,
     ) -> Result<(), GatewayError> {
-        store::set_inventory(&self.pool, device_id, s.epoch, &inv).await?;
+        store::set_inventory(&self.deps.pool, device_id, s.epoch, &inv).await?;
         if let Some(c) = self.sessions().get_mut(device_id) {
             if c.epoch == s.epoch {
                 c.inventory = inv.clone();
             }
         }
         if let Some(pool_id) = &s.pool_id {
-            let profile = store::profile(&self.pool, pool_id).await?;
+            let profile = store::profile(&self.deps.pool, pool_id).await?;
             self.publish_gpu_condition(&s.site_id, device_id, &inv, profile.as_ref())
                 .await?;
         }

@@ -26,9 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
 use chrono::Utc;
-use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::{ConnectivityEvent, Trust};
 use fleet_proto::{timestamp, v1, ErrorCode, Message};
 use fleet_runtime::{Common, Shutdown};
@@ -86,12 +84,9 @@ impl From<fleet_bus::BusError> for GatewayError {
 pub struct Gateway {
     pub common: Common,
     pub config: Config,
-    pub pool: PgPool,
-    pub nats: async_nats::Client,
+    /// PostgreSQL, NATS, JetStream, the subjects and stream names.
+    pub deps: fleet_store::Deps,
     pub hub: fleet_hub_client::HubClient,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
-    pub streams: StreamNames,
     pub gateway_id: String,
     pub metrics: GatewayMetrics,
     sessions: Mutex<HashMap<String, Session>>,
@@ -99,15 +94,9 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Gateway>> {
-        let fleet_store::Deps {
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
-        } = fleet_store::Deps::connect(&common, fleet_store::Role::Gateway).await?;
+        let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Gateway).await?;
         // OBSERVATIONS is the hub's: wait for it and check the partition count.
-        fleet_bus::check_observations(&js, &common.nats, std::future::pending()).await?;
+        fleet_bus::check_observations(&deps.js, &common.nats, std::future::pending()).await?;
         let gateway_id = if config.gateway_id.trim().is_empty() {
             format!(
                 "gw-{}",
@@ -117,19 +106,15 @@ impl Gateway {
             config.gateway_id.clone()
         };
         let hub = fleet_hub_client::HubClient::new(
-            nats.clone(),
-            subjects.clone(),
+            deps.nats.clone(),
+            deps.subjects.clone(),
             config.hub_timeout.max(Duration::from_secs(1)),
         );
         Ok(Arc::new(Gateway {
             common,
             config,
-            pool,
-            nats,
+            deps,
             hub,
-            js,
-            subjects,
-            streams,
             gateway_id,
             metrics: GatewayMetrics::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -240,8 +225,8 @@ impl Gateway {
         what: &str,
     ) -> Result<(), GatewayError> {
         fleet_bus::publish_observation(
-            &self.js,
-            &self.subjects,
+            &self.deps.js,
+            &self.deps.subjects,
             self.common.nats.partitions,
             "gateway",
             &Self::device_key(site, device_id),
@@ -311,14 +296,15 @@ pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()
         key: "gateway.listen",
         registry: gw.metrics.registry.clone(),
     };
-    let (mut shell, addr) = Shell::start("gateway", ops, &gw.nats, &gw.pool, &shutdown).await?;
+    let (mut shell, addr) =
+        Shell::start("gateway", ops, &gw.deps.nats, &gw.deps.pool, &shutdown).await?;
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
     for route in handlers::Route::ALL {
         shell.respond(
             gw.clone(),
             fleet_bus::Route {
                 name: route.name(),
-                subject: route.subject(&gw.subjects),
+                subject: route.subject(&gw.deps.subjects),
                 queue: route.queue(),
             },
             fleet_bus::Limits {

@@ -35,7 +35,7 @@ impl Gateway {
         if let Some(s) = self.sessions().get(device_id) {
             return Ok(Some(s.clone()));
         }
-        let rows = store::sessions(&self.pool, &[device_id.to_string()]).await?;
+        let rows = store::sessions(&self.deps.pool, &[device_id.to_string()]).await?;
         let Some(row) = rows.into_iter().next() else {
             return Ok(None);
         };
@@ -56,7 +56,7 @@ impl Gateway {
                 }),
             }));
         }
-        let device = store::device(&self.pool, device_id).await?;
+        let device = store::device(&self.deps.pool, device_id).await?;
         let s = Session {
             epoch: row.epoch,
             token_sha256: row.token_sha256,
@@ -95,7 +95,7 @@ impl Gateway {
         } else {
             "closed"
         };
-        if store::close_session(&self.pool, device_id, epoch, db_reason).await? {
+        if store::close_session(&self.deps.pool, device_id, epoch, db_reason).await? {
             // A close is never refused for its generation: 0.
             self.publish_connectivity(&site, device_id, epoch, ConnectivityEvent::Closed, 0, 0)
                 .await?;
@@ -116,7 +116,7 @@ impl Gateway {
         if s.closed.is_some() {
             return Ok(false);
         }
-        let checks = store::identity_checks(&self.pool, &[device_id.to_string()]).await?;
+        let checks = store::identity_checks(&self.deps.pool, &[device_id.to_string()]).await?;
         let revoked = match checks.first() {
             None => true,
             Some(c) => c.deleted || c.identity_generation != s.identity_generation,
@@ -161,7 +161,7 @@ impl Gateway {
             self.metrics.sessions.set(self.open_sessions() as i64);
             return Ok(0);
         }
-        let checks = store::identity_checks(&self.pool, &ids).await?;
+        let checks = store::identity_checks(&self.deps.pool, &ids).await?;
         let mut revoked = Vec::new();
         {
             let mut all = self.sessions();
@@ -222,7 +222,7 @@ impl Gateway {
             }
             let Some(pool_id) = &s.pool_id else { continue };
             if !profiles.contains_key(pool_id) {
-                let p = store::profile(&self.pool, pool_id).await?;
+                let p = store::profile(&self.deps.pool, pool_id).await?;
                 profiles.insert(pool_id.clone(), p);
             }
             let profile = profiles.get(pool_id).and_then(|p| p.as_ref());

@@ -24,7 +24,7 @@ impl Hub {
     ) -> Result<v1::HubReply, CommandError> {
         let now = Utc::now();
         let (key, snap) = decode::snapshot(&s, now)?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let found =
             devices::resolve(&mut tx, key.kind, &[(key.site.clone(), key.key.clone())]).await?;
         let Some(id) = found.into_iter().next().map(|(_, id)| id) else {

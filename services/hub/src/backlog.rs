@@ -26,7 +26,11 @@ impl Hub {
     /// or published while the readings are taken then never shows as
     /// unconsumed (pending moves one way within a few milliseconds).
     pub async fn backlog(&self) -> anyhow::Result<Backlog> {
-        let mut stream = self.js.get_stream(self.streams.observations()).await?;
+        let mut stream = self
+            .deps
+            .js
+            .get_stream(self.deps.streams.observations())
+            .await?;
         let before = consumer_pending(&mut stream).await?;
         let messages = stream.info().await?.state.messages;
         let after = consumer_pending(&mut stream).await?;

@@ -96,7 +96,7 @@ impl Hub {
             .clamp(1, 32);
         let route = Route {
             name: "cmd",
-            subject: self.subjects.hub_cmd_all(),
+            subject: self.deps.subjects.hub_cmd_all(),
             queue: Some("hub".into()),
         };
         let limits = Limits {
@@ -177,7 +177,7 @@ impl Hub {
                 if t.device_ids.is_empty() {
                     return Err(invalid("device_ids is required"));
                 }
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.deps.pool.begin().await?;
                 let mut work = Work::lock(&mut tx, &t.device_ids).await?;
                 for id in &t.device_ids {
                     let s = work
@@ -201,7 +201,7 @@ impl Hub {
             }
             C::WriteCondition(w) => {
                 let (key, write) = decode::write(&w, now)?;
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.deps.pool.begin().await?;
                 let found =
                     devices::resolve(&mut tx, key.kind, &[(key.site.clone(), key.key.clone())])
                         .await?;
@@ -244,7 +244,7 @@ impl Hub {
                 if needs_version && c.expected_version <= 0 {
                     return Err(invalid("version is required: pass the version you read"));
                 }
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.deps.pool.begin().await?;
                 let mut work = Work::lock(&mut tx, std::slice::from_ref(&id)).await?;
                 let s = work
                     .device(&id, &cause, None)
@@ -266,7 +266,7 @@ impl Hub {
     ) -> Result<v1::HubReply, CommandError> {
         let (site, name) = (d.site.trim().to_string(), d.name.trim().to_string());
         let draft = draft(d)?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let kinds = pool_kinds(&mut tx, draft.pool_id.iter()).await?;
         let new = draft.resolve(&kinds)?;
         let id = new.id.clone();
@@ -304,7 +304,7 @@ impl Hub {
         let mut ids: Vec<String> = h.device_ids.clone();
         ids.sort();
         ids.dedup();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let mut work = Work::lock(&mut tx, &ids).await?;
         let refuse = |e: DomainError| {
             let e = CommandError::Domain(e);
@@ -512,7 +512,7 @@ impl Hub {
                 Err(e) => fail(&mut results[i], e),
             }
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let kinds = pool_kinds(
             &mut tx,
             drafts.iter().filter_map(|(_, d)| d.pool_id.as_ref()),

@@ -20,7 +20,7 @@ impl Hub {
     pub async fn drift_counts(&self) -> Result<Vec<DriftCount>, sqlx::Error> {
         let per_source: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
         counts(
-            &self.pool,
+            &self.deps.pool,
             &Freshness {
                 per_source: &per_source,
                 default: self.ttls.default,

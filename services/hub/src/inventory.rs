@@ -80,7 +80,7 @@ fn not_found(what: &str, id: &str) -> CommandError {
 impl Hub {
     /// One inventory command, in one transaction.
     pub(crate) async fn inventory(&self, c: C, cause: &str) -> Result<v1::HubReply, CommandError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let record = match c {
             C::CreateSite(s) => {
                 check_id("id", &s.id)?;

@@ -134,7 +134,7 @@ impl Hub {
 
     async fn join_once(&self, j: &Join, cause: &str) -> Result<v1::HubReply, CommandError> {
         let now = Utc::now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         if j.trusted {
             let existing: Option<(String, String)> = sqlx::query_as(
                 "SELECT id, site_id FROM devices \
@@ -158,7 +158,7 @@ impl Hub {
                 s.record.identity_generation += 1;
                 adopt_with(s, j)?;
                 let (_, mut work) = work
-                    .finish(&mut tx, now, &self.ttls, &self.subjects)
+                    .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
                     .await?;
                 devices::set_gpu_count(&mut tx, &id, j.gpu_count).await?;
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
@@ -281,7 +281,9 @@ impl Hub {
             // Claimed by another key between the read and the lock.
             return Ok(None);
         }
-        let (_, mut work) = work.finish(tx, now, &self.ttls, &self.subjects).await?;
+        let (_, mut work) = work
+            .finish(tx, now, &self.ttls, &self.deps.subjects)
+            .await?;
         let outbox = std::mem::take(&mut work.outbox);
         let t = &work.devices[&id];
         Ok(Some((joined(&t.after, Found::Claimed, true), outbox)))

@@ -124,7 +124,7 @@ impl Hub {
     async fn lease_round(&self) -> Result<Round, sqlx::Error> {
         let ttl = self.config.lease_ttl.as_secs_f64();
         let partitions = self.common.nats.partitions;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         sqlx::query(
             "INSERT INTO hub_replicas (replica, expires_at)
              VALUES ($1, now() + make_interval(secs => $2))
@@ -228,7 +228,7 @@ impl Hub {
     /// Hands back every lease and the heartbeat, so that the next replica
     /// (or this one restarted) takes over at once instead of after expiry.
     async fn release_all(&self) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         sqlx::query("DELETE FROM hub_partition_leases WHERE replica = $1")
             .bind(&self.replica)
             .execute(&mut *tx)

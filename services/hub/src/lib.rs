@@ -26,13 +26,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream;
-use fleet_bus::{StreamNames, Subjects};
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
 use fleet_runtime::config::FreshnessConfig;
 use fleet_runtime::{Common, Shutdown};
 use futures::StreamExt;
-use sqlx::PgPool;
 use tokio::sync::{mpsc, Notify};
 
 pub use config::Config;
@@ -41,11 +39,8 @@ pub use metrics::HubMetrics;
 pub struct Hub {
     pub common: Common,
     pub config: Config,
-    pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
-    pub streams: StreamNames,
+    /// PostgreSQL, NATS, JetStream, the subjects and stream names.
+    pub deps: fleet_store::Deps,
     pub ttls: Ttls,
     pub metrics: HubMetrics,
     pub relay_wake: Notify,
@@ -82,25 +77,15 @@ pub fn ttls(freshness: &FreshnessConfig) -> anyhow::Result<Ttls> {
 impl Hub {
     /// Connects, checks the schema and creates the streams.
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Hub>> {
-        let fleet_store::Deps {
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
-        } = fleet_store::Deps::connect(&common, fleet_store::Role::Hub).await?;
-        fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Hub).await?;
+        let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Hub).await?;
+        fleet_bus::ensure_owned(&deps.js, &common.nats, fleet_bus::Owner::Hub).await?;
         let ttls = ttls(&common.freshness)?;
         let config_partitions = common.nats.partitions;
         let replica = config.replica_name();
         Ok(Arc::new(Hub {
             common,
             config,
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
+            deps,
             ttls,
             metrics: HubMetrics::new(),
             relay_wake: Notify::new(),
@@ -126,8 +111,15 @@ impl Hub {
     /// max payload), then terminates it; counted by reason. When the copy
     /// cannot be stored the message is left for redelivery.
     pub async fn dead_letter(&self, msg: &jetstream::Message, reason: &str, error: &str) {
-        if fleet_bus::dlq::dead_letter(&self.js, &self.subjects, "observations", msg, reason, error)
-            .await
+        if fleet_bus::dlq::dead_letter(
+            &self.deps.js,
+            &self.deps.subjects,
+            "observations",
+            msg,
+            reason,
+            error,
+        )
+        .await
         {
             self.metrics.dead_letter(reason);
         }
@@ -155,7 +147,7 @@ impl Hub {
     /// Waits until PostgreSQL answers again (or shutdown: false).
     async fn database_back(&self, shutdown: &mut Shutdown) -> bool {
         loop {
-            if fleet_store::ready(&self.pool).await.is_ok() {
+            if fleet_store::ready(&self.deps.pool).await.is_ok() {
                 return true;
             }
             tokio::select! {
@@ -178,7 +170,7 @@ impl Hub {
     ) {
         let held = |hub: &Hub| hub.lease_epoch(partition) == lease;
         let durable = format!("hub-p{partition}");
-        let filter = self.subjects.obs_partition(partition);
+        let filter = self.deps.subjects.obs_partition(partition);
         let mut backoff = Duration::from_millis(200);
         // At start, what an earlier process held unacked (it may have died
         // with it) comes again first, in stream order, instead of after
@@ -190,8 +182,9 @@ impl Hub {
                 rewound = false;
                 // A consumer that does not exist yet is the common case.
                 match self
+                    .deps
                     .js
-                    .delete_consumer_from_stream(&durable, self.streams.observations())
+                    .delete_consumer_from_stream(&durable, self.deps.streams.observations())
                     .await
                 {
                     Ok(_) => {
@@ -201,8 +194,8 @@ impl Hub {
                 }
             }
             let consumer = match fleet_bus::pull_consumer(
-                &self.js,
-                &self.streams.observations(),
+                &self.deps.js,
+                &self.deps.streams.observations(),
                 &durable,
                 filter.clone(),
                 self.config.ack_wait,
@@ -260,8 +253,11 @@ impl Hub {
                 }
                 match next {
                     Some(Ok(m)) => {
-                        let mut item =
-                            observations::parse(m, &self.subjects, self.common.nats.partitions);
+                        let mut item = observations::parse(
+                            m,
+                            &self.deps.subjects,
+                            self.common.nats.partitions,
+                        );
                         item.partition = partition;
                         item.epoch = epoch;
                         if lane.send(item).await.is_err() {
@@ -341,7 +337,7 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
         registry: hub.metrics.registry.clone(),
     };
     let (mut shell, addr) =
-        fleet_store::Shell::start("hub", ops, &hub.nats, &hub.pool, &shutdown).await?;
+        fleet_store::Shell::start("hub", ops, &hub.deps.nats, &hub.deps.pool, &shutdown).await?;
     let _ = hub.ops_addr.set(addr);
     tracing::info!(%addr, replica = %hub.replica, "hub running");
 

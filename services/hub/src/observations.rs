@@ -238,7 +238,7 @@ impl Hub {
             .iter()
             .map(|i| (i, i.parsed.as_ref().expect("only parsed items")))
             .collect();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         // First, and held to the commit: the batch's partitions are still
         // this replica's (lease.rs).
         let partitions: BTreeSet<u32> = items.iter().map(|i| i.partition).collect();
@@ -319,7 +319,7 @@ impl Hub {
                 item.trace.as_ref(),
                 now,
                 &self.ttls,
-                &self.subjects,
+                &self.deps.subjects,
             ) else {
                 stats.unresolved += 1;
                 continue;
@@ -385,7 +385,7 @@ impl Hub {
             }
         }
         let (mut summary, work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
             .await?;
         summary.written.freshness += refreshed;
         summary.written.devices += seen;

@@ -55,7 +55,7 @@ impl Hub {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<crate::work::Work, fleet_store::StoreError> {
         let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.subjects)
+            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
             .await?;
         self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
             .await?;
@@ -68,7 +68,7 @@ impl Hub {
         if rows.is_empty() {
             return;
         }
-        let acked = HUB.publish(&self.js, &rows).await;
+        let acked = HUB.publish(&self.deps.js, &rows).await;
         self.metrics.outbox_published.inc_by(acked.len() as u64);
         // The acked rows stay claimed until the relay has deleted them, so
         // it never publishes them a second time in between; the rest go
@@ -86,7 +86,7 @@ impl Hub {
     async fn delete_acked(&self) -> anyhow::Result<()> {
         let done: Vec<i64> =
             std::mem::take(&mut *self.outbox_acked.lock().unwrap_or_else(|p| p.into_inner()));
-        if let Err(e) = HUB.delete(&self.pool, &done).await {
+        if let Err(e) = HUB.delete(&self.deps.pool, &done).await {
             self.outbox_acked
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -111,8 +111,8 @@ impl Hub {
             .clone();
         let (acked, read) = HUB
             .relay_once(
-                &self.pool,
-                &self.js,
+                &self.deps.pool,
+                &self.deps.js,
                 self.config.outbox_batch,
                 RELAY_AGE_SECS,
                 |id| claimed.contains(&id),

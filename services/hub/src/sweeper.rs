@@ -24,7 +24,7 @@ impl Hub {
         let mut total = 0;
         loop {
             let due = devices::due_for_sweep(
-                &self.pool,
+                &self.deps.pool,
                 &ttls,
                 self.ttls.default,
                 unreachable,
@@ -36,7 +36,7 @@ impl Hub {
                 return Ok(total);
             }
             let now = Utc::now();
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.deps.pool.begin().await?;
             let mut work = Work::lock(&mut tx, &due).await?;
             for id in &due {
                 if let Some(state) = work.device(id, "sweep", None) {
@@ -44,7 +44,7 @@ impl Hub {
                 }
             }
             let (_, work) = work
-                .finish(&mut tx, now, &self.ttls, &self.subjects)
+                .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
                 .await?;
             devices::touch_derived(&mut tx, &due).await?;
             self.commit_and_publish(tx, work.outbox).await?;
@@ -63,7 +63,8 @@ impl Hub {
         let before = Utc::now()
             - chrono::Duration::from_std(h.unresolved_retention)
                 .unwrap_or(chrono::Duration::days(36_500));
-        let gone = devices::expire_unresolved(&self.pool, before, h.unresolved_max_rows).await?;
+        let gone =
+            devices::expire_unresolved(&self.deps.pool, before, h.unresolved_max_rows).await?;
         if gone > 0 {
             tracing::info!(removed = gone, "expired unresolved observation keys");
         }

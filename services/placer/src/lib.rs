@@ -24,8 +24,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream;
-use fleet_bus::{StreamNames, Subjects};
+use fleet_bus::StreamNames;
 use fleet_domain::CapacityBucket;
 use fleet_runtime::Common;
 use sqlx::PgPool;
@@ -44,11 +43,8 @@ use view::View;
 pub struct Placer {
     pub common: Common,
     pub config: Config,
-    pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
-    pub streams: StreamNames,
+    /// PostgreSQL, NATS, JetStream, the subjects and stream names.
+    pub deps: fleet_store::Deps,
     pub metrics: PlacerMetrics,
     view: Mutex<View>,
     relay_wake: Notify,
@@ -90,24 +86,14 @@ impl Placer {
     /// Connects, checks the schema, creates the streams and builds the
     /// capacity view from PostgreSQL.
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Placer>> {
-        let fleet_store::Deps {
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
-        } = fleet_store::Deps::connect(&common, fleet_store::Role::Placer).await?;
+        let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Placer).await?;
         // STATUS and DLQ are the hub's; the placer owns only its events.
-        fleet_bus::await_hub_streams(&js, &streams).await;
-        service::ensure_events_stream(&js, &streams, &subjects).await?;
+        fleet_bus::await_hub_streams(&deps.js, &deps.streams).await;
+        service::ensure_events_stream(&deps.js, &deps.streams, &deps.subjects).await?;
         let placer = Arc::new(Placer {
             common,
             config,
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
+            deps,
             metrics: PlacerMetrics::new(),
             view: Mutex::new(View::default()),
             relay_wake: Notify::new(),
@@ -123,7 +109,7 @@ impl Placer {
     /// Rebuilds the capacity view (one pool, or all) from PostgreSQL.
     pub async fn rebuild(&self, pool_id: Option<&str>) -> Result<(), PlacerError> {
         let started = self.view().seq();
-        let rows = store::load_rows(&self.pool, pool_id).await?;
+        let rows = store::load_rows(&self.deps.pool, pool_id).await?;
         let mut v = self.view();
         v.replace(pool_id, rows, started);
         self.metrics.view_devices.set(v.len() as i64);
@@ -141,7 +127,7 @@ impl Placer {
         let outcome = self.view().apply_bucket(device_id, bucket, version);
         if outcome == view::BucketUpdate::Unknown {
             let started = self.view().seq();
-            if let Some(row) = store::load_row(&self.pool, device_id).await? {
+            if let Some(row) = store::load_row(&self.deps.pool, device_id).await? {
                 let mut v = self.view();
                 v.upsert(row, started);
                 self.metrics.view_devices.set(v.len() as i64);
@@ -199,11 +185,11 @@ impl Placer {
     async fn allocate_inner(&self, req: AllocateRequest) -> Result<Allocation, PlacerError> {
         let Checked { req, packing } = self.check(req)?;
         if let Some(rid) = &req.request_id {
-            if let Some(a) = store::find_by_request(&self.pool, &req.tenant_id, rid).await? {
+            if let Some(a) = store::find_by_request(&self.deps.pool, &req.tenant_id, rid).await? {
                 return Ok(a);
             }
         }
-        match store::pool_and_tenant(&self.pool, &req.pool_id, &req.tenant_id).await? {
+        match store::pool_and_tenant(&self.deps.pool, &req.pool_id, &req.tenant_id).await? {
             None => return Err(PlacerError::not_found(format!("pool {}", req.pool_id))),
             Some((_, false)) => {
                 return Err(PlacerError::not_found(format!("tenant {}", req.tenant_id)))
@@ -304,7 +290,7 @@ impl Placer {
         plan: &[Take],
         mode: LockMode,
     ) -> Result<Allocation, Miss> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         if mode == LockMode::Wait {
             sqlx::query("SET LOCAL lock_timeout = '5s'")
                 .execute(&mut *tx)
@@ -375,7 +361,7 @@ impl Placer {
             {
                 drop(tx);
                 let rid = req.request_id.as_deref().unwrap_or_default();
-                return match store::find_by_request(&self.pool, &req.tenant_id, rid).await {
+                return match store::find_by_request(&self.deps.pool, &req.tenant_id, rid).await {
                     Ok(Some(a)) => Err(Miss::Replay(Box::new(a))),
                     Ok(None) => Err(PlacerError::unavailable("request_id race").into()),
                     Err(e) => Err(e.into()),
@@ -435,7 +421,7 @@ impl Placer {
             return Err(PlacerError::invalid_argument("allocation_id is required"));
         }
         let tenant = tenant_id.filter(|t| !t.trim().is_empty());
-        let freed = store::release(&self.pool, allocation_id, tenant)
+        let freed = store::release(&self.deps.pool, allocation_id, tenant)
             .await?
             .ok_or_else(|| PlacerError::not_found(format!("allocation {allocation_id}")))?;
         {
@@ -449,7 +435,7 @@ impl Placer {
     }
 
     pub async fn get(&self, allocation_id: &str) -> Result<Allocation, PlacerError> {
-        store::get_allocation(&self.pool, allocation_id)
+        store::get_allocation(&self.deps.pool, allocation_id)
             .await?
             .ok_or_else(|| PlacerError::not_found(format!("allocation {allocation_id}")))
     }
@@ -459,7 +445,7 @@ impl Placer {
         if let Some(c) = self.view().capacity(pool_id) {
             return Ok(c);
         }
-        match store::pool_owner(&self.pool, pool_id).await? {
+        match store::pool_owner(&self.deps.pool, pool_id).await? {
             None => Err(PlacerError::not_found(format!("pool {pool_id}"))),
             Some(_) => Ok(Capacity {
                 pool_id: pool_id.to_string(),
@@ -470,7 +456,7 @@ impl Placer {
 
     /// GPUs per bucket straight from PostgreSQL (what the view converges to).
     pub async fn capacity_from_db(&self, pool_id: &str) -> Result<Capacity, PlacerError> {
-        capacity_from_db(&self.pool, pool_id).await
+        capacity_from_db(&self.deps.pool, pool_id).await
     }
 }
 

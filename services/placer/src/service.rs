@@ -88,9 +88,9 @@ impl Placer {
 
     fn consumer(&self, axis: Axis) -> StatusConsumer {
         StatusConsumer {
-            stream: self.streams.status(),
+            stream: self.deps.streams.status(),
             durable: format!("placer-{axis}"),
-            filter: self.subjects.status_axis(axis.as_str()),
+            filter: self.deps.subjects.status_axis(axis.as_str()),
             ack_wait: self.config.ack_wait.max(Duration::from_secs(1)),
             batch: 256,
             fetch_wait: Duration::from_millis(200),
@@ -123,7 +123,7 @@ impl Placer {
         &self,
         events: &[v1::StatusChanged],
     ) -> Result<usize, PlacerError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.deps.pool.begin().await?;
         let mut impaired = 0;
         let mut outbox_rows = vec![];
         for e in events {
@@ -147,9 +147,10 @@ impl Placer {
                     reason: reason.clone(),
                     at: Some(timestamp(Utc::now())),
                 };
-                let subject = self
-                    .subjects
-                    .placer_event("impaired", &a.pool_id, &a.allocation_id);
+                let subject =
+                    self.deps
+                        .subjects
+                        .placer_event("impaired", &a.pool_id, &a.allocation_id);
                 outbox_rows.push(fleet_outbox::Row {
                     subject,
                     schema: fleet_proto::schema::<v1::AllocationEvent>(),
@@ -172,9 +173,15 @@ impl Placer {
     /// Publishes allocation events until shutdown (`fleet_outbox`'s loop).
     async fn relay_loop(self: Arc<Self>, shutdown: Shutdown) {
         PLACER
-            .relay_loop(&self.pool, &self.js, &self.relay_wake, shutdown, |n| {
-                self.metrics.events_published.inc_by(n as u64);
-            })
+            .relay_loop(
+                &self.deps.pool,
+                &self.deps.js,
+                &self.relay_wake,
+                shutdown,
+                |n| {
+                    self.metrics.events_published.inc_by(n as u64);
+                },
+            )
             .await
     }
 
@@ -241,14 +248,20 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
         key: "placer.listen",
         registry: placer.metrics.registry.clone(),
     };
-    let (mut shell, addr) =
-        Shell::start("placer", ops, &placer.nats, &placer.pool, &shutdown).await?;
+    let (mut shell, addr) = Shell::start(
+        "placer",
+        ops,
+        &placer.deps.nats,
+        &placer.deps.pool,
+        &shutdown,
+    )
+    .await?;
     tracing::info!(%addr, devices = placer.view().len(), "placer running");
     shell.respond(
         placer.clone(),
         Route {
             name: "cmd",
-            subject: placer.subjects.placer_cmd_all(),
+            subject: placer.deps.subjects.placer_cmd_all(),
             queue: Some("placer".into()),
         },
         Limits {
@@ -260,7 +273,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
     for axis in [Axis::Schedulable, Axis::Device] {
         let p = placer.clone();
         let c = p.consumer(axis);
-        let (js, subjects) = (p.js.clone(), p.subjects.clone());
+        let (js, subjects) = (p.deps.js.clone(), p.deps.subjects.clone());
         shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let p = p.clone();
             async move { p.on_schedulable(events).await }
@@ -269,7 +282,7 @@ pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result
     for axis in [Axis::Operational, Axis::Connectivity] {
         let p = placer.clone();
         let c = p.consumer(axis);
-        let (js, subjects) = (p.js.clone(), p.subjects.clone());
+        let (js, subjects) = (p.deps.js.clone(), p.deps.subjects.clone());
         shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let p = p.clone();
             async move {

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream::consumer;
 use chrono::Utc;
-use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
+use fleet_bus::{Limits, Refusal, Responder, Route};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::ErrorCode;
@@ -30,7 +30,6 @@ use fleet_runtime::{Common, Shutdown};
 use fleet_store::{Ops, Shell};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
 
 pub use config::Config;
 use mapping::Decision;
@@ -79,11 +78,8 @@ struct Published {
 pub struct Radar {
     pub common: Common,
     pub config: Config,
-    pub pool: PgPool,
-    pub nats: async_nats::Client,
-    pub js: jetstream::Context,
-    pub subjects: Subjects,
-    pub streams: StreamNames,
+    /// PostgreSQL, NATS, JetStream, the subjects and stream names.
+    pub deps: fleet_store::Deps,
     pub metrics: RadarMetrics,
     /// What the stream holds per device; the lock also serialises
     /// publishing, so an older read never overwrites a newer projection.
@@ -124,23 +120,13 @@ pub fn projection(row: &store::Row, at: chrono::DateTime<Utc>) -> v1::RadarProje
 
 impl Radar {
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Radar>> {
-        let fleet_store::Deps {
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
-        } = fleet_store::Deps::connect(&common, fleet_store::Role::Radar).await?;
-        fleet_bus::ensure_owned(&js, &common.nats, fleet_bus::Owner::Radar).await?;
-        fleet_bus::await_hub_streams(&js, &streams).await;
+        let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Radar).await?;
+        fleet_bus::ensure_owned(&deps.js, &common.nats, fleet_bus::Owner::Radar).await?;
+        fleet_bus::await_hub_streams(&deps.js, &deps.streams).await;
         Ok(Arc::new(Radar {
             common,
             config,
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
+            deps,
             metrics: RadarMetrics::new(),
             published: tokio::sync::Mutex::new(HashMap::new()),
         }))
@@ -148,11 +134,11 @@ impl Radar {
 
     /// Reads what the stream holds (its last message per subject).
     pub async fn load_published(&self) -> anyhow::Result<usize> {
-        let stream = self.js.get_stream(self.streams.radar()).await?;
+        let stream = self.deps.js.get_stream(self.deps.streams.radar()).await?;
         let c = stream
             .create_consumer(consumer::pull::Config {
                 deliver_policy: consumer::DeliverPolicy::LastPerSubject,
-                filter_subject: self.subjects.radar_all(),
+                filter_subject: self.deps.subjects.radar_all(),
                 ack_policy: consumer::AckPolicy::None,
                 inactive_threshold: Duration::from_secs(60),
                 ..Default::default()
@@ -253,7 +239,7 @@ impl Radar {
         &self,
         p: &v1::RadarProjection,
     ) -> anyhow::Result<async_nats::jetstream::context::PublishAckFuture> {
-        let subject = self.subjects.radar(&p.site, &p.device_id);
+        let subject = self.deps.subjects.radar(&p.site, &p.device_id);
         let msg_id = format!(
             "radar-{}-{}-{}",
             p.device_id,
@@ -262,7 +248,7 @@ impl Radar {
         );
         let headers = fleet_bus::headers(&fleet_proto::schema::<v1::RadarProjection>(), None);
         Ok(fleet_bus::publish(
-            &self.js,
+            &self.deps.js,
             subject,
             &msg_id,
             headers,
@@ -273,7 +259,7 @@ impl Radar {
 
     /// Every device from PostgreSQL; publishes the differences.
     pub async fn rebuild(&self) -> anyhow::Result<usize> {
-        let rows = store::all(&self.pool).await?;
+        let rows = store::all(&self.deps.pool).await?;
         self.metrics.devices.set(rows.len() as i64);
         self.project(rows).await
     }
@@ -283,7 +269,7 @@ impl Radar {
         ids.sort();
         ids.dedup();
         self.metrics.status_events.inc_by(events.len() as u64);
-        let rows = store::by_ids(&self.pool, &ids).await?;
+        let rows = store::by_ids(&self.deps.pool, &ids).await?;
         self.project(rows).await?;
         Ok(())
     }
@@ -307,14 +293,15 @@ impl Radar {
         let unavailable = |e: &dyn std::fmt::Display| {
             Refusal::unavailable("the radar service cannot reach its database or NATS", e)
         };
-        let annotations = store::set_radar_ignore(&self.pool, &req.tenant_id, req.ignore, reason)
-            .await
-            .map_err(|e| unavailable(&e))?
-            .ok_or_else(|| {
-                Refusal::new(ErrorCode::NotFound, format!("tenant {}", req.tenant_id))
-            })?;
+        let annotations =
+            store::set_radar_ignore(&self.deps.pool, &req.tenant_id, req.ignore, reason)
+                .await
+                .map_err(|e| unavailable(&e))?
+                .ok_or_else(|| {
+                    Refusal::new(ErrorCode::NotFound, format!("tenant {}", req.tenant_id))
+                })?;
         tracing::info!(tenant_id = %req.tenant_id, ignore = req.ignore, actor = %req.actor, "radar opt-out changed");
-        let rows = store::of_tenant(&self.pool, &req.tenant_id)
+        let rows = store::of_tenant(&self.deps.pool, &req.tenant_id)
             .await
             .map_err(|e| unavailable(&e))?;
         let n = self.project(rows).await.map_err(|e| unavailable(&e))?;
@@ -400,7 +387,8 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         key: "radar.listen",
         registry: radar.metrics.registry.clone(),
     };
-    let (mut shell, addr) = Shell::start("radar", ops, &radar.nats, &radar.pool, &shutdown).await?;
+    let (mut shell, addr) =
+        Shell::start("radar", ops, &radar.deps.nats, &radar.deps.pool, &shutdown).await?;
     tracing::info!(%addr, "radar running");
     for axis in [
         Axis::Device,
@@ -410,15 +398,15 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         Axis::Triage,
     ] {
         let c = StatusConsumer {
-            stream: radar.streams.status(),
+            stream: radar.deps.streams.status(),
             durable: format!("radar-{axis}"),
-            filter: radar.subjects.status_axis(axis.as_str()),
+            filter: radar.deps.subjects.status_axis(axis.as_str()),
             ack_wait: radar.config.ack_wait.max(Duration::from_secs(1)),
             batch: radar.config.batch_size.max(1),
             fetch_wait: Duration::from_millis(200),
         };
         let r = radar.clone();
-        let (js, subjects) = (r.js.clone(), r.subjects.clone());
+        let (js, subjects) = (r.deps.js.clone(), r.deps.subjects.clone());
         shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
             let r = r.clone();
             async move { r.on_events(events).await }
@@ -428,7 +416,7 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         radar.clone(),
         Route {
             name: "cmd",
-            subject: radar.subjects.radar_cmd_all(),
+            subject: radar.deps.subjects.radar_cmd_all(),
             queue: Some("radar".into()),
         },
         Limits {

@@ -130,7 +130,7 @@ impl Workflow {
         }
         let ids = self.device_ids(&r.device_ids)?;
         let event_id = format!("imp_{}", ulid::Ulid::new());
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.deps.pool.begin().await.map_err(db)?;
         let found = store::lock_and_read(&mut tx, &ids).await.map_err(db)?;
         all_found(&ids, |i| found.iter().any(|f| f.0 == i))?;
         let busy = store::busy(&mut tx, &ids).await.map_err(db)?;
@@ -241,7 +241,7 @@ impl Workflow {
         r: v1::ClearImpairmentRequest,
     ) -> Result<v1::ImpairmentAccepted, Refusal> {
         let id = r.event_id.trim();
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.deps.pool.begin().await.map_err(db)?;
         let (status, awaiting) = store::lock_event(&mut tx, id)
             .await
             .map_err(db)?
@@ -292,7 +292,7 @@ impl Workflow {
         event: &str,
         device_id: &str,
     ) -> Result<(), sqlx::Error> {
-        let Some(mut row) = store::device(&self.pool, event, device_id).await? else {
+        let Some(mut row) = store::device(&self.deps.pool, event, device_id).await? else {
             tracing::warn!(
                 event,
                 device_id,
@@ -304,7 +304,7 @@ impl Workflow {
         if !phase.open(status) {
             // Delivered again after it finished: settle, in case the
             // worker died between the two.
-            store::settle(&self.pool, event).await?;
+            store::settle(&self.deps.pool, event).await?;
             return Ok(());
         }
         let c = &self.config;
@@ -319,7 +319,7 @@ impl Workflow {
                         break Err((code, format!("{message} (after {attempts} attempts)")));
                     }
                     store::retrying(
-                        &self.pool,
+                        &self.deps.pool,
                         event,
                         device_id,
                         phase.retrying(),
@@ -332,7 +332,7 @@ impl Workflow {
                     tracing::info!(event, device_id, phase = phase.as_str(), attempts, wait_ms = wait.as_millis() as u64, error = %message, "impairment step failed; retrying");
                     tokio::time::sleep(wait).await;
                     // Read the device again: a try decides on fresh facts.
-                    if let Some(again) = store::device(&self.pool, event, device_id).await? {
+                    if let Some(again) = store::device(&self.deps.pool, event, device_id).await? {
                         row = again;
                     }
                 }
@@ -342,7 +342,7 @@ impl Workflow {
         match &outcome {
             Ok(()) => {
                 store::finish(
-                    &self.pool,
+                    &self.deps.pool,
                     event,
                     device_id,
                     phase.done(),
@@ -369,7 +369,7 @@ impl Workflow {
                 )
                 .then_some("failed");
                 store::finish(
-                    &self.pool,
+                    &self.deps.pool,
                     event,
                     device_id,
                     phase.failed(),
@@ -388,7 +388,7 @@ impl Workflow {
             status.as_str(),
             outcome.as_ref().err().map(|e| e.0.as_str()).unwrap_or(""),
         );
-        if let Some(s) = store::settle(&self.pool, event).await? {
+        if let Some(s) = store::settle(&self.deps.pool, event).await? {
             tracing::info!(event, status = %s, "impairment event settled");
         }
         Ok(())

@@ -36,10 +36,7 @@ pub(crate) mod worker;
 
 use std::sync::Arc;
 
-use async_nats::jetstream;
-use fleet_bus::{StreamNames, Subjects};
 use fleet_runtime::Common;
-use sqlx::PgPool;
 use tokio::sync::Notify;
 
 pub use config::{
@@ -57,11 +54,8 @@ pub(crate) const OUTBOX: fleet_outbox::Outbox = fleet_outbox::Outbox {
 pub struct Workflow {
     pub common: Common,
     pub config: Config,
-    pub(crate) pool: PgPool,
-    pub(crate) nats: async_nats::Client,
-    pub(crate) js: jetstream::Context,
-    pub(crate) subjects: Subjects,
-    pub(crate) streams: StreamNames,
+    /// PostgreSQL, NATS, JetStream, the subjects and stream names.
+    pub(crate) deps: fleet_store::Deps,
     pub(crate) metrics: metrics::WorkflowMetrics,
     pub(crate) sites: activities::Sites,
     /// Impairment holds through the hub's `impairment_holds`, batched.
@@ -82,17 +76,11 @@ impl Workflow {
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Workflow>> {
         let sites = activities::Sites::new(&config)?;
         let netbox = activities::NetboxClient::new(&config.netbox, &config)?;
-        let fleet_store::Deps {
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
-        } = fleet_store::Deps::connect(&common, fleet_store::Role::Workflow).await?;
-        fleet_bus::await_streams(&js, &[streams.jobs()], std::future::pending()).await;
+        let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Workflow).await?;
+        fleet_bus::await_streams(&deps.js, &[deps.streams.jobs()], std::future::pending()).await;
         let hub = fleet_hub_client::HubClient::new(
-            nats.clone(),
-            subjects.clone(),
+            deps.nats.clone(),
+            deps.subjects.clone(),
             config.hub_timeout.max(std::time::Duration::from_secs(1)),
         );
         let holds =
@@ -100,11 +88,7 @@ impl Workflow {
         Ok(Arc::new(Workflow {
             common,
             config,
-            pool,
-            nats,
-            js,
-            subjects,
-            streams,
+            deps,
             metrics: metrics::WorkflowMetrics::new(),
             sites,
             holds,

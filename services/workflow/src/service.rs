@@ -166,7 +166,10 @@ impl Workflow {
             }
             "cancel_job" => {
                 let r = decode::<v1::CancelJobRequest>(payload, "CancelJobRequest")?;
-                if !store::cancel(&self.pool, &r.job_id).await.map_err(db)? {
+                if !store::cancel(&self.deps.pool, &r.job_id)
+                    .await
+                    .map_err(db)?
+                {
                     return Err(Refusal::new(
                         ErrorCode::NotFound,
                         format!("job {} not found", r.job_id),
@@ -191,14 +194,16 @@ impl Workflow {
     }
 
     async fn job(&self, id: &str) -> Result<v1::Job, Refusal> {
-        let job = store::job(&self.pool, id)
+        let job = store::job(&self.deps.pool, id)
             .await
             .map_err(db)?
             .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
-        let runs = store::runs(&self.pool, id).await.map_err(db)?;
+        let runs = store::runs(&self.deps.pool, id).await.map_err(db)?;
         let mut out = job.to_proto(&runs);
         if out.storm_guard.is_some() {
-            let trips = storm::trips(&self.pool, Held::Job, id).await.map_err(db)?;
+            let trips = storm::trips(&self.deps.pool, Held::Job, id)
+                .await
+                .map_err(db)?;
             out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
         }
         Ok(out)
@@ -216,7 +221,7 @@ impl Workflow {
         let limit = r.limit.clamp(1, 1000) as i64;
         let after = (!r.after.is_empty()).then_some(r.after.as_str());
         let device = (!r.device_id.is_empty()).then_some(r.device_id.as_str());
-        let mut rows = store::list(&self.pool, status, workflow, after, device, limit + 1)
+        let mut rows = store::list(&self.deps.pool, status, workflow, after, device, limit + 1)
             .await
             .map_err(db)?;
         let next_after = if rows.len() as i64 > limit {
@@ -259,7 +264,7 @@ impl Workflow {
                 .map_err(Refusal::invalid)?;
         }
         let params = params_of(kind, &ids, &r.params)?;
-        let devices = store::devices(&self.pool, &ids).await.map_err(db)?;
+        let devices = store::devices(&self.deps.pool, &ids).await.map_err(db)?;
         all_found(&ids, |i| devices.iter().any(|d| d.id == i))?;
         let refusals = self.eligibility(kind, &r, &devices).await?;
         if !refusals.is_empty() {
@@ -267,7 +272,7 @@ impl Workflow {
         }
 
         let job_id = format!("job_{}", ulid::Ulid::new());
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.deps.pool.begin().await.map_err(db)?;
         let busy = store::busy(&mut tx, &ids).await.map_err(db)?;
         if !busy.is_empty() {
             return Ok(Err(Ineligible(
@@ -323,7 +328,7 @@ impl Workflow {
         let rows = ids
             .iter()
             .map(|d| fleet_outbox::Row {
-                subject: self.subjects.job(workflow, job_id, d),
+                subject: self.deps.subjects.job(workflow, job_id, d),
                 schema: fleet_proto::schema::<v1::JobDeviceWork>(),
                 payload: v1::JobDeviceWork {
                     job_id: job_id.to_string(),
@@ -371,7 +376,7 @@ impl Workflow {
                 format!("job {id} is not held by the storm guard"),
             ));
         }
-        let job = store::job(&self.pool, id)
+        let job = store::job(&self.deps.pool, id)
             .await
             .map_err(db)?
             .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
@@ -397,7 +402,7 @@ impl Workflow {
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
     {
-        let mut tx = self.pool.begin().await.map_err(db)?;
+        let mut tx = self.deps.pool.begin().await.map_err(db)?;
         let locked = storm::lock_for_confirm(&mut tx, held, column, id)
             .await
             .map_err(db)?
@@ -439,7 +444,7 @@ impl Workflow {
             .collect();
         let ids: Vec<String> = devices.iter().map(|d| d.id.clone()).collect();
         let mut conditions: HashMap<(String, String), ConditionStatus> = HashMap::new();
-        for (d, t, s) in store::conditions(&self.pool, &ids, &types)
+        for (d, t, s) in store::conditions(&self.deps.pool, &ids, &types)
             .await
             .map_err(db)?
         {
@@ -531,7 +536,13 @@ impl Workflow {
     /// Publishes device work to JOBS until shutdown (`fleet_outbox`'s loop).
     async fn relay_loop(self: Arc<Self>, shutdown: Shutdown) {
         OUTBOX
-            .relay_loop(&self.pool, &self.js, &self.relay_wake, shutdown, |_| {})
+            .relay_loop(
+                &self.deps.pool,
+                &self.deps.js,
+                &self.relay_wake,
+                shutdown,
+                |_| {},
+            )
             .await
     }
 }
@@ -592,13 +603,14 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
         key: "workflow.listen",
         registry: w.metrics.registry.clone(),
     };
-    let (mut shell, addr) = Shell::start("workflow", ops, &w.nats, &w.pool, &shutdown).await?;
+    let (mut shell, addr) =
+        Shell::start("workflow", ops, &w.deps.nats, &w.deps.pool, &shutdown).await?;
     tracing::info!(%addr, "workflow service running");
     shell.respond(
         w.clone(),
         Route {
             name: "cmd",
-            subject: w.subjects.workflow_cmd_all(),
+            subject: w.deps.subjects.workflow_cmd_all(),
             queue: Some("workflow".into()),
         },
         Limits {

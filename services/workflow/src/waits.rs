@@ -59,14 +59,14 @@ impl Workflow {
     /// until shutdown.
     pub(crate) async fn status_loop(self: Arc<Self>, shutdown: Shutdown) {
         let c = StatusConsumer {
-            stream: self.streams.status(),
+            stream: self.deps.streams.status(),
             durable: "workflow-operational".into(),
-            filter: self.subjects.status_axis("operational"),
+            filter: self.deps.subjects.status_axis("operational"),
             ack_wait: Duration::from_secs(30),
             batch: 256,
             fetch_wait: Duration::from_millis(200),
         };
-        let (js, subjects) = (self.js.clone(), self.subjects.clone());
+        let (js, subjects) = (self.deps.js.clone(), self.deps.subjects.clone());
         let w = self.clone();
         c.run(js, subjects, shutdown, move |events: Vec<StatusEvent>| {
             let w = w.clone();

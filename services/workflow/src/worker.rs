@@ -87,13 +87,14 @@ impl Workflow {
         workers: usize,
     ) -> Result<jetstream::consumer::PullConsumer, String> {
         let stream = self
+            .deps
             .js
-            .get_stream(self.streams.jobs())
+            .get_stream(self.deps.streams.jobs())
             .await
-            .map_err(|e| format!("get stream {}: {e}", self.streams.jobs()))?;
+            .map_err(|e| format!("get stream {}: {e}", self.deps.streams.jobs()))?;
         let config = jetstream::consumer::pull::Config {
             durable_name: Some("workflow".into()),
-            filter_subject: self.subjects.job_all(),
+            filter_subject: self.deps.subjects.job_all(),
             ack_policy: jetstream::consumer::AckPolicy::Explicit,
             ack_wait,
             max_ack_pending: workers as i64,
@@ -169,7 +170,7 @@ impl Workflow {
         job_id: &str,
         device_id: &str,
     ) -> Result<(), sqlx::Error> {
-        let Some(job) = store::job(&self.pool, job_id).await? else {
+        let Some(job) = store::job(&self.deps.pool, job_id).await? else {
             tracing::warn!(
                 job_id,
                 device_id,
@@ -177,7 +178,7 @@ impl Workflow {
             );
             return Ok(());
         };
-        let Some(run) = store::run(&self.pool, job_id, device_id).await? else {
+        let Some(run) = store::run(&self.deps.pool, job_id, device_id).await? else {
             tracing::warn!(
                 job_id,
                 device_id,
@@ -188,7 +189,7 @@ impl Workflow {
         if run.status.as_deref().is_some_and(|s| s != "running") {
             return Ok(());
         }
-        if !store::start(&self.pool, job_id, device_id).await? {
+        if !store::start(&self.deps.pool, job_id, device_id).await? {
             // Cancelled before it started (the cancel wrote its status).
             return Ok(());
         }
@@ -207,7 +208,7 @@ impl Workflow {
         // Enrolment: a started non-success writes the guarded failure
         // proof before the device's terminal status is recorded.
         if job.workflow == "enrollment" && outcome != Outcome::Succeeded {
-            let pinned = store::run(&self.pool, job_id, device_id)
+            let pinned = store::run(&self.deps.pool, job_id, device_id)
                 .await?
                 .and_then(|r| crate::flows::enrolment::pinned_identity(&r.pinned));
             if let Some(identity) = pinned {
@@ -215,7 +216,7 @@ impl Workflow {
                     .await;
             }
         }
-        store::finish(&self.pool, job_id, device_id, status, failure).await?;
+        store::finish(&self.deps.pool, job_id, device_id, status, failure).await?;
         self.metrics.finished(
             &job.workflow,
             status.as_str(),

@@ -123,7 +123,7 @@ async fn bench(config: &FleetConfig, args: &PlacerBench) -> anyhow::Result<Strin
     let (trigger, shutdown) = Shutdown::new();
     let task = tokio::spawn(fleet_placer::run_with(placer.clone(), shutdown));
     let subjects = Subjects::new(&config.nats.subject_root, &config.nats.radar_root);
-    let client = PlacerClient::new(placer.nats.clone(), subjects, Duration::from_secs(30));
+    let client = PlacerClient::new(placer.deps.nats.clone(), subjects, Duration::from_secs(30));
     // Wait until the request subscription answers.
     let ready = Instant::now();
     while matches!(

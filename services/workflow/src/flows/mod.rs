@@ -163,7 +163,7 @@ impl Workflow {
                 ))
             }
         };
-        let Some(device) = store::device(&self.pool, device_id).await? else {
+        let Some(device) = store::device(&self.deps.pool, device_id).await? else {
             return Ok(Outcome::Failed(
                 FailureCode::IronicNodeNotFound,
                 format!("device {device_id} no longer exists"),
@@ -202,7 +202,7 @@ impl Workflow {
         let mut attempts: u32 = run_attempts.max(0) as u32;
         let mut waiting_since: Option<Instant> = None;
         loop {
-            if store::cancel_requested(&self.pool, job_id).await? {
+            if store::cancel_requested(&self.deps.pool, job_id).await? {
                 if matches!(kind, Kind::SingleNodeTest | Kind::MultiNodeTest) {
                     self.cancel_burn_in(r, carried).await;
                 }
@@ -218,7 +218,7 @@ impl Workflow {
                 }
                 Err(CallError::Transient(code, message)) => {
                     attempts += 1;
-                    store::attempt(&self.pool, job_id, device_id, attempts).await?;
+                    store::attempt(&self.deps.pool, job_id, device_id, attempts).await?;
                     if attempts >= c.max_attempts.max(1) {
                         return Ok(Outcome::Failed(
                             code,
@@ -295,7 +295,15 @@ impl Workflow {
     ) -> Result<(), sqlx::Error> {
         let pinned = Value::Object(carried.pinned.clone());
         let (job, device) = (&r.job.id, &r.device.id);
-        store::record(&self.pool, job, device, step, &pinned, &carried.results).await
+        store::record(
+            &self.deps.pool,
+            job,
+            device,
+            step,
+            &pinned,
+            &carried.results,
+        )
+        .await
     }
 
     /// The back-off before try `attempts + 1` of a step: doubling from
@@ -348,8 +356,8 @@ impl Workflow {
             observed_at,
         )?;
         let mut writer = LatchWriter::new(
-            self.nats.clone(),
-            self.subjects.clone(),
+            self.deps.nats.clone(),
+            self.deps.subjects.clone(),
             &format!("workflow:{}:{}", r.kind, r.job.id),
         );
         writer.timeout = self.config.hub_timeout.max(Duration::from_secs(1));

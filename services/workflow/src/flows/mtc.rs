@@ -220,7 +220,7 @@ impl Workflow {
         let mut slurm = slurm.lock().await;
         let listed = slurm.node(&device.name).await.map_err(slurm_error)?;
         let update_supported = slurm.node_update_supported().await.map_err(slurm_error)?;
-        let status = crate::store::preflight(&self.pool, &device.id)
+        let status = crate::store::preflight(&self.deps.pool, &device.id)
             .await
             .ok()
             .flatten()

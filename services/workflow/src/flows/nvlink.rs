@@ -47,7 +47,7 @@ impl Workflow {
         let mut p: NvPinned = carried.pinned_as(NVLINK);
         // The custody check, on a fresh read of the device: before the
         // plan and again before every write.
-        let device = store::device(&self.pool, &r.device.id)
+        let device = store::device(&self.deps.pool, &r.device.id)
             .await
             .map_err(|e| {
                 CallError::Transient(

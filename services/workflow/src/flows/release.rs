@@ -105,7 +105,7 @@ impl Workflow {
     pub(super) async fn preflight(&self, device: &str) -> Result<store::Preflight, CallError> {
         // "a failed proof read is ENROLLMENT_PROOF_UNAVAILABLE instead ...
         // so an API outage never reads as an identity verdict".
-        match store::preflight(&self.pool, device).await {
+        match store::preflight(&self.deps.pool, device).await {
             Ok(Some(p)) => Ok(p),
             Ok(None) => Err(CallError::Permanent(
                 FailureCode::EnrollmentProofMissing,
