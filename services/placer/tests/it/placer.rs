@@ -382,6 +382,9 @@ async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
         .create_consumer(async_nats::jetstream::consumer::pull::Config::default())
         .await
         .unwrap();
+    // Events fetched by earlier polls stay delivered (unacked), so a later
+    // poll returns only the newer ones: collect across polls.
+    let seen = std::sync::Mutex::new(Vec::new());
     let events = eventually("two impairment events", || async {
         let mut batch = consumer.fetch().max_messages(100).messages().await.unwrap();
         let mut out = vec![];
@@ -394,7 +397,9 @@ async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
             assert_eq!(schema.as_deref(), Some("fleet.v1.AllocationEvent"));
             out.push(v1::AllocationEvent::decode(m.payload.as_ref()).unwrap());
         }
-        (out.len() == 2).then_some(out)
+        let mut seen = seen.lock().unwrap();
+        seen.extend(out);
+        (seen.len() >= 2).then(|| seen.clone())
     })
     .await;
     let mut kinds: Vec<(String, String)> = events
