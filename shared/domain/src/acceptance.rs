@@ -76,7 +76,7 @@ pub fn newest_result(executions: &[Execution], stage: Stage) -> Option<Option<De
     executions
         .iter()
         .filter(|e| Stage::of_workflow(e.workflow) == Some(stage) && e.placement_relevant())
-        .max_by(|a, b| (a.created_at, &a.job_id).cmp(&(b.created_at, &b.job_id)))
+        .max_by(|a, b| a.history_order().cmp(&b.history_order()))
         .map(|e| e.status)
 }
 
@@ -84,18 +84,9 @@ pub fn newest_result(executions: &[Execution], stage: Stage) -> Option<Option<De
 mod tests {
     use super::*;
     use crate::eligibility::Workflow;
-    use chrono::{TimeZone, Utc};
+    use crate::standup::tests::ex;
     use DeviceRunStatus as D;
     use GateOutcome::*;
-
-    fn ex(n: i64, w: Workflow, status: Option<D>) -> Execution {
-        Execution {
-            job_id: format!("job-{n}"),
-            workflow: w,
-            status,
-            created_at: Utc.timestamp_opt(1_700_000_000 + n * 60, 0).unwrap(),
-        }
-    }
 
     #[test]
     fn the_device_gate_reads_the_devices_health() {

@@ -274,15 +274,15 @@ mod tests {
     fn enrollment_proof_rules_of_seed_002() {
         let now = Utc::now();
         let mut r = rec();
+        // A started non-success pinned to `pinned`: whether it changed anything.
+        let failed = |r: &mut DeviceRecord, pinned: Option<&str>| {
+            let outcome = ProofOutcome::Failed {
+                pinned_infrastructure_ref: pinned.map(str::to_string),
+            };
+            enrollment_proof(r, outcome, now).unwrap()
+        };
         // "A device without prior proof remains explicitly at none."
-        assert!(!enrollment_proof(
-            &mut r,
-            ProofOutcome::Failed {
-                pinned_infrastructure_ref: Some("uuid-1".into())
-            },
-            now
-        )
-        .unwrap());
+        assert!(!failed(&mut r, Some("uuid-1")));
         assert_eq!(r.enrollment_validated_ref, None);
         enrollment_proof(
             &mut r,
@@ -295,46 +295,18 @@ mod tests {
         .unwrap();
         assert!(has_enrollment_proof(&r));
         // "if matching enrolled ... proof already exists, the earlier validation is preserved"
-        assert!(!enrollment_proof(
-            &mut r,
-            ProofOutcome::Failed {
-                pinned_infrastructure_ref: Some("uuid-1".into())
-            },
-            now
-        )
-        .unwrap());
+        assert!(!failed(&mut r, Some("uuid-1")));
         assert!(has_enrollment_proof(&r));
         // "if the Device now carries a replacement infrastructure_ref, the write safely no-ops"
-        assert!(!enrollment_proof(
-            &mut r,
-            ProofOutcome::Failed {
-                pinned_infrastructure_ref: Some("uuid-0".into())
-            },
-            now
-        )
-        .unwrap());
+        assert!(!failed(&mut r, Some("uuid-0")));
         // A replacement identity makes the proof stale for eligibility ...
         r.infrastructure_ref = Some("uuid-2".into());
         assert!(!has_enrollment_proof(&r));
         // ... and "Stale proof metadata is cleared when the operated identity still matches."
-        assert!(enrollment_proof(
-            &mut r,
-            ProofOutcome::Failed {
-                pinned_infrastructure_ref: Some("uuid-2".into())
-            },
-            now
-        )
-        .unwrap());
+        assert!(failed(&mut r, Some("uuid-2")));
         assert_eq!(r.enrollment_validated_ref, None);
         // "failures without a trustworthy pinned identity ... make no proof write"
-        assert!(!enrollment_proof(
-            &mut r,
-            ProofOutcome::Failed {
-                pinned_infrastructure_ref: None
-            },
-            now
-        )
-        .unwrap());
+        assert!(!failed(&mut r, None));
     }
 
     #[test]

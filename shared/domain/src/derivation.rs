@@ -193,28 +193,22 @@ mod tests {
 
     #[test]
     fn decisive_types_are_the_ones_the_rule_names() {
-        let got = derive(&[
-            (C::InMaintenancePool, T, ""),
-            (C::SlurmRegistered, F, ""),
-            (C::SlurmNodeHealthy, F, "Down"),
-        ]);
-        assert_eq!(
-            got.decisive,
-            vec![
-                C::InMaintenancePool,
-                C::SlurmRegistered,
-                C::SlurmNodeHealthy
-            ]
-        );
-        let got = derive(&[
-            (C::CustomerReady, T, ""),
-            (C::InstanceAllocated, F, ""),
-            (C::IronicAvailable, T, ""),
-        ]);
-        assert_eq!(
-            got.decisive,
-            vec![C::CustomerReady, C::InstanceAllocated, C::IronicAvailable]
-        );
+        // Each set is the conditions one rule reads: every one is decisive.
+        for rows in [
+            [
+                (C::InMaintenancePool, T, ""),
+                (C::SlurmRegistered, F, ""),
+                (C::SlurmNodeHealthy, F, "Down"),
+            ],
+            [
+                (C::CustomerReady, T, ""),
+                (C::InstanceAllocated, F, ""),
+                (C::IronicAvailable, T, ""),
+            ],
+        ] {
+            let want: Vec<_> = rows.iter().map(|(ty, _, _)| *ty).collect();
+            assert_eq!(derive(&rows).decisive, want);
+        }
     }
 
     #[test]
@@ -233,19 +227,14 @@ mod tests {
 
     #[test]
     fn health_follows_the_chassis_composite() {
-        assert_eq!(
-            derive_health(false, Some(ChassisHealth::Ok)),
-            HealthStatus::Healthy
-        );
-        assert_eq!(
-            derive_health(false, Some(ChassisHealth::Warning)),
-            HealthStatus::Degraded
-        );
-        assert_eq!(
-            derive_health(false, Some(ChassisHealth::Critical)),
-            HealthStatus::Critical
-        );
-        assert_eq!(derive_health(false, None), HealthStatus::Unknown);
+        for (chassis, want) in [
+            (Some(ChassisHealth::Ok), HealthStatus::Healthy),
+            (Some(ChassisHealth::Warning), HealthStatus::Degraded),
+            (Some(ChassisHealth::Critical), HealthStatus::Critical),
+            (None, HealthStatus::Unknown),
+        ] {
+            assert_eq!(derive_health(false, chassis), want, "{chassis:?}");
+        }
     }
 
     #[test]

@@ -396,6 +396,18 @@ mod tests {
             .collect()
     }
 
+    /// What a run pinned once it asked leaf01 to apply revision r1, after
+    /// the device's one Unknown.
+    fn apply_requested() -> FlipPinned {
+        FlipPinned {
+            unknown_written: set(&[""]),
+            revisions: revs(&[("leaf01", "r1")]),
+            staged: set(&["leaf01"]),
+            apply_requested: set(&["leaf01"]),
+            ..FlipPinned::default()
+        }
+    }
+
     fn code(n: FlipNext) -> Option<FailureCode> {
         match n {
             N::Fail(code, _) => Some(code),
@@ -542,61 +554,53 @@ mod tests {
         // "Both flip workflows write the latch only when every per-switch
         // result reports simulated=false."
         let p = FlipPinned::default();
-        let all_real = reads(vec![
-            ("leaf01", sw(Real, &[("swp1", CUST)], None)),
-            ("leaf02", sw(Real, &[("swp1", CUST)], None)),
-        ]);
-        assert_eq!(
-            flip_next(Plane::Frontend, &all_real, &p, CUST),
-            N::WriteVerified
-        );
-        // "A simulated run verified nothing": no Unknown, no revision, no
-        // latch, even with every port off target.
-        let all_simulated = reads(vec![
-            ("leaf01", sw(Simulated, &[("swp1", ISOLATE)], None)),
-            ("leaf02", sw(Simulated, &[("swp1", CUST)], None)),
-        ]);
-        assert_eq!(
-            flip_next(Plane::Frontend, &all_simulated, &p, CUST),
-            N::Done
-        );
-        // Mixed: the real switch is flipped (Unknown first), and the run
-        // fails closed with the latch left Unknown.
-        let mixed = reads(vec![
-            ("leaf01", sw(Real, &[("swp1", ISOLATE)], None)),
-            ("leaf02", sw(Simulated, &[("swp1", ISOLATE)], None)),
-        ]);
-        assert_eq!(
-            flip_next(Plane::Frontend, &mixed, &p, CUST),
-            N::WriteUnknown { switch: None }
-        );
-        let flipped = reads(vec![
-            (
-                "leaf01",
-                sw(Real, &[("swp1", CUST)], Some(RevState::Applied)),
-            ),
-            ("leaf02", sw(Simulated, &[("swp1", ISOLATE)], None)),
-        ]);
-        let after = FlipPinned {
-            unknown_written: set(&[""]),
-            revisions: revs(&[("leaf01", "r1")]),
-            staged: set(&["leaf01"]),
-            apply_requested: set(&["leaf01"]),
-            ..FlipPinned::default()
+        let pair = |leaf01: SwitchRead, leaf02: SwitchRead| {
+            reads(vec![("leaf01", leaf01), ("leaf02", leaf02)])
         };
-        assert_eq!(
-            code(flip_next(Plane::Frontend, &flipped, &after, CUST)),
-            Some(FailureCode::FabricFlipPartiallySimulated)
+        let port = |mode, vrf| sw(mode, &[("swp1", vrf)], None);
+        let cases = [
+            (
+                "every per-switch result reports simulated=false",
+                pair(port(Real, CUST), port(Real, CUST)),
+                N::WriteVerified,
+            ),
+            // "A simulated run verified nothing": no Unknown, no revision,
+            // no latch, even with every port off target.
+            (
+                "all simulated",
+                pair(port(Simulated, ISOLATE), port(Simulated, CUST)),
+                N::Done,
+            ),
+            // Mixed: the real switch is flipped (Unknown first), and the
+            // run fails closed with the latch left Unknown.
+            (
+                "mixed",
+                pair(port(Real, ISOLATE), port(Simulated, ISOLATE)),
+                N::WriteUnknown { switch: None },
+            ),
+            // Mixed with nothing to write on the real switch: Unknown all
+            // the same, then the failure.
+            (
+                "mixed, nothing to write",
+                pair(port(Real, CUST), port(Simulated, CUST)),
+                N::WriteUnknown { switch: None },
+            ),
+        ];
+        for (what, r, want) in cases {
+            assert_eq!(flip_next(Plane::Frontend, &r, &p, CUST), want, "{what}");
+        }
+        let flipped = pair(
+            sw(Real, &[("swp1", CUST)], Some(RevState::Applied)),
+            port(Simulated, ISOLATE),
         );
-        // Mixed with nothing to write on the real switch: Unknown all the
-        // same, then the failure.
-        let idle = reads(vec![
-            ("leaf01", sw(Real, &[("swp1", CUST)], None)),
-            ("leaf02", sw(Simulated, &[("swp1", CUST)], None)),
-        ]);
         assert_eq!(
-            flip_next(Plane::Frontend, &idle, &p, CUST),
-            N::WriteUnknown { switch: None }
+            code(flip_next(
+                Plane::Frontend,
+                &flipped,
+                &apply_requested(),
+                CUST
+            )),
+            Some(FailureCode::FabricFlipPartiallySimulated)
         );
     }
 
@@ -620,13 +624,7 @@ mod tests {
 
     #[test]
     fn a_flip_that_does_not_apply_or_verify_fails() {
-        let p = FlipPinned {
-            unknown_written: set(&[""]),
-            revisions: revs(&[("leaf01", "r1")]),
-            staged: set(&["leaf01"]),
-            apply_requested: set(&["leaf01"]),
-            ..FlipPinned::default()
-        };
+        let p = apply_requested();
         let with = |state: RevState, vrf: &str| {
             reads(vec![("leaf01", sw(Real, &[("swp1", vrf)], Some(state)))])
         };
@@ -678,10 +676,8 @@ mod tests {
         // Killed after the apply was sent, before it was recorded: the
         // revision answers for it, nothing is applied twice.
         let p = FlipPinned {
-            unknown_written: set(&[""]),
-            revisions: revs(&[("leaf01", "r1")]),
-            staged: set(&["leaf01"]),
-            ..FlipPinned::default()
+            apply_requested: BTreeSet::new(),
+            ..apply_requested()
         };
         let r = reads(vec![(
             "leaf01",

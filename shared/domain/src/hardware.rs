@@ -278,12 +278,17 @@ mod tests {
             ("00000001", Some("00000001")),
             ("J1234567890", Some("J1234567890")),
         ];
+        check_normalises("normalize_serial", normalize_serial, cases);
+    }
+
+    /// Holds a normaliser to `(raw, normalised or None)` rows.
+    fn check_normalises(
+        name: &str,
+        normalise: fn(&str) -> Option<String>,
+        cases: &[(&str, Option<&str>)],
+    ) {
         for (raw, want) in cases {
-            assert_eq!(
-                normalize_serial(raw).as_deref(),
-                *want,
-                "normalize_serial({raw:?})"
-            );
+            assert_eq!(normalise(raw).as_deref(), *want, "{name}({raw:?})");
         }
     }
 
@@ -302,22 +307,24 @@ mod tests {
             ("zz:bb:cc:dd:ee:ff", None),
             ("", None),
         ];
-        for (raw, want) in cases {
-            assert_eq!(
-                normalize_mac(raw).as_deref(),
-                *want,
-                "normalize_mac({raw:?})"
-            );
-        }
+        check_normalises("normalize_mac", normalize_mac, cases);
     }
 
     #[test]
     fn ek_hashes_are_hex_of_at_least_128_bits() {
         let h = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
-        assert_eq!(normalize_ek_hash(h), Some(h.to_uppercase()));
-        assert_eq!(normalize_ek_hash(&h[..31]), None);
-        assert_eq!(normalize_ek_hash(&"0".repeat(64)), None);
-        assert_eq!(normalize_ek_hash("not-a-hash-not-a-hash-not-a-hash"), None);
+        let upper = h.to_uppercase();
+        let zeros = "0".repeat(64);
+        check_normalises(
+            "normalize_ek_hash",
+            normalize_ek_hash,
+            &[
+                (h, Some(&upper)),
+                (&h[..31], None),
+                (&zeros, None),
+                ("not-a-hash-not-a-hash-not-a-hash", None),
+            ],
+        );
     }
 
     fn ids(system: &str, board: &str, bmc: &str, nics: &[&str], ek: &str) -> HardwareIds {

@@ -417,6 +417,22 @@ mod tests {
         }
     }
 
+    /// A fresh run's Image step once the host-name search found no server.
+    fn image_unnamed(n: &NodeView<'_>) -> Next {
+        image_next(n, &P, None, &Found::Named(vec![]))
+    }
+
+    /// The failure of an Unimage step on a node in `state` bound to `bound`,
+    /// the run's server `pinned` (and its delete `intent`) not in Nova.
+    fn unimage_failure(
+        state: &'static str,
+        bound: Option<&'static str>,
+        pinned: Option<&str>,
+        intent: bool,
+    ) -> Option<FailureCode> {
+        code(unimage_next(&node(state, bound), &P, pinned, intent, None))
+    }
+
     #[test]
     fn image_moves_the_lease_before_creating_the_server() {
         // "Before Nova creation it moves the Ironic lease from the enrol
@@ -424,25 +440,13 @@ mod tests {
         let mut n = node("available", None);
         n.lessee = Some("enrol");
         assert_eq!(image_lookup(&n, None), Lookup::ByName);
-        assert_eq!(
-            image_next(&n, &P, None, &Found::Named(vec![])),
-            Next::MoveLease { to: "slurm".into() }
-        );
+        assert_eq!(image_unnamed(&n), Next::MoveLease { to: "slurm".into() });
         n.lessee = None;
-        assert_eq!(
-            image_next(&n, &P, None, &Found::Named(vec![])),
-            Next::MoveLease { to: "slurm".into() }
-        );
+        assert_eq!(image_unnamed(&n), Next::MoveLease { to: "slurm".into() });
         n.lessee = Some("slurm");
-        assert_eq!(
-            image_next(&n, &P, None, &Found::Named(vec![])),
-            Next::Create
-        );
+        assert_eq!(image_unnamed(&n), Next::Create);
         n.lessee = Some("customer");
-        assert_eq!(
-            code(image_next(&n, &P, None, &Found::Named(vec![]))),
-            Some(F::IronicLesseeUnexpected)
-        );
+        assert_eq!(code(image_unnamed(&n)), Some(F::IronicLesseeUnexpected));
     }
 
     #[test]
@@ -542,10 +546,7 @@ mod tests {
         // rejects every Ironic failure state".
         let mut m = node("available", None);
         m.maintenance = true;
-        assert_eq!(
-            code(image_next(&m, &P, None, &Found::Named(vec![]))),
-            Some(F::IronicNodeInMaintenance)
-        );
+        assert_eq!(code(image_unnamed(&m)), Some(F::IronicNodeInMaintenance));
         assert_eq!(
             code(image_next(
                 &node("deploy failed", Some("s-1")),
@@ -560,18 +561,13 @@ mod tests {
             .filter(|s| **s != "deploy failed")
         {
             assert_eq!(
-                code(image_next(&node(s, None), &P, None, &Found::Named(vec![]))),
+                code(image_unnamed(&node(s, None))),
                 Some(F::IronicFailureState),
                 "{s}"
             );
         }
         assert_eq!(
-            code(image_next(
-                &node("manageable", None),
-                &P,
-                None,
-                &Found::Named(vec![])
-            )),
+            code(image_unnamed(&node("manageable", None))),
             Some(F::IronicNodeNotAvailable)
         );
     }
@@ -651,7 +647,7 @@ mod tests {
         // "An unbound node is already complete only when Ironic is
         // AVAILABLE. Otherwise a missing binding ... fails".
         assert_eq!(
-            code(unimage_next(&node("active", None), &P, None, false, None)),
+            unimage_failure("active", None, None, false),
             Some(F::NovaBindingMissing)
         );
         assert_eq!(
@@ -660,24 +656,12 @@ mod tests {
         );
         // "... or a bound UUID whose Nova server is missing".
         assert_eq!(
-            code(unimage_next(
-                &node("active", Some("s-1")),
-                &P,
-                Some("s-1"),
-                false,
-                None
-            )),
+            unimage_failure("active", Some("s-1"), Some("s-1"), false),
             Some(F::NovaServerMissing)
         );
         // A concurrent rebind is not this run's to tear down.
         assert_eq!(
-            code(unimage_next(
-                &node("active", Some("s-2")),
-                &P,
-                Some("s-1"),
-                true,
-                None
-            )),
+            unimage_failure("active", Some("s-2"), Some("s-1"), true),
             Some(F::IronicInstanceMismatch)
         );
     }
@@ -704,23 +688,11 @@ mod tests {
         // "Other Ironic failure states are rejected before Nova deletion and
         // reported immediately if reached during teardown."
         assert_eq!(
-            code(unimage_next(
-                &node("error", Some("s-1")),
-                &P,
-                None,
-                false,
-                None
-            )),
+            unimage_failure("error", Some("s-1"), None, false),
             Some(F::IronicFailureState)
         );
         assert_eq!(
-            code(unimage_next(
-                &node("clean failed", None),
-                &P,
-                Some("s-1"),
-                true,
-                None
-            )),
+            unimage_failure("clean failed", None, Some("s-1"), true),
             Some(F::IronicCleaningFailed)
         );
     }

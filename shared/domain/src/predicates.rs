@@ -123,88 +123,99 @@ mod tests {
         }
     }
 
+    /// Each row: the seed sentence it checks, the facts (a schedulable host
+    /// with some fields changed) and the bucket. Where two checks fail, the
+    /// earlier one names the bucket.
     #[test]
     fn checks_run_in_order_and_name_the_bucket() {
-        assert_eq!(schedulable(&host()), CapacityBucket::Schedulable);
-        // "role is host. Otherwise the node is excluded."
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                role: Role::Dedicated,
-                cordoned: true,
-                ..host()
-            }),
-            CapacityBucket::Excluded
-        );
-        // "trust is platform, or tenant-owned in its owner's pool. Otherwise excluded."
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                trust: Trust::TenantOwned,
-                owner_tenant_id: Some("t1"),
-                pool_owner_tenant_id: Some("t2"),
-                ..host()
-            }),
-            CapacityBucket::Excluded
-        );
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                trust: Trust::TenantOwned,
-                owner_tenant_id: Some("t1"),
-                pool_owner_tenant_id: Some("t1"),
-                ..host()
-            }),
-            CapacityBucket::Schedulable
-        );
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                trust: Trust::TenantControlled,
-                ..host()
-            }),
-            CapacityBucket::Excluded
-        );
-        // "Not in maintenance and not cordoned. Otherwise maintenance."
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                cordoned: true,
-                connectivity: Connectivity::Lost,
-                ..host()
-            }),
-            CapacityBucket::Maintenance
-        );
-        // "provisionState is adopted or deployed. Otherwise provisioning."
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                provision_state: ProvisionState::Ready,
-                ..host()
-            }),
-            CapacityBucket::Provisioning
-        );
-        // "observedGeneration is at least 1"
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                observed_generation: 0,
-                ..host()
-            }),
-            CapacityBucket::Provisioning
-        );
-        // "connectivity is connected. Otherwise unreachable."
-        let reasons = ["unreachable".to_string()];
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                connectivity: Connectivity::Disconnected,
-                no_schedule_reasons: &reasons,
-                ..host()
-            }),
-            CapacityBucket::Unreachable
-        );
-        // "noScheduleReasons is empty. Otherwise unhealthy."
-        let reasons = ["taint:gpu-burnin".to_string()];
-        assert_eq!(
-            schedulable(&SchedulingFacts {
-                no_schedule_reasons: &reasons,
-                ..host()
-            }),
-            CapacityBucket::Unhealthy
-        );
+        use CapacityBucket::*;
+        let unreachable = ["unreachable".to_string()];
+        let burn_in = ["taint:gpu-burnin".to_string()];
+        let cases = [
+            ("a host passing every check", host(), Schedulable),
+            (
+                "'role is host. Otherwise the node is excluded.'",
+                SchedulingFacts {
+                    role: Role::Dedicated,
+                    cordoned: true,
+                    ..host()
+                },
+                Excluded,
+            ),
+            (
+                "'trust is platform, or tenant-owned in its owner's pool. Otherwise excluded.'",
+                SchedulingFacts {
+                    trust: Trust::TenantOwned,
+                    owner_tenant_id: Some("t1"),
+                    pool_owner_tenant_id: Some("t2"),
+                    ..host()
+                },
+                Excluded,
+            ),
+            (
+                "tenant-owned in its owner's pool",
+                SchedulingFacts {
+                    trust: Trust::TenantOwned,
+                    owner_tenant_id: Some("t1"),
+                    pool_owner_tenant_id: Some("t1"),
+                    ..host()
+                },
+                Schedulable,
+            ),
+            (
+                "tenant-controlled",
+                SchedulingFacts {
+                    trust: Trust::TenantControlled,
+                    ..host()
+                },
+                Excluded,
+            ),
+            (
+                "'Not in maintenance and not cordoned. Otherwise maintenance.'",
+                SchedulingFacts {
+                    cordoned: true,
+                    connectivity: Connectivity::Lost,
+                    ..host()
+                },
+                Maintenance,
+            ),
+            (
+                "'provisionState is adopted or deployed. Otherwise provisioning.'",
+                SchedulingFacts {
+                    provision_state: ProvisionState::Ready,
+                    ..host()
+                },
+                Provisioning,
+            ),
+            (
+                "'observedGeneration is at least 1'",
+                SchedulingFacts {
+                    observed_generation: 0,
+                    ..host()
+                },
+                Provisioning,
+            ),
+            (
+                "'connectivity is connected. Otherwise unreachable.'",
+                SchedulingFacts {
+                    connectivity: Connectivity::Disconnected,
+                    no_schedule_reasons: &unreachable,
+                    ..host()
+                },
+                Unreachable,
+            ),
+            (
+                "'noScheduleReasons is empty. Otherwise unhealthy.'",
+                SchedulingFacts {
+                    no_schedule_reasons: &burn_in,
+                    ..host()
+                },
+                Unhealthy,
+            ),
+        ];
+        for (sentence, facts, want) in cases {
+            assert_eq!(schedulable(&facts), want, "{sentence}");
+        }
     }
 
     #[test]

@@ -125,26 +125,21 @@ pub fn latch_verdict(
     nvlink_latch: Option<ConditionStatus>,
     backend_latch: Option<ConditionStatus>,
 ) -> Result<(), (FailureCode, String)> {
-    let refuses = |s: Option<ConditionStatus>| {
-        matches!(s, Some(ConditionStatus::True | ConditionStatus::Unknown))
-    };
-    if refuses(nvlink_latch) {
-        return Err((
+    for (latch, code, condition) in [
+        (
+            nvlink_latch,
             FailureCode::ReleaseNvlinkLatchRefused,
-            format!(
-                "NvLinkGpusInRepairPartition is {}",
-                nvlink_latch.map(|s| s.as_str()).unwrap_or("")
-            ),
-        ));
-    }
-    if refuses(backend_latch) {
-        return Err((
+            "NvLinkGpusInRepairPartition",
+        ),
+        (
+            backend_latch,
             FailureCode::ReleaseBackendVrfLatchRefused,
-            format!(
-                "BackendPortsInMaintenanceVrf is {}",
-                backend_latch.map(|s| s.as_str()).unwrap_or("")
-            ),
-        ));
+            "BackendPortsInMaintenanceVrf",
+        ),
+    ] {
+        if let Some(s @ (ConditionStatus::True | ConditionStatus::Unknown)) = latch {
+            return Err((code, format!("{condition} is {}", s.as_str())));
+        }
     }
     Ok(())
 }
@@ -278,22 +273,18 @@ mod tests {
     #[test]
     fn netbox_must_read_active_immediately_before_the_write() {
         assert!(handoff_verdict(&handoff()).is_ok());
-        let rma = Handoff {
-            netbox_status: Some("rma"),
-            ..handoff()
-        };
-        assert_eq!(
-            code(handoff_verdict(&rma)),
-            FailureCode::ReleaseInventoryNotActive
-        );
-        let gone = Handoff {
-            netbox_status: None,
-            ..handoff()
-        };
-        assert_eq!(
-            code(handoff_verdict(&gone)),
-            FailureCode::ReleaseInventoryNotActive
-        );
+        // rma, and gone from NetBox.
+        for netbox_status in [Some("rma"), None] {
+            let h = Handoff {
+                netbox_status,
+                ..handoff()
+            };
+            assert_eq!(
+                code(handoff_verdict(&h)),
+                FailureCode::ReleaseInventoryNotActive,
+                "{netbox_status:?}"
+            );
+        }
     }
 
     /// "metal / self-managed returns hand off through their own (non-Ironic)
@@ -331,26 +322,21 @@ mod tests {
             enrollment_validated_ref: None,
             ..handoff()
         };
-        assert_eq!(
-            code(handoff_verdict(&unproven)),
-            FailureCode::EnrollmentProofMissing
-        );
         let stale = Handoff {
             enrollment_validated_ref: Some("uuid-0"),
             ..handoff()
         };
-        assert_eq!(
-            code(handoff_verdict(&stale)),
-            FailureCode::EnrollmentProofMissing
-        );
         let other_node = Handoff {
             resolved_node: "uuid-2",
             ..handoff()
         };
-        assert_eq!(
-            code(handoff_verdict(&other_node)),
-            FailureCode::EnrollmentProofMissing
-        );
+        for h in [unproven, stale, other_node] {
+            assert_eq!(
+                code(handoff_verdict(&h)),
+                FailureCode::EnrollmentProofMissing,
+                "{h:?}"
+            );
+        }
     }
 
     /// NVLink: "True and Unknown refuse the handoff, while False and absence
@@ -432,37 +418,46 @@ mod tests {
 
     #[test]
     fn only_an_idle_unbound_available_node_with_the_maintenance_lease_is_handed_back() {
-        let deployed = R1Read {
-            provision_state: "active",
-            ..read()
-        };
-        assert!(matches!(
-            r1_next(&deployed),
-            R1Next::Fail(FailureCode::IronicNodeNotAvailable, _)
-        ));
-        let bound = R1Read {
-            instance_uuid: Some("i-1"),
-            ..read()
-        };
-        assert!(matches!(
-            r1_next(&bound),
-            R1Next::Fail(FailureCode::IronicNodeNotAvailable, _)
-        ));
-        let customer = R1Read {
-            lessee: Some("cust-project"),
-            ..read()
-        };
-        assert!(matches!(
-            r1_next(&customer),
-            R1Next::Fail(FailureCode::IronicLesseeUnexpected, _)
-        ));
-        let failed = R1Read {
-            provision_state: "clean failed",
-            ..read()
-        };
-        assert!(matches!(
-            r1_next(&failed),
-            R1Next::Fail(FailureCode::IronicFailureState, _)
-        ));
+        let cases = [
+            (
+                "deployed",
+                R1Read {
+                    provision_state: "active",
+                    ..read()
+                },
+                FailureCode::IronicNodeNotAvailable,
+            ),
+            (
+                "bound",
+                R1Read {
+                    instance_uuid: Some("i-1"),
+                    ..read()
+                },
+                FailureCode::IronicNodeNotAvailable,
+            ),
+            (
+                "leased to a customer",
+                R1Read {
+                    lessee: Some("cust-project"),
+                    ..read()
+                },
+                FailureCode::IronicLesseeUnexpected,
+            ),
+            (
+                "in a failure state",
+                R1Read {
+                    provision_state: "clean failed",
+                    ..read()
+                },
+                FailureCode::IronicFailureState,
+            ),
+        ];
+        for (what, r, want) in cases {
+            let got = r1_next(&r);
+            assert!(
+                matches!(&got, R1Next::Fail(code, _) if *code == want),
+                "{what}: {got:?}"
+            );
+        }
     }
 }

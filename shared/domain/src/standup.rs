@@ -135,6 +135,11 @@ impl Execution {
         )
     }
 
+    /// The order of a device's executions: by creation, then job id.
+    pub(crate) fn history_order(&self) -> (DateTime<Utc>, &str) {
+        (self.created_at, &self.job_id)
+    }
+
     fn active(&self) -> bool {
         matches!(self.status, None | Some(DeviceRunStatus::Running))
     }
@@ -197,7 +202,7 @@ pub fn place(d: &Device<'_>) -> Option<Cell> {
         .iter()
         .filter(|e| Stage::of_workflow(e.workflow).is_some_and(|s| seq.contains(&s)))
         .collect();
-    in_sequence.sort_by(|a, b| (a.created_at, &a.job_id).cmp(&(b.created_at, &b.job_id)));
+    in_sequence.sort_by(|a, b| a.history_order().cmp(&b.history_order()));
     let latest = in_sequence.last().map(|e| (*e).clone());
     let newest_relevant = |stage: Option<Stage>| {
         in_sequence
@@ -292,7 +297,7 @@ fn gate_holds(gates: &[Gate], stage: Stage) -> Vec<Suppression> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::TimeZone;
     use CellStatus::{Failed as F, NotStarted as N, Pending as P, Running as R, Succeeded as S};
@@ -300,7 +305,8 @@ mod tests {
     use DeviceRunStatus as D;
     use Stage::*;
 
-    fn ex(n: i64, w: Workflow, status: Option<D>) -> Execution {
+    /// Job `n`'s execution of `w`, created `n` minutes into the test.
+    pub(crate) fn ex(n: i64, w: Workflow, status: Option<D>) -> Execution {
         Execution {
             job_id: format!("job-{n}"),
             workflow: w,
@@ -336,6 +342,18 @@ mod tests {
             executions,
             gates,
         })
+    }
+
+    /// The cell of a quarantined device whose policy configures no gate.
+    fn quarantined(class: DeviceClass, policy: bool, executions: &[Execution]) -> Cell {
+        cell(
+            class,
+            policy,
+            OperationalStatus::Quarantine,
+            executions,
+            &[],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -470,14 +488,7 @@ mod tests {
             ex(2, MTC, Some(D::Failed)),
             ex(3, SNT, Some(D::Cancelled)),
         ];
-        let c = cell(
-            GpuCompute,
-            true,
-            OperationalStatus::Quarantine,
-            &executions,
-            &[],
-        )
-        .unwrap();
+        let c = quarantined(GpuCompute, true, &executions);
         assert_eq!((c.stage, c.status), (Quarantine, F));
         assert_eq!(c.latest_in_sequence_workflow.unwrap().job_id, "job-3");
         assert_eq!(c.placed_by.unwrap().job_id, "job-2");
@@ -500,14 +511,7 @@ mod tests {
             ex(2, MTC, Some(D::Succeeded)),
         ];
         for class in [CpuBaremetal, GpuCompute] {
-            let c = cell(
-                class,
-                false,
-                OperationalStatus::Quarantine,
-                &executions,
-                &[],
-            )
-            .unwrap();
+            let c = quarantined(class, false, &executions);
             assert_eq!(
                 (c.stage, c.status, c.available_actions),
                 (Release, N, vec![REL]),
@@ -533,34 +537,10 @@ mod tests {
             ex(3, SNT, Some(D::Failed)),
             ex(4, SNT, Some(D::Superseded)),
         ];
-        let want = cell(
-            GpuCompute,
-            true,
-            OperationalStatus::Quarantine,
-            &executions,
-            &[],
-        );
+        let want = quarantined(GpuCompute, true, &executions);
         executions.reverse();
-        assert_eq!(
-            cell(
-                GpuCompute,
-                true,
-                OperationalStatus::Quarantine,
-                &executions,
-                &[]
-            ),
-            want
-        );
+        assert_eq!(quarantined(GpuCompute, true, &executions), want);
         executions.swap(0, 2);
-        assert_eq!(
-            cell(
-                GpuCompute,
-                true,
-                OperationalStatus::Quarantine,
-                &executions,
-                &[]
-            ),
-            want
-        );
+        assert_eq!(quarantined(GpuCompute, true, &executions), want);
     }
 }

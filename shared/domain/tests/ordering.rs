@@ -18,6 +18,133 @@ fn status(i: u8) -> ConditionStatus {
     ConditionStatus::ALL[(i % 3) as usize]
 }
 
+/// A condition input with no message.
+fn input(condition_type: ConditionType, status: ConditionStatus, reason: &str) -> ConditionInput {
+    ConditionInput {
+        condition_type,
+        status,
+        reason: reason.into(),
+        message: String::new(),
+    }
+}
+
+/// A snapshot that names no bindings.
+fn snapshot(
+    source: Source,
+    observed_at: DateTime<Utc>,
+    conditions: Vec<ConditionInput>,
+    mirror: Mirror,
+) -> Snapshot {
+    Snapshot {
+        bindings: vec![],
+        source,
+        observed_at,
+        conditions,
+        mirror,
+    }
+}
+
+/// A snapshot in which each of `types` reads True.
+fn all_true(source: Source, at: i64, types: &[ConditionType]) -> Snapshot {
+    let conditions = types
+        .iter()
+        .map(|ty| input(*ty, ConditionStatus::True, ""))
+        .collect();
+    snapshot(source, t(at), conditions, Mirror::None)
+}
+
+/// Borneo's custody snapshot of a device gone GOOGLE_OWNED.
+fn google_owned(at: i64) -> Snapshot {
+    let mirror = Mirror::Custody {
+        state: "GOOGLE_OWNED".into(),
+        credential_ref: None,
+    };
+    snapshot(Source::Borneo, t(at), vec![], mirror)
+}
+
+/// The front-end flip's verified latch, written True (observed at 1).
+fn write_verified_flip(s: &mut DeviceState, now: DateTime<Utc>) {
+    let w = input(
+        ConditionType::FrontendPortsInCustomerVrf,
+        ConditionStatus::True,
+        "CustomerVrfFlipVerified",
+    );
+    s.apply_condition_write(Source::FrontendFabric, &w, Some(t(1)), false, now)
+        .unwrap();
+}
+
+/// What the fast path says of `snap` from the device's freshness row and
+/// version alone.
+fn confirm_snapshot(
+    s: &DeviceState,
+    snap: &Snapshot,
+    now: DateTime<Utc>,
+    ttls: &Ttls,
+) -> Confirmation {
+    confirm(
+        s.freshness.get(&snap.source),
+        s.record.version,
+        snap.source,
+        snap.observed_at,
+        &snap.digest(),
+        now,
+        ttls,
+    )
+}
+
+/// One change the way the hub makes it: the edit, then `finish` against the
+/// state before it.
+fn settle(
+    s: &mut DeviceState,
+    now: DateTime<Utc>,
+    ttls: &Ttls,
+    edit: impl FnOnce(&mut DeviceState),
+) {
+    let before = s.clone();
+    edit(s);
+    s.finish(&before, false, now, ttls);
+}
+
+/// Drives a fresh device through generated steps the way the hub does:
+/// each step's edit, then `finish` at the clock the step leaves. A step that
+/// asked a fast path first returns its answer, the full path's outcome and
+/// what the refresh check needs: the fast path's `Stale` and `Duplicate`
+/// must be the full path's, its `Refresh` an applied change, and
+/// `on_refresh` (given the state before the step and after it, and the
+/// clock) holds the full path's state to the fast one's.
+fn drive<S, R>(
+    steps: Vec<S>,
+    ttls: &Ttls,
+    mut apply: impl FnMut(&mut DeviceState, &mut DateTime<Utc>, S) -> Option<(Confirmation, Outcome, R)>,
+    mut on_refresh: impl FnMut(
+        &DeviceState,
+        &DeviceState,
+        DateTime<Utc>,
+        R,
+    ) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut now = t(1_000);
+    let mut s = base();
+    for step in steps {
+        let before = s.clone();
+        let asked = apply(&mut s, &mut now, step);
+        s.finish(&before, false, now, ttls);
+        let Some((c, outcome, r)) = asked else {
+            continue;
+        };
+        match c {
+            Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
+            Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
+            Confirmation::Load => {}
+            Confirmation::Refresh => {
+                prop_assert_eq!(outcome, Outcome::Applied);
+                on_refresh(&before, &s, now, r)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A snapshot from one of three sources with generated values.
 fn snap(source: u8, at: i64, vals: [u8; 6]) -> Snapshot {
     let (source, types): (Source, Vec<ConditionType>) = match source % 3 {
@@ -41,12 +168,7 @@ fn snap(source: u8, at: i64, vals: [u8; 6]) -> Snapshot {
         .zip(vals)
         // Leave some types out: they must read NotReported either way.
         .filter(|(_, v)| *v != 7)
-        .map(|(ty, v)| ConditionInput {
-            condition_type: *ty,
-            status: status(v),
-            reason: format!("R{}", v % 2),
-            message: String::new(),
-        })
+        .map(|(ty, v)| input(*ty, status(v), &format!("R{}", v % 2)))
         .collect();
     let mirror = match source {
         Source::Slurm => Mirror::Slurm {
@@ -82,6 +204,11 @@ fn snap(source: u8, at: i64, vals: [u8; 6]) -> Snapshot {
         mirror,
         bindings,
     }
+}
+
+/// One openstack snapshot, the same content whenever it is observed (`at`).
+fn repeated(at: i64) -> Snapshot {
+    snap(0, at, [1, 0, 1, 0, 1, 0])
 }
 
 /// The state with the clocks that legitimately depend on delivery order
@@ -184,22 +311,11 @@ fn stale_and_duplicate_are_not_applied() {
 fn snapshot_leaves_out_types_as_not_reported_and_never_touches_latches() {
     let now = t(100);
     let mut s = base();
-    let w = ConditionInput {
-        condition_type: ConditionType::FrontendPortsInCustomerVrf,
-        status: ConditionStatus::True,
-        reason: "CustomerVrfFlipVerified".into(),
-        message: String::new(),
-    };
-    s.apply_condition_write(Source::FrontendFabric, &w, Some(t(1)), false, now)
-        .unwrap();
-    let snap = Snapshot {
-        bindings: vec![],
-        source: Source::Openstack,
-        observed_at: t(2),
-        conditions: vec![],
-        mirror: Mirror::None,
-    };
-    s.apply_snapshot(&snap, now);
+    write_verified_flip(&mut s, now);
+    s.apply_snapshot(
+        &snapshot(Source::Openstack, t(2), vec![], Mirror::None),
+        now,
+    );
     // "Types the source owns and left out are written Unknown, reason NotReported"
     let row = &s.conditions[&ConditionType::IronicMaintenance];
     assert_eq!(
@@ -216,40 +332,20 @@ fn snapshot_leaves_out_types_as_not_reported_and_never_touches_latches() {
 #[test]
 fn future_and_forbidden_are_typed_errors() {
     let now = t(0);
-    let future = Snapshot {
-        bindings: vec![],
-        source: Source::Slurm,
-        observed_at: now + Duration::minutes(6),
-        conditions: vec![],
-        mirror: Mirror::None,
-    };
+    let slurm =
+        |observed_at, conditions, mirror| snapshot(Source::Slurm, observed_at, conditions, mirror);
+    let future = slurm(now + Duration::minutes(6), vec![], Mirror::None);
     assert!(matches!(
         future.validate(now),
         Err(DomainError::FutureObservation { .. })
     ));
-    let ok = Snapshot {
-        bindings: vec![],
-        source: Source::Slurm,
-        observed_at: now + Duration::minutes(4),
-        conditions: vec![],
-        mirror: Mirror::None,
-    };
+    let ok = slurm(now + Duration::minutes(4), vec![], Mirror::None);
     assert!(
         ok.validate(now).is_ok(),
         "within the 5 minutes of tolerated skew"
     );
-    let forbidden = Snapshot {
-        bindings: vec![],
-        source: Source::Slurm,
-        observed_at: now,
-        conditions: vec![ConditionInput {
-            condition_type: ConditionType::IronicMaintenance,
-            status: ConditionStatus::True,
-            reason: String::new(),
-            message: String::new(),
-        }],
-        mirror: Mirror::None,
-    };
+    let maintenance = input(ConditionType::IronicMaintenance, ConditionStatus::True, "");
+    let forbidden = slurm(now, vec![maintenance], Mirror::None);
     assert!(matches!(
         forbidden.validate(now),
         Err(DomainError::ForbiddenSource { .. })
@@ -257,14 +353,8 @@ fn future_and_forbidden_are_typed_errors() {
     // Issue 19: "a mirror of the wrong kind on a snapshot is ... a
     // malformed snapshot, 400", not a forbidden source.
     let wrong_mirror = Snapshot {
-        bindings: vec![],
         source: Source::Slurm,
-        observed_at: now,
-        conditions: vec![],
-        mirror: Mirror::Custody {
-            state: "GOOGLE_OWNED".into(),
-            credential_ref: None,
-        },
+        ..google_owned(0)
     };
     match wrong_mirror.validate(now) {
         Err(DomainError::InvalidArgument(m)) => {
@@ -279,20 +369,10 @@ fn custody_entry_writes_the_breach_latch_once() {
     let now = t(100);
     let ttls = Ttls::uniform(Duration::days(1));
     let mut s = base();
-    let google = |at| Snapshot {
-        bindings: vec![],
-        source: Source::Borneo,
-        observed_at: t(at),
-        conditions: vec![],
-        mirror: Mirror::Custody {
-            state: "GOOGLE_OWNED".into(),
-            credential_ref: None,
-        },
-    };
     // "GOOGLE_OWNED enters custody: operational_status = delegated, and in the
     // same transaction, if FrontendPortsInCustomerVrf is not True, the
     // hub-ordered latch write Unknown/HandoverBreach"
-    let (_, notes) = s.apply_snapshot(&google(1), now);
+    let (_, notes) = s.apply_snapshot(&google_owned(1), now);
     s.reconcile(now, &ttls);
     assert!(notes.handover_breach);
     assert_eq!(s.record.operational_status, OperationalStatus::Delegated);
@@ -304,38 +384,26 @@ fn custody_entry_writes_the_breach_latch_once() {
     // "A device whose row exists and whose status is unchanged is left alone
     // (the breach is not re-logged)."
     let before = s.clone();
-    let (_, notes) = s.apply_snapshot(&google(2), now);
+    let (_, notes) = s.apply_snapshot(&google_owned(2), now);
     assert!(!notes.handover_breach);
     assert_eq!(s.conditions, before.conditions);
     // "A poll that finds a delegated device with no latch row writes it the same way (lazy backfill)."
     s.conditions
         .remove(&ConditionType::FrontendPortsInCustomerVrf);
-    let (_, notes) = s.apply_snapshot(&google(3), now);
+    let (_, notes) = s.apply_snapshot(&google_owned(3), now);
     assert!(notes.handover_breach);
     assert!(s
         .conditions
         .contains_key(&ConditionType::FrontendPortsInCustomerVrf));
     // Frozen: conditions that would derive in_use do not move delegated.
-    let cr = Snapshot {
-        bindings: vec![],
-        source: Source::Openstack,
-        observed_at: t(4),
-        conditions: vec![
-            ConditionInput {
-                condition_type: ConditionType::CustomerReady,
-                status: ConditionStatus::True,
-                reason: String::new(),
-                message: String::new(),
-            },
-            ConditionInput {
-                condition_type: ConditionType::InstanceAllocated,
-                status: ConditionStatus::True,
-                reason: String::new(),
-                message: String::new(),
-            },
+    let cr = all_true(
+        Source::Openstack,
+        4,
+        &[
+            ConditionType::CustomerReady,
+            ConditionType::InstanceAllocated,
         ],
-        mirror: Mirror::None,
-    };
+    );
     s.apply_snapshot(&cr, now);
     s.reconcile(now, &ttls);
     assert_eq!(s.record.operational_status, OperationalStatus::Delegated);
@@ -353,25 +421,8 @@ fn custody_entry_writes_the_breach_latch_once() {
 fn verified_flip_means_no_breach() {
     let now = t(100);
     let mut s = base();
-    let w = ConditionInput {
-        condition_type: ConditionType::FrontendPortsInCustomerVrf,
-        status: ConditionStatus::True,
-        reason: "CustomerVrfFlipVerified".into(),
-        message: String::new(),
-    };
-    s.apply_condition_write(Source::FrontendFabric, &w, Some(t(1)), false, now)
-        .unwrap();
-    let g = Snapshot {
-        bindings: vec![],
-        source: Source::Borneo,
-        observed_at: t(2),
-        conditions: vec![],
-        mirror: Mirror::Custody {
-            state: "GOOGLE_OWNED".into(),
-            credential_ref: None,
-        },
-    };
-    let (_, notes) = s.apply_snapshot(&g, now);
+    write_verified_flip(&mut s, now);
+    let (_, notes) = s.apply_snapshot(&google_owned(2), now);
     assert!(!notes.handover_breach);
     assert_eq!(
         s.conditions[&ConditionType::FrontendPortsInCustomerVrf].status,
@@ -383,38 +434,15 @@ fn verified_flip_means_no_breach() {
 fn source_silence_reads_unknown_and_keeps_validation() {
     let ttls = Ttls::uniform(Duration::seconds(60));
     let mut s = base();
-    let os = Snapshot {
-        bindings: vec![],
-        source: Source::Openstack,
-        observed_at: t(0),
-        conditions: vec![ConditionInput {
-            condition_type: ConditionType::InMaintenancePool,
-            status: ConditionStatus::True,
-            reason: String::new(),
-            message: String::new(),
-        }],
-        mirror: Mirror::None,
-    };
-    let sl = Snapshot {
-        bindings: vec![],
-        source: Source::Slurm,
-        observed_at: t(0),
-        conditions: vec![
-            ConditionInput {
-                condition_type: ConditionType::SlurmRegistered,
-                status: ConditionStatus::True,
-                reason: String::new(),
-                message: String::new(),
-            },
-            ConditionInput {
-                condition_type: ConditionType::SlurmNodeHealthy,
-                status: ConditionStatus::True,
-                reason: String::new(),
-                message: String::new(),
-            },
+    let os = all_true(Source::Openstack, 0, &[ConditionType::InMaintenancePool]);
+    let sl = all_true(
+        Source::Slurm,
+        0,
+        &[
+            ConditionType::SlurmRegistered,
+            ConditionType::SlurmNodeHealthy,
         ],
-        mirror: Mirror::None,
-    };
+    );
     s.apply_snapshot(&os, t(0));
     s.apply_snapshot(&sl, t(0));
     s.reconcile(t(1), &ttls);
@@ -474,284 +502,6 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
-
-    /// `confirm` is what lets the hub resync without loading a device; it
-    /// must never say `Refresh` where the full path would do more than move
-    /// the freshness row, and its stale/duplicate must be the full path's.
-    #[test]
-    fn the_fast_path_confirms_only_what_the_full_path_would_not_change(
-        steps in prop::collection::vec(step(), 1..40),
-    ) {
-        let ttls = Ttls::uniform(Duration::seconds(60));
-        let mut now = t(1_000);
-        let mut clock = 0i64;
-        let mut epoch = 0i64;
-        let mut s = base();
-        for st in steps {
-            let before = s.clone();
-            match st {
-                Step::Snapshot(src, d, v) => {
-                    clock += d;
-                    let mut snap = snap(src, 0, v);
-                    snap.observed_at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
-                    let c = confirm(
-                        s.freshness.get(&snap.source),
-                        s.record.version,
-                        snap.source,
-                        snap.observed_at,
-                        &snap.digest(),
-                        now,
-                        &ttls,
-                    );
-                    let (outcome, _) = s.apply_snapshot(&snap, now);
-                    s.finish(&before, false, now, &ttls);
-                    match c {
-                        Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
-                        Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
-                        Confirmation::Load => {}
-                        Confirmation::Refresh => {
-                            prop_assert_eq!(outcome, Outcome::Applied);
-                            // The fast path: move observed_at, nothing else.
-                            let mut fast = before.clone();
-                            fast.freshness.get_mut(&snap.source).unwrap().observed_at = snap.observed_at;
-                            // Refreshing changes nothing derivation reads...
-                            let mut a = fast.clone();
-                            a.finish(&fast, false, now, &ttls);
-                            let mut b = before.clone();
-                            b.finish(&before, false, now, &ttls);
-                            for t in fast.conditions.keys() {
-                                prop_assert_eq!(fast.effective(*t, now, &ttls), before.effective(*t, now, &ttls));
-                            }
-                            prop_assert_eq!(&a.record, &b.record);
-                            prop_assert_eq!(&a.conditions, &b.conditions);
-                            // ...and the full path is the fast one plus the
-                            // sweeper's re-derivation.
-                            prop_assert_eq!(&s, &a);
-                        }
-                    }
-                }
-                Step::Write(slurm, v, d) => {
-                    clock += d;
-                    // Openstack's IronicMaintenance, or slurm's first type.
-                    let (source, condition_type) = if slurm {
-                        let t = fleet_domain::catalogue::observation_types_of(Source::Slurm).next().unwrap();
-                        (Source::Slurm, t)
-                    } else {
-                        (Source::Openstack, ConditionType::IronicMaintenance)
-                    };
-                    let w = ConditionInput {
-                        condition_type,
-                        status: status(v),
-                        reason: String::new(),
-                        message: String::new(),
-                    };
-                    let at = now - Duration::seconds(30) + Duration::seconds(clock % 40);
-                    let _ = s.apply_condition_write(source, &w, Some(at), false, now);
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::Cordon => {
-                    s.record.cordoned = !s.record.cordoned;
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::Session(open) => {
-                    epoch += 1;
-                    let event = if open { ConnectivityEvent::Opened } else { ConnectivityEvent::Closed };
-                    s.apply_connectivity(epoch, "gw-1", event, now);
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::ForeignMirror => {
-                    s.record.mirrors.slurm_states = vec!["DRAIN".into()];
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::Rejoin => {
-                    s.record.identity_generation += 1;
-                    s.finish(&before, false, now, &ttls);
-                }
-                Step::Wait(secs) => {
-                    now += Duration::seconds(secs);
-                    // The sweeper re-derives what went silent.
-                    s.finish(&before, false, now, &ttls);
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn a_repeated_snapshot_is_confirmed_until_something_it_writes_moves() {
-    let ttls = Ttls::uniform(Duration::seconds(60));
-    let now = t(40);
-    let mut s = base();
-    let first = snap(0, 10, [1, 0, 1, 0, 1, 0]);
-    let again = Snapshot {
-        observed_at: t(20),
-        ..first.clone()
-    };
-    let c = |s: &DeviceState, snap: &Snapshot| {
-        confirm(
-            s.freshness.get(&snap.source),
-            s.record.version,
-            snap.source,
-            snap.observed_at,
-            &snap.digest(),
-            now,
-            &ttls,
-        )
-    };
-    assert_eq!(c(&s, &first), Confirmation::Load, "nothing stored yet");
-    let before = s.clone();
-    s.apply_snapshot(&first, now);
-    s.finish(&before, false, now, &ttls);
-    assert_eq!(c(&s, &first), Confirmation::Duplicate);
-    assert_eq!(c(&s, &again), Confirmation::Refresh);
-    let older = Snapshot {
-        observed_at: t(5),
-        ..first.clone()
-    };
-    assert_eq!(c(&s, &older), Confirmation::Stale);
-    // A single write to a row the source owns: the rows no longer hold the
-    // snapshot's values as far as the freshness row can vouch.
-    let w = ConditionInput {
-        condition_type: ConditionType::IronicMaintenance,
-        status: ConditionStatus::True,
-        reason: String::new(),
-        message: String::new(),
-    };
-    let before = s.clone();
-    s.apply_condition_write(Source::Openstack, &w, Some(t(15)), false, now)
-        .unwrap();
-    s.finish(&before, false, now, &ttls);
-    assert_eq!(c(&s, &again), Confirmation::Load);
-    // Applied in full, the snapshot settles again.
-    let before = s.clone();
-    s.apply_snapshot(&again, now);
-    s.finish(&before, false, now, &ttls);
-    let third = Snapshot {
-        observed_at: t(30),
-        ..first.clone()
-    };
-    assert_eq!(c(&s, &third), Confirmation::Refresh);
-    // An operator change, a session opening and a write to a type another
-    // source owns bump the version or write rows, but nothing the
-    // snapshot's full apply would write: still confirmed.
-    let v = s.record.version;
-    let before = s.clone();
-    s.record.cordoned = true;
-    s.finish(&before, false, now, &ttls);
-    let before = s.clone();
-    s.apply_connectivity(1, "gw-1", ConnectivityEvent::Opened, now);
-    s.finish(&before, false, now, &ttls);
-    let before = s.clone();
-    let slurm_type = fleet_domain::catalogue::observation_types_of(Source::Slurm)
-        .next()
-        .unwrap();
-    s.apply_condition_write(
-        Source::Slurm,
-        &ConditionInput {
-            condition_type: slurm_type,
-            status: ConditionStatus::True,
-            reason: String::new(),
-            message: String::new(),
-        },
-        Some(t(15)),
-        false,
-        now,
-    )
-    .unwrap();
-    s.finish(&before, false, now, &ttls);
-    assert!(
-        s.record.version >= v + 2,
-        "cordon and open bump the version"
-    );
-    assert_eq!(c(&s, &third), Confirmation::Refresh);
-    // Another source's first snapshot moves its own mirror, not this one's.
-    let before = s.clone();
-    s.apply_snapshot(&snap(1, 12, [1, 1, 0, 0, 0, 0]), now);
-    s.finish(&before, false, now, &ttls);
-    assert_ne!(
-        s.record.mirrors.slurm_states,
-        before.record.mirrors.slurm_states
-    );
-    assert_eq!(c(&s, &third), Confirmation::Refresh);
-    // A mirrored column moved by something else: load once more.
-    let before = s.clone();
-    s.record.power = Power::Off;
-    s.finish(&before, false, now, &ttls);
-    assert_eq!(c(&s, &third), Confirmation::Load);
-    // A silent source is never refreshed without loading.
-    let before = s.clone();
-    s.apply_snapshot(&third, now);
-    s.finish(&before, false, now, &ttls);
-    // Read 61 s after it was observed, with a 60 s TTL.
-    let late = t(30) + Duration::seconds(61);
-    assert_eq!(
-        confirm(
-            s.freshness.get(&Source::Openstack),
-            s.record.version,
-            Source::Openstack,
-            late,
-            &first.digest(),
-            late + Duration::seconds(1),
-            &ttls
-        ),
-        Confirmation::Load,
-    );
-}
-
-#[test]
-fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
-    let ttls = Ttls::uniform(Duration::seconds(60));
-    let now = t(40);
-    let mut s = base();
-    let first = snap(0, 10, [1, 0, 1, 0, 1, 0]);
-    let before = s.clone();
-    s.apply_snapshot(&first, now);
-    s.finish(&before, false, now, &ttls);
-    // A single write observed at 25 ...
-    let w = ConditionInput {
-        condition_type: ConditionType::IronicMaintenance,
-        status: ConditionStatus::Unknown,
-        reason: "Written".into(),
-        message: String::new(),
-    };
-    let before = s.clone();
-    s.apply_condition_write(Source::Openstack, &w, Some(t(25)), false, now)
-        .unwrap();
-    s.finish(&before, false, now, &ttls);
-    // ... outlives the same snapshot observed at 20 ...
-    let again = Snapshot {
-        observed_at: t(20),
-        ..first.clone()
-    };
-    let before = s.clone();
-    s.apply_snapshot(&again, now);
-    s.finish(&before, false, now, &ttls);
-    assert_eq!(
-        s.conditions[&ConditionType::IronicMaintenance].reason,
-        "Written"
-    );
-    // ... so the one observed at 30, which the full path applies over the
-    // write, cannot be confirmed from the freshness row.
-    let third = Snapshot {
-        observed_at: t(30),
-        ..first.clone()
-    };
-    assert_eq!(
-        confirm(
-            s.freshness.get(&Source::Openstack),
-            s.record.version,
-            Source::Openstack,
-            third.observed_at,
-            &third.digest(),
-            now,
-            &ttls
-        ),
-        Confirmation::Load,
-    );
-}
-
 #[derive(Debug, Clone)]
 enum Beat {
     /// (epoch delta 0..2, event 0 open / 1 heartbeat / 2 close, seconds back/forward, generation)
@@ -770,6 +520,72 @@ fn beat() -> impl Strategy<Value = Beat> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// `confirm` is what lets the hub resync without loading a device; it
+    /// must never say `Refresh` where the full path would do more than move
+    /// the freshness row, and its stale/duplicate must be the full path's.
+    #[test]
+    fn the_fast_path_confirms_only_what_the_full_path_would_not_change(
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        let ttls = Ttls::uniform(Duration::seconds(60));
+        let mut clock = 0i64;
+        let mut epoch = 0i64;
+        drive(steps, &ttls, |s, now, st| {
+            match st {
+                Step::Snapshot(src, d, v) => {
+                    clock += d;
+                    let mut snap = snap(src, 0, v);
+                    snap.observed_at = *now - Duration::seconds(30) + Duration::seconds(clock % 40);
+                    let c = confirm_snapshot(s, &snap, *now, &ttls);
+                    let (outcome, _) = s.apply_snapshot(&snap, *now);
+                    return Some((c, outcome, snap));
+                }
+                Step::Write(slurm, v, d) => {
+                    clock += d;
+                    // Openstack's IronicMaintenance, or slurm's first type.
+                    let (source, condition_type) = if slurm {
+                        let t = fleet_domain::catalogue::observation_types_of(Source::Slurm).next().unwrap();
+                        (Source::Slurm, t)
+                    } else {
+                        (Source::Openstack, ConditionType::IronicMaintenance)
+                    };
+                    let w = input(condition_type, status(v), "");
+                    let at = *now - Duration::seconds(30) + Duration::seconds(clock % 40);
+                    let _ = s.apply_condition_write(source, &w, Some(at), false, *now);
+                }
+                Step::Cordon => s.record.cordoned = !s.record.cordoned,
+                Step::Session(open) => {
+                    epoch += 1;
+                    let event = if open { ConnectivityEvent::Opened } else { ConnectivityEvent::Closed };
+                    s.apply_connectivity(epoch, "gw-1", event, *now);
+                }
+                Step::ForeignMirror => s.record.mirrors.slurm_states = vec!["DRAIN".into()],
+                Step::Rejoin => s.record.identity_generation += 1,
+                // The sweeper re-derives what went silent.
+                Step::Wait(secs) => *now += Duration::seconds(secs),
+            }
+            None
+        }, |before, s, now, snap| {
+            // The fast path: move observed_at, nothing else.
+            let mut fast = before.clone();
+            fast.freshness.get_mut(&snap.source).unwrap().observed_at = snap.observed_at;
+            // Refreshing changes nothing derivation reads...
+            let mut a = fast.clone();
+            a.finish(&fast, false, now, &ttls);
+            let mut b = before.clone();
+            b.finish(before, false, now, &ttls);
+            for t in fast.conditions.keys() {
+                prop_assert_eq!(fast.effective(*t, now, &ttls), before.effective(*t, now, &ttls));
+            }
+            prop_assert_eq!(&a.record, &b.record);
+            prop_assert_eq!(&a.conditions, &b.conditions);
+            // ...and the full path is the fast one plus the
+            // sweeper's re-derivation.
+            prop_assert_eq!(s, &a);
+            Ok(())
+        })?;
+    }
+
     /// `confirm_heartbeat` says `Refresh` only where applying the
     /// connectivity observation in full changes nothing but
     /// `session.last_seen`, and its stale/duplicate are the full path's.
@@ -778,17 +594,14 @@ proptest! {
         beats in prop::collection::vec(beat(), 1..40),
     ) {
         let ttls = Ttls::uniform(Duration::days(1));
-        let mut now = t(1_000);
         let mut epoch = 0i64;
-        let mut s = base();
-        for b in beats {
-            let before = s.clone();
+        drive(beats, &ttls, |s, now, b| {
             match b {
                 Beat::Event(de, kind, dt, generation) => {
                     epoch += de;
                     let event = [ConnectivityEvent::Opened, ConnectivityEvent::Heartbeat, ConnectivityEvent::Closed][kind as usize];
-                    let at = now + Duration::seconds(dt);
-                    now += Duration::seconds(dt.max(0));
+                    let at = *now + Duration::seconds(dt);
+                    *now += Duration::seconds(dt.max(0));
                     let c = confirm_heartbeat(
                         &s.record.session,
                         s.record.connectivity,
@@ -802,31 +615,135 @@ proptest! {
                     if outcome == Outcome::Applied {
                         s.report_generation(generation);
                     }
-                    s.finish(&before, false, now, &ttls);
-                    match c {
-                        Confirmation::Stale => prop_assert_eq!(outcome, Outcome::Stale),
-                        Confirmation::Duplicate => prop_assert_eq!(outcome, Outcome::Duplicate),
-                        Confirmation::Load => {}
-                        Confirmation::Refresh => {
-                            prop_assert_eq!(outcome, Outcome::Applied);
-                            let mut fast = before.clone();
-                            fast.record.session.last_seen = Some(at);
-                            prop_assert_eq!(fast.record.version, s.record.version, "a heartbeat never bumps version");
-                            // The full path is the fast one plus the
-                            // sweeper's re-derivation.
-                            fast.finish(&before, false, now, &ttls);
-                            prop_assert_eq!(&s, &fast);
-                        }
-                    }
+                    Some((c, outcome, at))
                 }
                 Beat::Sweep(secs) => {
-                    now += Duration::seconds(secs);
-                    s.apply_liveness(now, Duration::seconds(30), Duration::seconds(120));
-                    s.finish(&before, false, now, &ttls);
+                    *now += Duration::seconds(secs);
+                    s.apply_liveness(*now, Duration::seconds(30), Duration::seconds(120));
+                    None
                 }
             }
-        }
+        }, |before, s, now, at| {
+            let mut fast = before.clone();
+            fast.record.session.last_seen = Some(at);
+            prop_assert_eq!(fast.record.version, s.record.version, "a heartbeat never bumps version");
+            // The full path is the fast one plus the
+            // sweeper's re-derivation.
+            fast.finish(before, false, now, &ttls);
+            prop_assert_eq!(s, &fast);
+            Ok(())
+        })?;
     }
+}
+
+#[test]
+fn a_repeated_snapshot_is_confirmed_until_something_it_writes_moves() {
+    let ttls = Ttls::uniform(Duration::seconds(60));
+    let now = t(40);
+    let mut s = base();
+    let first = repeated(10);
+    let again = repeated(20);
+    let c = |s: &DeviceState, snap: &Snapshot| confirm_snapshot(s, snap, now, &ttls);
+    assert_eq!(c(&s, &first), Confirmation::Load, "nothing stored yet");
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&first, now);
+    });
+    assert_eq!(c(&s, &first), Confirmation::Duplicate);
+    assert_eq!(c(&s, &again), Confirmation::Refresh);
+    assert_eq!(c(&s, &repeated(5)), Confirmation::Stale);
+    // A single write to a row the source owns: the rows no longer hold the
+    // snapshot's values as far as the freshness row can vouch.
+    let w = input(ConditionType::IronicMaintenance, ConditionStatus::True, "");
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_condition_write(Source::Openstack, &w, Some(t(15)), false, now)
+            .unwrap();
+    });
+    assert_eq!(c(&s, &again), Confirmation::Load);
+    // Applied in full, the snapshot settles again.
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&again, now);
+    });
+    let third = repeated(30);
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // An operator change, a session opening and a write to a type another
+    // source owns bump the version or write rows, but nothing the
+    // snapshot's full apply would write: still confirmed.
+    let v = s.record.version;
+    settle(&mut s, now, &ttls, |s| s.record.cordoned = true);
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_connectivity(1, "gw-1", ConnectivityEvent::Opened, now);
+    });
+    let slurm_type = fleet_domain::catalogue::observation_types_of(Source::Slurm)
+        .next()
+        .unwrap();
+    let w = input(slurm_type, ConditionStatus::True, "");
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_condition_write(Source::Slurm, &w, Some(t(15)), false, now)
+            .unwrap();
+    });
+    assert!(
+        s.record.version >= v + 2,
+        "cordon and open bump the version"
+    );
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // Another source's first snapshot moves its own mirror, not this one's.
+    let before = s.clone();
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&snap(1, 12, [1, 1, 0, 0, 0, 0]), now);
+    });
+    assert_ne!(
+        s.record.mirrors.slurm_states,
+        before.record.mirrors.slurm_states
+    );
+    assert_eq!(c(&s, &third), Confirmation::Refresh);
+    // A mirrored column moved by something else: load once more.
+    settle(&mut s, now, &ttls, |s| s.record.power = Power::Off);
+    assert_eq!(c(&s, &third), Confirmation::Load);
+    // A silent source is never refreshed without loading.
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&third, now);
+    });
+    // Read 61 s after it was observed, with a 60 s TTL.
+    let late = repeated(30 + 61);
+    assert_eq!(
+        confirm_snapshot(&s, &late, late.observed_at + Duration::seconds(1), &ttls),
+        Confirmation::Load,
+    );
+}
+
+#[test]
+fn a_snapshot_that_left_a_later_write_in_place_is_not_settled() {
+    let ttls = Ttls::uniform(Duration::seconds(60));
+    let now = t(40);
+    let mut s = base();
+    let first = repeated(10);
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&first, now);
+    });
+    // A single write observed at 25 ...
+    let w = input(
+        ConditionType::IronicMaintenance,
+        ConditionStatus::Unknown,
+        "Written",
+    );
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_condition_write(Source::Openstack, &w, Some(t(25)), false, now)
+            .unwrap();
+    });
+    // ... outlives the same snapshot observed at 20 ...
+    settle(&mut s, now, &ttls, |s| {
+        s.apply_snapshot(&repeated(20), now);
+    });
+    assert_eq!(
+        s.conditions[&ConditionType::IronicMaintenance].reason,
+        "Written"
+    );
+    // ... so the one observed at 30, which the full path applies over the
+    // write, cannot be confirmed from the freshness row.
+    assert_eq!(
+        confirm_snapshot(&s, &repeated(30), now, &ttls),
+        Confirmation::Load
+    );
 }
 
 /// Seed 000: "Certificates of an earlier generation never work again." A
@@ -882,12 +799,8 @@ fn connectivity_of_an_earlier_identity_generation_is_refused() {
 /// never replaced by a snapshot.
 #[test]
 fn an_ironic_snapshot_gives_a_device_without_a_ref_its_node_uuid_once() {
-    let ironic = |at: i64, uuid: &str| Snapshot {
-        bindings: vec![],
-        source: Source::Openstack,
-        observed_at: t(at),
-        conditions: vec![],
-        mirror: Mirror::Ironic {
+    let ironic = |at: i64, uuid: &str| {
+        let mirror = Mirror::Ironic {
             provision_state: "available".into(),
             maintenance: false,
             maintenance_reason: None,
@@ -895,7 +808,8 @@ fn an_ironic_snapshot_gives_a_device_without_a_ref_its_node_uuid_once() {
             lessee: None,
             power: Power::On,
             node_uuid: Some(uuid.into()),
-        },
+        };
+        snapshot(Source::Openstack, t(at), vec![], mirror)
     };
     let mut s = base();
     assert_eq!(s.record.infrastructure_ref, None);
