@@ -388,14 +388,18 @@ mod tests {
                 },
             }
         };
-        let out = map_plane(
-            Plane::Frontend,
-            "s1",
-            &links,
-            read_with(None),
-            &matcher,
-            at(),
-        );
+        // The plane with leaf02 unreachable (`None`) or in that VRF.
+        let frontend = |leaf02: Option<&str>| {
+            map_plane(
+                Plane::Frontend,
+                "s1",
+                &links,
+                read_with(leaf02),
+                &matcher,
+                at(),
+            )
+        };
+        let out = frontend(None);
         assert_eq!(
             out.iter().map(one).collect::<Vec<_>>(),
             vec![
@@ -420,24 +424,10 @@ mod tests {
             out[0].conditions[0].r#type,
             "FrontendPortsObservedInCustomerVrf"
         );
-        let out = map_plane(
-            Plane::Frontend,
-            "s1",
-            &links,
-            read_with(Some("cust-0042")),
-            &matcher,
-            at(),
-        );
+        let out = frontend(Some("cust-0042"));
         assert_eq!(one(&out[0]).2, "CustomerVrfObserved");
         assert_eq!(one(&out[0]).1, "True");
-        let out = map_plane(
-            Plane::Frontend,
-            "s1",
-            &links,
-            read_with(Some("isolate")),
-            &matcher,
-            at(),
-        );
+        let out = frontend(Some("isolate"));
         let (_, status, reason, message) = one(&out[0]);
         assert_eq!(
             (status.as_str(), reason.as_str()),

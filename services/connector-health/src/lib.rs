@@ -12,7 +12,7 @@ pub use config::{Config, SiteConfig};
 pub mod mapping;
 
 use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, join};
+use fleet_connector::paginate::{join, required_base_url};
 use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1::{self, condition_snapshot::Mirror};
@@ -49,11 +49,7 @@ impl HealthSite {
         http: HttpClient,
     ) -> anyhow::Result<Self> {
         let key = format!("connectors.health.sites.{site}");
-        anyhow::ensure!(
-            !c.url.trim().is_empty(),
-            "configuration key {key}.url is required"
-        );
-        let base = base_url(&format!("{key}.url"), &c.url)?;
+        let base = required_base_url(&format!("{key}.url"), &c.url)?;
         let tenant = if c.tenant.trim().is_empty() {
             None
         } else {

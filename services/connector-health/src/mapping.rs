@@ -50,29 +50,37 @@ pub enum Family {
 impl Family {
     /// The reason of a reading.
     pub fn reason(self, r: &Reading) -> &'static str {
-        use ChassisHealth as H;
-        match (self, r) {
-            (Family::Redfish, Reading::Value { health, .. }) => match health {
-                H::Ok => "RedfishHealthOk",
-                H::Warning => "RedfishHealthWarning",
-                H::Critical => "RedfishHealthCritical",
+        let [ok, warning, critical, absent, unrecognized] = match self {
+            Family::Redfish => [
+                "RedfishHealthOk",
+                "RedfishHealthWarning",
+                "RedfishHealthCritical",
+                "RedfishTelemetryUnavailable",
+                "RedfishHealthUnrecognized",
+            ],
+            Family::NvidiaGpu => [
+                "NvidiaGpuHealthOk",
+                "NvidiaGpuHealthDegraded",
+                "NvidiaGpuHealthCritical",
+                "NvidiaGpuTelemetryUnavailable",
+                "NvidiaGpuHealthUnrecognized",
+            ],
+            Family::NvidiaFpga => [
+                "NvidiaFpgaHealthOk",
+                "NvidiaFpgaHealthDegraded",
+                "NvidiaFpgaHealthCritical",
+                "NvidiaFpgaTelemetryUnavailable",
+                "NvidiaFpgaHealthUnrecognized",
+            ],
+        };
+        match r {
+            Reading::Value { health, .. } => match health {
+                ChassisHealth::Ok => ok,
+                ChassisHealth::Warning => warning,
+                ChassisHealth::Critical => critical,
             },
-            (Family::Redfish, Reading::Absent) => "RedfishTelemetryUnavailable",
-            (Family::Redfish, Reading::Unrecognized { .. }) => "RedfishHealthUnrecognized",
-            (Family::NvidiaGpu, Reading::Value { health, .. }) => match health {
-                H::Ok => "NvidiaGpuHealthOk",
-                H::Warning => "NvidiaGpuHealthDegraded",
-                H::Critical => "NvidiaGpuHealthCritical",
-            },
-            (Family::NvidiaGpu, Reading::Absent) => "NvidiaGpuTelemetryUnavailable",
-            (Family::NvidiaGpu, Reading::Unrecognized { .. }) => "NvidiaGpuHealthUnrecognized",
-            (Family::NvidiaFpga, Reading::Value { health, .. }) => match health {
-                H::Ok => "NvidiaFpgaHealthOk",
-                H::Warning => "NvidiaFpgaHealthDegraded",
-                H::Critical => "NvidiaFpgaHealthCritical",
-            },
-            (Family::NvidiaFpga, Reading::Absent) => "NvidiaFpgaTelemetryUnavailable",
-            (Family::NvidiaFpga, Reading::Unrecognized { .. }) => "NvidiaFpgaHealthUnrecognized",
+            Reading::Absent => absent,
+            Reading::Unrecognized { .. } => unrecognized,
         }
     }
 }
@@ -340,10 +348,25 @@ pub struct Context<'a> {
     pub site_selector: &'a str,
 }
 
-fn health_mirror(chassis: Option<ChassisHealth>) -> Option<Mirror> {
-    Some(Mirror::Health(v1::HealthMirror {
+/// One host's snapshot of `conditions`, its mirror the `chassis` composite
+/// (empty: none).
+fn host_conditions(
+    c: &Context<'_>,
+    host: &str,
+    at: DateTime<Utc>,
+    conditions: Vec<v1::Condition>,
+    chassis: Option<ChassisHealth>,
+) -> v1::ConditionSnapshot {
+    let mirror = v1::HealthMirror {
         chassis_health: chassis.map(|h| h.as_str().to_string()).unwrap_or_default(),
-    }))
+    };
+    snapshot(
+        Source::HealthStatus,
+        key(c.site, KeyKind::Name, host),
+        at,
+        conditions,
+        Some(Mirror::Health(mirror)),
+    )
 }
 
 /// One query's samples grouped by host: the raw values of each.
@@ -434,13 +457,7 @@ pub fn host_snapshot(
         Reading::Value { health, .. } => Some(*health),
         _ => None,
     };
-    snapshot(
-        Source::HealthStatus,
-        key(c.site, KeyKind::Name, host),
-        at,
-        conditions,
-        health_mirror(chassis),
-    )
+    host_conditions(c, host, at, conditions, chassis)
 }
 
 /// Maps the ten query results of one site (in [`SERIES`] order): every
@@ -490,13 +507,7 @@ pub fn outage(
             )
         })
         .collect();
-    snapshot(
-        Source::HealthStatus,
-        key(c.site, KeyKind::Name, host),
-        at,
-        conditions,
-        health_mirror(None),
-    )
+    host_conditions(c, host, at, conditions, None)
 }
 
 #[cfg(test)]

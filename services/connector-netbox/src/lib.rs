@@ -12,7 +12,7 @@ pub(crate) mod mapping;
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use fleet_connector::paginate::{base_url, join};
+use fleet_connector::paginate::{join, required_base_url};
 use fleet_connector::{HttpClient, PollContext, Scope, Section, SourceError, Target};
 use fleet_domain::Source;
 use fleet_proto::v1;
@@ -141,11 +141,7 @@ impl Target for NetboxSite {
 /// Builds one target per configured site; fails with the configuration key
 /// at fault.
 pub(crate) fn targets(c: &Config, http: &HttpClient) -> anyhow::Result<Vec<NetboxSite>> {
-    anyhow::ensure!(
-        !c.url.trim().is_empty(),
-        "configuration key connectors.netbox.url is required"
-    );
-    let base = base_url("connectors.netbox.url", &c.url)?;
+    let base = required_base_url("connectors.netbox.url", &c.url)?;
     let scheme = AuthScheme::parse(&c.auth_scheme)
         .map_err(|e| anyhow::anyhow!("configuration key connectors.netbox.auth_scheme: {e}"))?;
     if !c.token.is_configured() {

@@ -22,6 +22,26 @@ pub fn base_url(key: &str, url: &str) -> Result<Url, SourceError> {
     Ok(u)
 }
 
+/// [`base_url`] of a key that must be set: empty (or blank) is
+/// `configuration key <key> is required`.
+pub fn required_base_url(key: &str, url: &str) -> Result<Url, SourceError> {
+    if url.trim().is_empty() {
+        return Err(SourceError::Config(format!(
+            "configuration key {key} is required"
+        )));
+    }
+    base_url(key, url)
+}
+
+/// `url` with `segments` appended, each path-escaped (a `/` in one is
+/// `%2F`); the error, for a URL that cannot be a base, names `shown`.
+pub fn with_segments(mut url: Url, segments: &[&str], shown: &Url) -> Result<Url, SourceError> {
+    url.path_segments_mut()
+        .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
+        .extend(segments);
+    Ok(url)
+}
+
 /// `base` joined with `path`, keeping any path prefix of `base`
 /// (`https://h/netbox` + `api/dcim/devices/` = `https://h/netbox/api/dcim/devices/`).
 pub fn join(base: &Url, path: &str) -> Url {
@@ -167,6 +187,25 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("configuration key k"));
+        assert_eq!(
+            required_base_url("k", " ").unwrap_err().to_string(),
+            "configuration key k is required"
+        );
+        assert!(required_base_url("k", "ftp://x").is_err());
+        let nodes = Url::parse("http://h/v1/nodes").unwrap();
+        assert_eq!(
+            with_segments(nodes.clone(), &["gpu/1", "traits"], &nodes)
+                .unwrap()
+                .as_str(),
+            "http://h/v1/nodes/gpu%2F1/traits"
+        );
+        let mail = Url::parse("mailto:x@h").unwrap();
+        assert_eq!(
+            with_segments(mail.clone(), &["a"], &nodes)
+                .unwrap_err()
+                .to_string(),
+            "http://h/v1/nodes cannot be a base URL"
+        );
     }
 
     #[tokio::test]

@@ -272,28 +272,21 @@ pub async fn run_target<T: Target>(
                     tracing::info!(source, site, device_key = %key, reads, "device no longer listed twice");
                 }
                 metrics.devices(source, &site, tracker.len());
-                let a = bus
-                    .publish_all(
-                        &metrics,
-                        source,
-                        &site,
-                        "observed",
-                        &o.observed,
-                        poll.publish_in_flight,
-                    )
-                    .instrument(read_span.clone())
-                    .await;
-                let v = bus
-                    .publish_all(
-                        &metrics,
-                        source,
-                        &site,
-                        "vanished",
-                        &o.vanished,
-                        poll.publish_in_flight,
-                    )
-                    .instrument(read_span.clone())
-                    .await;
+                let mut failed = 0;
+                for (kind, snapshots) in [("observed", &o.observed), ("vanished", &o.vanished)] {
+                    failed += bus
+                        .publish_all(
+                            &metrics,
+                            source,
+                            &site,
+                            kind,
+                            snapshots,
+                            poll.publish_in_flight,
+                        )
+                        .instrument(read_span.clone())
+                        .await
+                        .failed;
+                }
                 // Resyncs only keep the hub's freshness: spread over part
                 // of the interval, they do not queue ahead of other
                 // sources' changes and the agents' heartbeats in one burst.
@@ -317,7 +310,7 @@ pub async fn run_target<T: Target>(
                     changed = o.observed.len(),
                     resync = o.resync.len(),
                     vanished = o.vanished.len(),
-                    failed = a.failed + v.failed + r.failed,
+                    failed = failed + r.failed,
                     "poll published"
                 );
                 "ok"

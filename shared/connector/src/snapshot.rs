@@ -102,13 +102,21 @@ mod tests {
     #[test]
     fn outage_snapshots_cover_exactly_what_the_source_owns() {
         let at = observed_now();
-        let s = all_unknown(
+        let outage = |source, name: &str, reason, message| {
+            all_unknown(
+                source,
+                key("s1", KeyKind::Name, name),
+                at,
+                reason,
+                message,
+                None,
+            )
+        };
+        let s = outage(
             Source::Slurm,
-            key("s1", KeyKind::Name, "gpu01"),
-            at,
+            "gpu01",
             "SchedulerUnreachable",
             "connection refused",
-            None,
         )
         .unwrap();
         let types: Vec<&str> = s.conditions.iter().map(|c| c.r#type.as_str()).collect();
@@ -117,25 +125,9 @@ mod tests {
             .conditions
             .iter()
             .all(|c| c.status == "Unknown" && c.reason == "SchedulerUnreachable"));
-        let os = all_unknown(
-            Source::Openstack,
-            key("s1", KeyKind::Name, "n"),
-            at,
-            "IronicUnreachable",
-            "",
-            None,
-        )
-        .unwrap();
+        let os = outage(Source::Openstack, "n", "IronicUnreachable", "").unwrap();
         assert_eq!(os.conditions.len(), 6);
-        assert!(all_unknown(
-            Source::Netbox,
-            key("s1", KeyKind::Name, "n"),
-            at,
-            "NetboxUnreachable",
-            "",
-            None
-        )
-        .is_none());
+        assert!(outage(Source::Netbox, "n", "NetboxUnreachable", "").is_none());
     }
 
     #[test]

@@ -96,6 +96,41 @@ fn far_ends(i: &Interface) -> Vec<(&str, &str)> {
         .unwrap_or_default()
 }
 
+/// Each cable of `interfaces` whose near device `near` accepts and whose
+/// far device `far` accepts, as `((near, near port), (far, far port))`,
+/// sorted by `link`, without duplicates.
+fn cabled(
+    interfaces: &[Interface],
+    near: impl Fn(&str) -> bool,
+    far: impl Fn(&str) -> bool,
+    link: impl Fn((&str, &str), (&str, &str)) -> PortLink,
+) -> Vec<PortLink> {
+    let mut out = BTreeSet::new();
+    for i in interfaces {
+        let (Some(owner), Some(port)) = (device_name(&i.device), name(&i.name)) else {
+            continue;
+        };
+        if !near(owner) {
+            continue;
+        }
+        for end in far_ends(i) {
+            if far(end.0) {
+                out.insert(link((owner, port), end));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn port_link(switch: &str, port: &str, device: &str, device_port: &str) -> PortLink {
+    PortLink {
+        switch: switch.to_string(),
+        port: port.to_string(),
+        device: device.to_string(),
+        device_port: device_port.to_string(),
+    }
+}
+
 /// The device ports cabled to `switches`, sorted, without duplicates;
 /// far ends on a device `excluded` names (uplinks to spines) are not
 /// device ports.
@@ -104,27 +139,12 @@ pub fn port_links(
     switches: &BTreeSet<String>,
     excluded: impl Fn(&str) -> bool,
 ) -> Vec<PortLink> {
-    let mut out = BTreeSet::new();
-    for i in interfaces {
-        let (Some(switch), Some(port)) = (device_name(&i.device), name(&i.name)) else {
-            continue;
-        };
-        if !switches.contains(switch) {
-            continue;
-        }
-        for (device, device_port) in far_ends(i) {
-            if switches.contains(device) || excluded(device) {
-                continue;
-            }
-            out.insert(PortLink {
-                switch: switch.to_string(),
-                port: port.to_string(),
-                device: device.to_string(),
-                device_port: device_port.to_string(),
-            });
-        }
-    }
-    out.into_iter().collect()
+    cabled(
+        interfaces,
+        |switch| switches.contains(switch),
+        |device| !switches.contains(device) && !excluded(device),
+        |(switch, port), (device, device_port)| port_link(switch, port, device, device_port),
+    )
 }
 
 /// The switch ports `device` is cabled to, as seen from the device's own
@@ -134,26 +154,12 @@ pub fn device_port_links(
     device: &str,
     switches: &BTreeSet<String>,
 ) -> Vec<PortLink> {
-    let mut out = BTreeSet::new();
-    for i in interfaces {
-        let (Some(owner), Some(device_port)) = (device_name(&i.device), name(&i.name)) else {
-            continue;
-        };
-        if owner != device {
-            continue;
-        }
-        for (switch, port) in far_ends(i) {
-            if switches.contains(switch) {
-                out.insert(PortLink {
-                    switch: switch.to_string(),
-                    port: port.to_string(),
-                    device: device.to_string(),
-                    device_port: device_port.to_string(),
-                });
-            }
-        }
-    }
-    out.into_iter().collect()
+    cabled(
+        interfaces,
+        |owner| owner == device,
+        |switch| switches.contains(switch),
+        |(device, device_port), (switch, port)| port_link(switch, port, device, device_port),
+    )
 }
 
 /// A NetBox whose cables map switch ports to devices.
@@ -241,23 +247,35 @@ impl Netbox {
 
 #[cfg(test)]
 mod tests {
+    use super::port_link as link;
     use super::*;
+    use serde_json::{json, Value};
 
     const SAMPLE: &str = include_str!("../testdata/netbox-interfaces-cabled.json");
 
-    fn link(switch: &str, port: &str, device: &str, device_port: &str) -> PortLink {
-        PortLink {
-            switch: switch.into(),
-            port: port.into(),
-            device: device.into(),
-            device_port: device_port.into(),
-        }
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn interfaces(results: Value) -> Vec<Interface> {
+        serde_json::from_value::<InterfacePage>(json!({ "results": results }))
+            .unwrap()
+            .results
+    }
+
+    /// Interface `name` of `device`, whose `via` (`connected_endpoints` or
+    /// `link_peers`) is interface `peer_port` of `peer`.
+    fn cabled_to(device: &str, name: &str, via: &str, peer: &str, peer_port: &str) -> Value {
+        let via_type = format!("{via}_type");
+        json!({"name": name, "device": {"name": device},
+               via: [{"name": peer_port, "device": {"name": peer}}],
+               via_type: "dcim.interface"})
     }
 
     #[test]
     fn the_sample_page() {
         let page: InterfacePage = serde_json::from_str(SAMPLE).unwrap();
-        let switches: BTreeSet<String> = ["leaf01", "leaf02", "spine01"].map(String::from).into();
+        let switches = set(&["leaf01", "leaf02", "spine01"]);
         assert_eq!(
             port_links(&page.results, &switches, |_| false),
             vec![
@@ -270,7 +288,7 @@ mod tests {
             ]
         );
         // A switch not configured for this plane contributes nothing.
-        let only: BTreeSet<String> = ["leaf02"].map(String::from).into();
+        let only = set(&["leaf02"]);
         assert_eq!(
             port_links(&page.results, &only, |_| false),
             vec![
@@ -286,34 +304,21 @@ mod tests {
 
     #[test]
     fn a_devices_own_interfaces_name_its_switch_ports() {
-        let page: InterfacePage = serde_json::from_value(serde_json::json!({
-            "results": [
-                {"name": "eth0", "device": {"name": "gpu-a1-01"},
-                 "connected_endpoints": [{"name": "swp1", "device": {"name": "leaf01"}}],
-                 "connected_endpoints_type": "dcim.interface"},
-                {"name": "eth1", "device": {"name": "gpu-a1-01"},
-                 "link_peers": [{"name": "swp1", "device": {"name": "leaf02"}}],
-                 "link_peers_type": "dcim.interface"},
-                {"name": "ens1f0", "device": {"name": "gpu-a1-01"},
-                 "connected_endpoints": [{"name": "swp7", "device": {"name": "be01"}}],
-                 "connected_endpoints_type": "dcim.interface"},
-                {"name": "eth0", "device": {"name": "gpu-a1-02"},
-                 "connected_endpoints": [{"name": "swp2", "device": {"name": "leaf01"}}],
-                 "connected_endpoints_type": "dcim.interface"}
-            ]
-        }))
-        .unwrap();
-        let front: BTreeSet<String> = ["leaf01", "leaf02"].map(String::from).into();
+        let results = interfaces(json!([
+            cabled_to("gpu-a1-01", "eth0", "connected_endpoints", "leaf01", "swp1"),
+            cabled_to("gpu-a1-01", "eth1", "link_peers", "leaf02", "swp1"),
+            cabled_to("gpu-a1-01", "ens1f0", "connected_endpoints", "be01", "swp7"),
+            cabled_to("gpu-a1-02", "eth0", "connected_endpoints", "leaf01", "swp2"),
+        ]));
         assert_eq!(
-            device_port_links(&page.results, "gpu-a1-01", &front),
+            device_port_links(&results, "gpu-a1-01", &set(&["leaf01", "leaf02"])),
             vec![
                 link("leaf01", "swp1", "gpu-a1-01", "eth0"),
                 link("leaf02", "swp1", "gpu-a1-01", "eth1"),
             ]
         );
-        let back: BTreeSet<String> = ["be01"].map(String::from).into();
         assert_eq!(
-            device_port_links(&page.results, "gpu-a1-01", &back),
+            device_port_links(&results, "gpu-a1-01", &set(&["be01"])),
             vec![link("be01", "swp7", "gpu-a1-01", "ens1f0")]
         );
     }
@@ -321,22 +326,14 @@ mod tests {
     #[test]
     fn older_and_partial_shapes() {
         // Only link_peers (connected_endpoints missing), names with blanks.
-        let page: InterfacePage = serde_json::from_value(serde_json::json!({
-            "results": [
-                {"name": "swp7", "device": {"name": "leaf01"},
-                 "link_peers": [{"name": "eth3", "device": {"name": "gpu-b1-01"}}],
-                 "link_peers_type": "dcim.interface"},
-                {"name": " ", "device": {"name": "leaf01"}},
-                {"name": "swp8", "device": null},
-                {"name": "swp9", "device": {"name": "leaf01"},
-                 "connected_endpoints": [{"name": "eth0", "device": {"name": ""}}],
-                 "connected_endpoints_type": "dcim.interface"}
-            ]
-        }))
-        .unwrap();
-        let switches: BTreeSet<String> = ["leaf01"].map(String::from).into();
+        let results = interfaces(json!([
+            cabled_to("leaf01", "swp7", "link_peers", "gpu-b1-01", "eth3"),
+            {"name": " ", "device": {"name": "leaf01"}},
+            {"name": "swp8", "device": null},
+            cabled_to("leaf01", "swp9", "connected_endpoints", "", "eth0"),
+        ]));
         assert_eq!(
-            port_links(&page.results, &switches, |_| false),
+            port_links(&results, &set(&["leaf01"]), |_| false),
             vec![link("leaf01", "swp7", "gpu-b1-01", "eth3")]
         );
         for body in [r#"{"results": {}}"#, r#"{"count": 1}"#, "nope"] {

@@ -2,7 +2,7 @@
 //! provision-state transition (asynchronous: Ironic answers 202 and the
 //! caller watches `provision_state`).
 
-use fleet_connector::paginate::join;
+use fleet_connector::paginate::{join, with_segments};
 use fleet_connector::SourceError;
 use reqwest::{Method, Url};
 use serde::Deserialize;
@@ -61,15 +61,18 @@ pub struct Ironic<'a> {
 impl Ironic<'_> {
     async fn node_url(&self, ident: &str, tail: &str) -> Result<Url, SourceError> {
         let base = self.session.endpoint("baremetal").await?;
-        let mut url = nodes_url(&base);
-        url.path_segments_mut()
-            .map_err(|_| SourceError::Config(format!("{base} cannot be a base URL")))?
-            .push(ident);
+        let url = with_segments(nodes_url(&base), &[ident], &base)?;
         Ok(if tail.is_empty() {
             url
         } else {
             join(&url, tail)
         })
+    }
+
+    /// `<nodes>/{ident}/traits/{name}`, the trait name path-escaped.
+    async fn trait_url(&self, ident: &str, name: &str) -> Result<Url, SourceError> {
+        let traits = self.node_url(ident, "traits").await?;
+        with_segments(traits.clone(), &[name], &traits)
     }
 
     fn headers(&self) -> [(&'static str, String); 1] {
@@ -108,11 +111,7 @@ impl Ironic<'_> {
 
     /// `PUT /v1/nodes/{ident}/traits/{name}`: adds one trait (idempotent).
     pub async fn add_trait(&self, ident: &str, name: &str) -> Result<(), SourceError> {
-        let mut url = self.node_url(ident, "traits").await?;
-        let shown = url.to_string();
-        url.path_segments_mut()
-            .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
-            .push(name);
+        let url = self.trait_url(ident, name).await?;
         let headers = self.headers();
         self.session
             .send(Method::PUT, &url, &headers, None)
@@ -123,11 +122,7 @@ impl Ironic<'_> {
     /// `DELETE /v1/nodes/{ident}/traits/{name}`: removes one trait (a
     /// trait the node does not carry is a 404 the caller reads as done).
     pub async fn remove_trait(&self, ident: &str, name: &str) -> Result<(), SourceError> {
-        let mut url = self.node_url(ident, "traits").await?;
-        let shown = url.to_string();
-        url.path_segments_mut()
-            .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
-            .push(name);
+        let url = self.trait_url(ident, name).await?;
         let headers = self.headers();
         match self
             .session

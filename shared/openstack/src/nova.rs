@@ -5,7 +5,7 @@
 //! `OpenStack-API-Version: compute 2.74` or later (the create names the
 //! node as `hypervisor_hostname`).
 
-use fleet_connector::paginate::join;
+use fleet_connector::paginate::{join, with_segments};
 use fleet_connector::SourceError;
 use reqwest::{Method, Url};
 use serde::Deserialize;
@@ -70,13 +70,11 @@ pub struct Nova<'a> {
 impl Nova<'_> {
     async fn servers_url(&self, tail: Option<&str>) -> Result<Url, SourceError> {
         let base = self.session.endpoint("compute").await?;
-        let mut url = join(&base, "servers");
-        if let Some(t) = tail {
-            url.path_segments_mut()
-                .map_err(|_| SourceError::Config(format!("{base} cannot be a base URL")))?
-                .push(t);
+        let url = join(&base, "servers");
+        match tail {
+            Some(t) => with_segments(url, &[t], &base),
+            None => Ok(url),
         }
-        Ok(url)
     }
 
     fn headers(&self) -> [(&'static str, String); 1] {

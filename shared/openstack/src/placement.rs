@@ -4,7 +4,7 @@
 //! concurrent one: the caller reads again and decides again).
 //! `GET`/`PUT /resource_providers/{uuid}/traits`, microversion 1.6 or later.
 
-use fleet_connector::paginate::join;
+use fleet_connector::paginate::{join, with_segments};
 use fleet_connector::SourceError;
 use reqwest::{Method, Url};
 use serde::{Deserialize, Serialize};
@@ -27,12 +27,7 @@ pub struct Placement<'a> {
 impl Placement<'_> {
     async fn traits_url(&self, uuid: &str) -> Result<Url, SourceError> {
         let base = self.session.endpoint("placement").await?;
-        let mut url = join(&base, "resource_providers");
-        url.path_segments_mut()
-            .map_err(|_| SourceError::Config(format!("{base} cannot be a base URL")))?
-            .push(uuid)
-            .push("traits");
-        Ok(url)
+        with_segments(join(&base, "resource_providers"), &[uuid, "traits"], &base)
     }
 
     fn headers(&self) -> [(&'static str, String); 1] {

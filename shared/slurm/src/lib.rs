@@ -10,7 +10,7 @@
 mod jobs;
 mod version;
 
-use fleet_connector::paginate::{base_url, join};
+use fleet_connector::paginate::{join, required_base_url, with_segments};
 use fleet_connector::{HttpClient, SourceError};
 use fleet_runtime::Credential;
 use reqwest::{RequestBuilder, Url};
@@ -127,11 +127,7 @@ pub struct Slurmrestd {
 impl Slurmrestd {
     /// `key`: where the site's configuration is (`connectors.slurm.sites.s1`).
     pub fn new(site: &str, key: &str, c: &SiteConfig, http: HttpClient) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            !c.url.trim().is_empty(),
-            "configuration key {key}.url is required"
-        );
-        let base = base_url(&format!("{key}.url"), &c.url)?;
+        let base = required_base_url(&format!("{key}.url"), &c.url)?;
         let version = if c.api_version.trim().is_empty() {
             None
         } else {
@@ -346,11 +342,7 @@ impl Slurmrestd {
     }
 
     fn node_url(&self, v: ApiVersion, name: &str) -> Result<Url, SourceError> {
-        let mut url = join(&self.base, &format!("slurm/{v}/node"));
-        let shown = url.to_string();
-        url.path_segments_mut()
-            .map_err(|_| SourceError::Config(format!("{shown} cannot be a base URL")))?
-            .push(name);
-        Ok(url)
+        let url = join(&self.base, &format!("slurm/{v}/node"));
+        with_segments(url.clone(), &[name], &url)
     }
 }

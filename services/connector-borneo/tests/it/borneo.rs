@@ -160,8 +160,15 @@ fn borneo_config(url: &str, listen: &str) -> fleet_connector_borneo::Config {
     config
 }
 
-fn run_borneo(env: &TestEnv, config: fleet_connector_borneo::Config) -> Running {
-    Running::spawn(env, config, fleet_connector_borneo::run)
+/// Runs the connector against `url`, its ops server on a free port (returned,
+/// for `/metrics`).
+fn run_borneo(env: &TestEnv, url: &str) -> (Running, u16) {
+    let port = free_port();
+    let config = borneo_config(url, &format!("127.0.0.1:{port}"));
+    (
+        Running::spawn(env, config, fleet_connector_borneo::run),
+        port,
+    )
 }
 
 async fn create_with_serial(env: &TestEnv, name: &str, serial: &str) -> String {
@@ -239,11 +246,7 @@ async fn borneo_custody_through_the_hub_breach_once_no_relog_credential_referenc
         machine("SN-UNKNOWN-9", "GOOGLE_OWNED"),
     ]))
     .await;
-    let port = free_port();
-    let connector = run_borneo(
-        &env,
-        borneo_config(&control.url(), &format!("127.0.0.1:{port}")),
-    );
+    let (connector, port) = run_borneo(&env, &control.url());
 
     // Delegated and the HandoverBreach latch appear together: no read
     // ever sees one without the other.
@@ -466,11 +469,7 @@ async fn borneo_outages_publish_nothing_and_secrets_reach_no_log_message_or_metr
         machine("SN-GB200-0001", "GOOGLE_OWNED"),
     ]))
     .await;
-    let port = free_port();
-    let connector = run_borneo(
-        &env,
-        borneo_config(&control.url(), &format!("127.0.0.1:{port}")),
-    );
+    let (connector, port) = run_borneo(&env, &control.url());
 
     let s = reader
         .until("the partner-owned machine", |s| {

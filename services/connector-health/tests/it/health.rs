@@ -108,6 +108,17 @@ fn run_health(env: &TestEnv, config: fleet_connector_health::Config) -> Running 
     Running::spawn(env, config, fleet_connector_health::run)
 }
 
+/// [`run_health`] with the ops server on a free port (returned, for
+/// `/metrics`).
+fn run_health_on_a_port(
+    env: &TestEnv,
+    mut config: fleet_connector_health::Config,
+) -> (Running, u16) {
+    let port = free_port();
+    config.listen = format!("127.0.0.1:{port}");
+    (run_health(env, config), port)
+}
+
 async fn health_of(env: &TestEnv, id: &str) -> (String, String) {
     (
         env.device_field(id, "health_status").await,
@@ -268,10 +279,7 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     fake.set("chassis_health", "gpu01", "2");
     let (control, fake) = mimir_fake(fake).await;
     let url = control.url();
-    let port = free_port();
-    let mut config = health_config(&url, TENANT);
-    config.listen = format!("127.0.0.1:{port}");
-    let connector = run_health(&env, config);
+    let (connector, port) = run_health_on_a_port(&env, health_config(&url, TENANT));
 
     let s = reader
         .until("gpu01 critical", |s| {
@@ -348,10 +356,7 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     connector.stop().await;
 
     // The wrong tenant: Mimir's 401 is an auth outage.
-    let port = free_port();
-    let mut config = health_config(&url, "someone-else");
-    config.listen = format!("127.0.0.1:{port}");
-    let connector = run_health(&env, config);
+    let (connector, port) = run_health_on_a_port(&env, health_config(&url, "someone-else"));
     // A restarted connector knows no hosts until a good read: it publishes
     // nothing that pretends to know.
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;

@@ -133,12 +133,6 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         at(0),
     )
     .unwrap();
-    let e = writer.write(&nobody).await.unwrap_err();
-    assert!(
-        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "NOT_FOUND"),
-        "{e}"
-    );
-    assert_eq!(e.code().as_str(), "BACKEND_VRF_LATCH_WRITE_FAILED");
     let future = LatchWrite::new(
         Latch::FrontendVrf,
         device.clone(),
@@ -147,12 +141,21 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
         Utc::now() + chrono::Duration::minutes(10),
     )
     .unwrap();
-    let e = writer.write(&future).await.unwrap_err();
-    assert!(
-        matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == "FUTURE_OBSERVATION"),
-        "{e}"
-    );
-    assert_eq!(e.code().as_str(), "SWITCH_VRF_LATCH_WRITE_FAILED");
+    for (write, refusal, code) in [
+        (&nobody, "NOT_FOUND", "BACKEND_VRF_LATCH_WRITE_FAILED"),
+        (
+            &future,
+            "FUTURE_OBSERVATION",
+            "SWITCH_VRF_LATCH_WRITE_FAILED",
+        ),
+    ] {
+        let e = writer.write(write).await.unwrap_err();
+        assert!(
+            matches!(&e, LatchError::Refused { hub_code, .. } if hub_code.as_str_name() == refusal),
+            "{e}"
+        );
+        assert_eq!(e.code().as_str(), code);
+    }
 
     // No hub answers: unavailable after every attempt, with the code.
     let mut lost = LatchWriter::new(
