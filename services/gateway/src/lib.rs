@@ -30,7 +30,7 @@ use chrono::Utc;
 use fleet_domain::{ConnectivityEvent, Trust};
 use fleet_proto::{timestamp, v1, ErrorCode, Message};
 use fleet_runtime::{Common, Shutdown};
-use fleet_store::{Ops, Shell};
+use fleet_store::Shell;
 use sqlx::PgPool;
 
 pub use config::Config;
@@ -291,13 +291,14 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(gw: Arc<Gateway>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let ops = Ops {
-        listen: &gw.config.listen,
-        key: "gateway.listen",
-        registry: gw.metrics.registry.clone(),
-    };
-    let (mut shell, addr) =
-        Shell::start("gateway", ops, &gw.deps.nats, &gw.deps.pool, &shutdown).await?;
+    let (mut shell, addr) = Shell::start(
+        "gateway",
+        &gw.config.listen,
+        gw.metrics.registry.clone(),
+        &gw.deps,
+        &shutdown,
+    )
+    .await?;
     tracing::info!(%addr, gateway_id = %gw.gateway_id, "gateway running");
     for route in handlers::Route::ALL {
         shell.respond(

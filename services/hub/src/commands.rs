@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::store::devices::{self, NewDevice};
 use chrono::Utc;
-use fleet_bus::{Limits, Refusal, Responder, Route};
+use fleet_bus::{Limits, Refusal, Responder};
 use fleet_domain::commands::{self as cmd, ProofOutcome};
 use fleet_domain::state::DeviceState;
 use fleet_domain::*;
@@ -74,10 +74,13 @@ fn invalid(m: impl Into<String>) -> CommandError {
     CommandError::Domain(DomainError::InvalidArgument(m.into()))
 }
 
-/// A vocabulary field: empty means "the default", anything else must parse
-/// as sent.
-fn nonempty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_string())
+/// A vocabulary field: empty means "the default" (`None`), anything else
+/// must parse as sent.
+fn vocab<T>(
+    s: &str,
+    parse: impl FnOnce(&str) -> Result<T, DomainError>,
+) -> Result<Option<T>, DomainError> {
+    (!s.is_empty()).then(|| parse(s)).transpose()
 }
 
 fn opt(s: &str) -> Option<String> {
@@ -85,26 +88,20 @@ fn opt(s: &str) -> Option<String> {
 }
 
 impl Hub {
-    /// Where the hub answers commands (`<root>.hub.cmd.*`), and how many at
-    /// once. Commands share the pool with the lanes, the relay and the
-    /// sweeper: a burst of commands (100,000 agents joining) must not take
-    /// every connection and stall the observation batches.
-    pub(crate) fn command_route(&self) -> (Route, Limits) {
+    /// How many commands (`<root>.hub.cmd.*`) the hub answers at once, and
+    /// how long one may take. Commands share the pool with the lanes, the
+    /// relay and the sweeper: a burst of commands (100,000 agents joining)
+    /// must not take every connection and stall the observation batches.
+    pub(crate) fn command_limits(&self) -> Limits {
         let reserved = self.config.lanes.max(1) + 3;
         let parallel = (self.common.database.max_connections as usize)
             .saturating_sub(reserved)
             .clamp(1, 32);
-        let route = Route {
-            name: "cmd",
-            subject: self.deps.subjects.hub_cmd_all(),
-            queue: Some("hub".into()),
-        };
-        let limits = Limits {
+        Limits {
             concurrency: parallel,
             // The transaction's own timeout, with room for the lock wait.
             deadline: self.config.command_timeout * 2,
-        };
-        (route, limits)
+        }
     }
 
     /// Decodes and runs one command; never panics on input.
@@ -373,23 +370,14 @@ struct Draft {
 fn draft(d: v1::CreateDevice) -> Result<Draft, CommandError> {
     let site = opt(&d.site).ok_or_else(|| invalid("site is required"))?;
     let name = opt(&d.name).ok_or_else(|| invalid("name is required"))?;
-    let device_class = nonempty(&d.device_class)
-        .map(|s| DeviceClass::parse(&s))
-        .transpose()?
-        .unwrap_or(DeviceClass::GpuCompute);
-    let trust = nonempty(&d.trust)
-        .map(|s| Trust::parse(&s))
-        .transpose()?
-        .unwrap_or(Trust::Platform);
-    let inventory_status = nonempty(&d.inventory_status)
-        .map(|s| InventoryStatus::parse(&s))
-        .transpose()?
-        .unwrap_or(InventoryStatus::Unknown);
-    let provision_state = nonempty(&d.provision_state)
-        .map(|s| ProvisionState::parse(&s))
-        .transpose()?
-        .unwrap_or(ProvisionState::Adopting);
-    let explicit_role = nonempty(&d.role).map(|s| Role::parse(&s)).transpose()?;
+    let device_class =
+        vocab(&d.device_class, DeviceClass::parse)?.unwrap_or(DeviceClass::GpuCompute);
+    let trust = vocab(&d.trust, Trust::parse)?.unwrap_or(Trust::Platform);
+    let inventory_status =
+        vocab(&d.inventory_status, InventoryStatus::parse)?.unwrap_or(InventoryStatus::Unknown);
+    let provision_state =
+        vocab(&d.provision_state, ProvisionState::parse)?.unwrap_or(ProvisionState::Adopting);
+    let explicit_role = vocab(&d.role, Role::parse)?;
     let pool_id = opt(&d.pool_id);
     use fleet_domain::limits::{check_count, check_len, MAX_ID, MAX_ITEMS, MAX_KEY};
     for (field, value, max) in [
@@ -666,7 +654,7 @@ impl Responder for Hub {
         subject: String,
         payload: bytes::Bytes,
     ) -> Result<bytes::Bytes, Refusal> {
-        let verb = subject.rsplit('.').next().unwrap_or("");
+        let verb = fleet_bus::subjects::command_verb(&subject);
         let reply = self.command_bytes(verb, &payload).await?;
         Ok(reply.encode_to_vec().into())
     }

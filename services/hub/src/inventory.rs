@@ -77,6 +77,15 @@ fn not_found(what: &str, id: &str) -> CommandError {
     DomainError::NotFound(format!("{what} {id}")).into()
 }
 
+/// Pool `id` as the command left it, for the reply.
+async fn pool_now(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: &str,
+) -> Result<Record, CommandError> {
+    let row = store::pool(tx, id).await?;
+    Ok(pool(row.ok_or_else(|| not_found("pool", id))?))
+}
+
 impl Hub {
     /// One inventory command, in one transaction.
     pub(crate) async fn inventory(&self, c: C, cause: &str) -> Result<v1::HubReply, CommandError> {
@@ -156,11 +165,7 @@ impl Hub {
                     Err(e) => return Err(e.into()),
                 }
                 store::set_profile(&mut tx, &p.id, hardware).await?;
-                pool(
-                    store::pool(&mut tx, &p.id)
-                        .await?
-                        .ok_or_else(|| not_found("pool", &p.id))?,
-                )
+                pool_now(&mut tx, &p.id).await?
             }
             C::UpdatePool(p) => {
                 check_id("id", &p.id)?;
@@ -187,11 +192,7 @@ impl Hub {
                 if hardware.is_some() || p.clear_hardware_profile {
                     store::set_profile(&mut tx, &p.id, hardware).await?;
                 }
-                pool(
-                    store::pool(&mut tx, &p.id)
-                        .await?
-                        .ok_or_else(|| not_found("pool", &p.id))?,
-                )
+                pool_now(&mut tx, &p.id).await?
             }
             C::DeleteInventory(d) => {
                 let kind = InventoryKind::parse(&d.kind)?;

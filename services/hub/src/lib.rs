@@ -331,13 +331,14 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let ops = fleet_store::Ops {
-        listen: &hub.config.listen,
-        key: "hub.listen",
-        registry: hub.metrics.registry.clone(),
-    };
-    let (mut shell, addr) =
-        fleet_store::Shell::start("hub", ops, &hub.deps.nats, &hub.deps.pool, &shutdown).await?;
+    let (mut shell, addr) = fleet_store::Shell::start(
+        "hub",
+        &hub.config.listen,
+        hub.metrics.registry.clone(),
+        &hub.deps,
+        &shutdown,
+    )
+    .await?;
     let _ = hub.ops_addr.set(addr);
     tracing::info!(%addr, replica = %hub.replica, "hub running");
 
@@ -359,8 +360,11 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
         hub.clone()
             .lease_loop(senders, lanes_done, shutdown.clone()),
     );
-    let (route, limits) = hub.command_route();
-    shell.respond(hub.clone(), route, limits);
+    shell.respond_commands(
+        hub.clone(),
+        hub.deps.subjects.hub_cmd_all(),
+        hub.command_limits(),
+    );
     shell.spawn(hub.clone().sweep_loop(shutdown.clone()));
     shell.spawn(hub.clone().drift_loop(shutdown.clone()));
     shell.spawn(hub.clone().backlog_loop(shutdown.clone()));

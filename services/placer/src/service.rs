@@ -11,13 +11,13 @@ use anyhow::Context as _;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use chrono::Utc;
-use fleet_bus::{Limits, Refusal, Responder, Route, StreamNames, Subjects};
+use fleet_bus::{Limits, Refusal, Responder, StreamNames, Subjects};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::{Axis, CapacityBucket};
 use fleet_outbox::PLACER;
 use fleet_proto::{datetime, timestamp, v1, ErrorCode, Message};
 use fleet_runtime::{Common, Shutdown};
-use fleet_store::{Ops, Shell};
+use fleet_store::Shell;
 
 use crate::Config;
 
@@ -87,14 +87,14 @@ impl Placer {
     }
 
     fn consumer(&self, axis: Axis) -> StatusConsumer {
-        StatusConsumer {
-            stream: self.deps.streams.status(),
-            durable: format!("placer-{axis}"),
-            filter: self.deps.subjects.status_axis(axis.as_str()),
-            ack_wait: self.config.ack_wait.max(Duration::from_secs(1)),
-            batch: 256,
-            fetch_wait: Duration::from_millis(200),
-        }
+        StatusConsumer::axis(
+            &self.deps.streams,
+            &self.deps.subjects,
+            "placer",
+            axis.as_str(),
+            self.config.ack_wait.max(Duration::from_secs(1)),
+            256,
+        )
     }
 
     /// `schedulable` events, and births with their first bucket, into the
@@ -206,7 +206,7 @@ impl Responder for Placer {
         subject: String,
         payload: Bytes,
     ) -> Result<Bytes, Refusal> {
-        let verb = subject.rsplit('.').next().unwrap_or("");
+        let verb = fleet_bus::subjects::command_verb(&subject);
         match self.request(verb, &payload).await {
             Ok(r) => Ok(v1::PlacerReply {
                 error: None,
@@ -243,27 +243,18 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(placer: Arc<Placer>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let ops = Ops {
-        listen: &placer.config.listen,
-        key: "placer.listen",
-        registry: placer.metrics.registry.clone(),
-    };
     let (mut shell, addr) = Shell::start(
         "placer",
-        ops,
-        &placer.deps.nats,
-        &placer.deps.pool,
+        &placer.config.listen,
+        placer.metrics.registry.clone(),
+        &placer.deps,
         &shutdown,
     )
     .await?;
     tracing::info!(%addr, devices = placer.view().len(), "placer running");
-    shell.respond(
+    shell.respond_commands(
         placer.clone(),
-        Route {
-            name: "cmd",
-            subject: placer.deps.subjects.placer_cmd_all(),
-            queue: Some("placer".into()),
-        },
+        placer.deps.subjects.placer_cmd_all(),
         Limits {
             concurrency: placer.config.concurrency.max(1),
             deadline: Duration::from_secs(30),

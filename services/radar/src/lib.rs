@@ -21,13 +21,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream::consumer;
 use chrono::Utc;
-use fleet_bus::{Limits, Refusal, Responder, Route};
+use fleet_bus::{Limits, Refusal, Responder};
 use fleet_consume::{StatusConsumer, StatusEvent};
 use fleet_domain::Axis;
 use fleet_proto::ErrorCode;
 use fleet_proto::{timestamp, v1, Message};
 use fleet_runtime::{Common, Shutdown};
-use fleet_store::{Ops, Shell};
+use fleet_store::Shell;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
@@ -340,7 +340,7 @@ impl Responder for Radar {
         subject: String,
         payload: bytes::Bytes,
     ) -> Result<bytes::Bytes, Refusal> {
-        let verb = subject.rsplit('.').next().unwrap_or("");
+        let verb = fleet_bus::subjects::command_verb(&subject);
         let (annotations, n) = match verb {
             "radar_ignore" => {
                 let r = v1::RadarIgnore::decode(payload.as_ref())
@@ -382,13 +382,14 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
     let held = radar.load_published().await?;
     let published = radar.rebuild().await?;
     tracing::info!(held, published, "radar projections rebuilt from PostgreSQL");
-    let ops = Ops {
-        listen: &radar.config.listen,
-        key: "radar.listen",
-        registry: radar.metrics.registry.clone(),
-    };
-    let (mut shell, addr) =
-        Shell::start("radar", ops, &radar.deps.nats, &radar.deps.pool, &shutdown).await?;
+    let (mut shell, addr) = Shell::start(
+        "radar",
+        &radar.config.listen,
+        radar.metrics.registry.clone(),
+        &radar.deps,
+        &shutdown,
+    )
+    .await?;
     tracing::info!(%addr, "radar running");
     for axis in [
         Axis::Device,
@@ -397,14 +398,14 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
         Axis::Health,
         Axis::Triage,
     ] {
-        let c = StatusConsumer {
-            stream: radar.deps.streams.status(),
-            durable: format!("radar-{axis}"),
-            filter: radar.deps.subjects.status_axis(axis.as_str()),
-            ack_wait: radar.config.ack_wait.max(Duration::from_secs(1)),
-            batch: radar.config.batch_size.max(1),
-            fetch_wait: Duration::from_millis(200),
-        };
+        let c = StatusConsumer::axis(
+            &radar.deps.streams,
+            &radar.deps.subjects,
+            "radar",
+            axis.as_str(),
+            radar.config.ack_wait.max(Duration::from_secs(1)),
+            radar.config.batch_size.max(1),
+        );
         let r = radar.clone();
         let (js, subjects) = (r.deps.js.clone(), r.deps.subjects.clone());
         shell.spawn(c.run(js, subjects, shutdown.clone(), move |events| {
@@ -412,13 +413,9 @@ pub async fn run_with(radar: Arc<Radar>, shutdown: Shutdown) -> anyhow::Result<(
             async move { r.on_events(events).await }
         }));
     }
-    shell.respond(
+    shell.respond_commands(
         radar.clone(),
-        Route {
-            name: "cmd",
-            subject: radar.deps.subjects.radar_cmd_all(),
-            queue: Some("radar".into()),
-        },
+        radar.deps.subjects.radar_cmd_all(),
         Limits {
             concurrency: 16,
             deadline: Duration::from_secs(30),

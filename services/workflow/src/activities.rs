@@ -139,13 +139,23 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    fn session(&self) -> Result<&Session, CallError> {
-        self.session.as_ref().ok_or_else(|| {
+    /// `session`, the site's `workflow.sites.<site>.<key>` credential, or
+    /// the failure that it is not configured.
+    fn configured<'a>(
+        &self,
+        session: &'a Option<Session>,
+        key: &str,
+    ) -> Result<&'a Session, CallError> {
+        session.as_ref().ok_or_else(|| {
             CallError::Permanent(
                 FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{}.openstack is not configured", self.name),
+                format!("workflow.sites.{}.{key} is not configured", self.name),
             )
         })
+    }
+
+    fn session(&self) -> Result<&Session, CallError> {
+        self.configured(&self.session, "openstack")
     }
 
     fn ironic(&self) -> Result<Ironic<'_>, CallError> {
@@ -261,14 +271,8 @@ impl Site {
     }
 
     fn nova(&self) -> Result<Nova<'_>, CallError> {
-        let session = self.nova.as_ref().ok_or_else(|| {
-            CallError::Permanent(
-                FailureCode::SiteNotConfigured,
-                format!("workflow.sites.{}.nova is not configured", self.name),
-            )
-        })?;
         Ok(Nova {
-            session,
+            session: self.configured(&self.nova, "nova")?,
             version: &self.nova_version,
         })
     }

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fleet_bus::{Limits, Refusal, Responder, Route};
+use fleet_bus::{Limits, Refusal, Responder};
 use fleet_domain::eligibility::{self, DeviceFacts, Options, Workflow as Kind};
 use fleet_domain::release::{self, EngagementMode};
 use fleet_domain::{ConditionStatus, ConditionType, OperationalStatus};
 use fleet_proto::{v1, ErrorCode, Message};
 use fleet_runtime::{Common, Shutdown};
-use fleet_store::{Ops, Shell};
+use fleet_store::Shell;
 
 use crate::Config;
 
@@ -194,19 +194,8 @@ impl Workflow {
     }
 
     async fn job(&self, id: &str) -> Result<v1::Job, Refusal> {
-        let job = store::job(&self.deps.pool, id)
-            .await
-            .map_err(db)?
-            .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
-        let runs = store::runs(&self.deps.pool, id).await.map_err(db)?;
-        let mut out = job.to_proto(&runs);
-        if out.storm_guard.is_some() {
-            let trips = storm::trips(&self.deps.pool, Held::Job, id)
-                .await
-                .map_err(db)?;
-            out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
-        }
-        Ok(out)
+        let mut c = self.deps.pool.acquire().await.map_err(db)?;
+        job_on(&mut c, id).await
     }
 
     async fn list(&self, r: v1::ListJobsRequest) -> Result<v1::JobPage, Refusal> {
@@ -307,13 +296,17 @@ impl Workflow {
         if !held {
             self.queue(&mut tx, kind.as_str(), &job_id, &ids).await?;
         }
+        // The job as created: read before the commit, so no worker has
+        // started a device of it yet (seed 002: "the status is empty until
+        // Temporal starts that device").
+        let job = job_on(&mut tx, &job_id).await?;
         self.commit(tx).await?;
         if held {
             tracing::warn!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job held by the storm guard: waiting for an operator's confirmation");
         } else {
             tracing::info!(job_id = %job_id, workflow = %kind, devices = ids.len(), created_by = %r.created_by, "job created");
         }
-        Ok(Ok(self.job(&job_id).await?))
+        Ok(Ok(job))
     }
 
     /// One JOBS message per device of job (or impairment event) `job_id`,
@@ -556,7 +549,7 @@ impl Responder for Workflow {
         subject: String,
         payload: Bytes,
     ) -> Result<Bytes, Refusal> {
-        let verb = subject.rsplit('.').next().unwrap_or("");
+        let verb = fleet_bus::subjects::command_verb(&subject);
         let reply = match self.request(verb, &payload).await? {
             Ok(r) => v1::WorkflowReply {
                 error: None,
@@ -598,21 +591,18 @@ pub async fn run(common: Common, config: Config, shutdown: Shutdown) -> anyhow::
 }
 
 pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()> {
-    let ops = Ops {
-        listen: &w.config.listen,
-        key: "workflow.listen",
-        registry: w.metrics.registry.clone(),
-    };
-    let (mut shell, addr) =
-        Shell::start("workflow", ops, &w.deps.nats, &w.deps.pool, &shutdown).await?;
+    let (mut shell, addr) = Shell::start(
+        "workflow",
+        &w.config.listen,
+        w.metrics.registry.clone(),
+        &w.deps,
+        &shutdown,
+    )
+    .await?;
     tracing::info!(%addr, "workflow service running");
-    shell.respond(
+    shell.respond_commands(
         w.clone(),
-        Route {
-            name: "cmd",
-            subject: w.deps.subjects.workflow_cmd_all(),
-            queue: Some("workflow".into()),
-        },
+        w.deps.subjects.workflow_cmd_all(),
         Limits {
             concurrency: w.config.concurrency.max(1),
             deadline: Duration::from_secs(30),
@@ -625,4 +615,20 @@ pub async fn run_with(w: Arc<Workflow>, shutdown: Shutdown) -> anyhow::Result<()
         wake.wake_relay()
     });
     shell.run(w.common.shutdown.grace).await
+}
+
+/// Job `id` with its devices' runs (and its storm-guard trips, when held),
+/// as `c` sees them.
+async fn job_on(c: &mut sqlx::PgConnection, id: &str) -> Result<v1::Job, Refusal> {
+    let job = store::job(&mut *c, id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Refusal::new(ErrorCode::NotFound, format!("job {id} not found")))?;
+    let runs = store::runs(&mut *c, id).await.map_err(db)?;
+    let mut out = job.to_proto(&runs);
+    if out.storm_guard.is_some() {
+        let trips = storm::trips(&mut *c, Held::Job, id).await.map_err(db)?;
+        out.storm_guard = job.storm_guard(trips.iter().map(storm::TripRow::to_proto).collect());
+    }
+    Ok(out)
 }

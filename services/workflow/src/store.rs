@@ -221,19 +221,25 @@ const RUN_COLUMNS: &str =
     "device_id, status, step, attempts, pinned, params, results, failure_code, failure_message, \
     started_at, finished_at, updated_at";
 
-pub(crate) async fn job(pool: &PgPool, id: &str) -> Result<Option<JobRow>, sqlx::Error> {
+pub(crate) async fn job<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    id: &str,
+) -> Result<Option<JobRow>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = $1"))
         .bind(id)
-        .fetch_optional(pool)
+        .fetch_optional(db)
         .await
 }
 
-pub(crate) async fn runs(pool: &PgPool, job_id: &str) -> Result<Vec<RunRow>, sqlx::Error> {
+pub(crate) async fn runs<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    job_id: &str,
+) -> Result<Vec<RunRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {RUN_COLUMNS} FROM job_devices WHERE job_id = $1 ORDER BY device_id"
     ))
     .bind(job_id)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 

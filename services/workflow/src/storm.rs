@@ -165,8 +165,8 @@ async fn admit(
 }
 
 /// The trips a waiting job or event recorded.
-pub(crate) async fn trips(
-    pool: &sqlx::PgPool,
+pub(crate) async fn trips<'e>(
+    db: impl sqlx::PgExecutor<'e>,
     work: Held,
     id: &str,
 ) -> Result<Vec<TripRow>, sqlx::Error> {
@@ -176,7 +176,7 @@ pub(crate) async fn trips(
     )
     .bind(work.kind())
     .bind(id)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await
 }
 

@@ -58,14 +58,14 @@ impl Workflow {
     /// Wakes the runs of the devices whose operational status changed,
     /// until shutdown.
     pub(crate) async fn status_loop(self: Arc<Self>, shutdown: Shutdown) {
-        let c = StatusConsumer {
-            stream: self.deps.streams.status(),
-            durable: "workflow-operational".into(),
-            filter: self.deps.subjects.status_axis("operational"),
-            ack_wait: Duration::from_secs(30),
-            batch: 256,
-            fetch_wait: Duration::from_millis(200),
-        };
+        let c = StatusConsumer::axis(
+            &self.deps.streams,
+            &self.deps.subjects,
+            "workflow",
+            "operational",
+            Duration::from_secs(30),
+            256,
+        );
         let (js, subjects) = (self.deps.js.clone(), self.deps.subjects.clone());
         let w = self.clone();
         c.run(js, subjects, shutdown, move |events: Vec<StatusEvent>| {

@@ -182,6 +182,12 @@ impl Subjects {
     }
 }
 
+/// The `<verb>` of a command subject `<root>.<service>.cmd.<verb>` (its
+/// last token; empty for an empty subject).
+pub fn command_verb(subject: &str) -> &str {
+    subject.rsplit('.').next().unwrap_or("")
+}
+
 /// The three tokens of an observation subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObsSubject<'a> {
@@ -246,6 +252,7 @@ mod tests {
         );
         assert_eq!(s.obs_partition(3), "t1.fleet.obs.*.3.>");
         assert_eq!(token("a.b *>"), "a_b___");
+        assert_eq!(command_verb(&s.placer_cmd("allocate")), "allocate");
     }
 
     #[test]

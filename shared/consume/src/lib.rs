@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use fleet_bus::Subjects;
+use fleet_bus::{StreamNames, Subjects};
 use fleet_proto::{v1, Message};
 use fleet_runtime::Shutdown;
 use futures::StreamExt;
@@ -45,6 +45,27 @@ pub struct StatusConsumer {
 }
 
 impl StatusConsumer {
+    /// `service`'s durable consumer (`<service>-<axis>`) of the `STATUS`
+    /// events of `axis`: up to `batch` at a fetch, each redelivered when
+    /// not acked within `ack_wait`.
+    pub fn axis(
+        streams: &StreamNames,
+        subjects: &Subjects,
+        service: &str,
+        axis: &str,
+        ack_wait: Duration,
+        batch: usize,
+    ) -> Self {
+        StatusConsumer {
+            stream: streams.status(),
+            durable: format!("{service}-{axis}"),
+            filter: subjects.status_axis(axis),
+            ack_wait,
+            batch,
+            fetch_wait: Duration::from_millis(200),
+        }
+    }
+
     /// Runs until shutdown. `handle` gets each batch of decoded events; on
     /// `Ok` they are acked, on `Err` they are redelivered after a pause.
     /// The batch in hand is finished even when shutdown arrives meanwhile.

@@ -7,7 +7,7 @@ pub mod drift;
 pub mod shell;
 
 pub use deps::Deps;
-pub use shell::{Ops, Shell};
+pub use shell::Shell;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;

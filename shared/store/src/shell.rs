@@ -14,16 +14,9 @@ use std::time::Duration;
 use fleet_bus::{Limits, Responder, ResponderMetrics, Route};
 use fleet_runtime::Shutdown;
 use prometheus_client::registry::Registry;
-use sqlx::PgPool;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// Where a service's ops server listens, and under which key its
-/// configuration names the address (for the error when it cannot bind).
-pub struct Ops<'a> {
-    pub listen: &'a str,
-    pub key: &'static str,
-    pub registry: Arc<Mutex<Registry>>,
-}
+use crate::Deps;
 
 pub struct Shell {
     service: &'static str,
@@ -35,28 +28,30 @@ pub struct Shell {
 }
 
 impl Shell {
-    /// Serves the ops endpoints; returns the shell and their bound address.
+    /// Serves the ops endpoints on `listen` (named `<service>.listen` in
+    /// the configuration, for the error when it cannot bind); returns the
+    /// shell and their bound address.
     pub async fn start(
         service: &'static str,
-        ops: Ops<'_>,
-        nats: &async_nats::Client,
-        pool: &PgPool,
+        listen: &str,
+        registry: Arc<Mutex<Registry>>,
+        deps: &Deps,
         shutdown: &Shutdown,
     ) -> anyhow::Result<(Shell, SocketAddr)> {
         let addr = fleet_runtime::http::serve_ops(
-            ops.listen,
-            ops.key,
-            ops.registry.clone(),
-            nats.clone(),
-            crate::ready_check(pool.clone()),
+            listen,
+            &format!("{service}.listen"),
+            registry.clone(),
+            deps.nats.clone(),
+            crate::ready_check(deps.pool.clone()),
             shutdown.clone(),
         )
         .await?;
         let answers = ResponderMetrics::default();
-        answers.register(&mut ops.registry.lock().unwrap_or_else(|p| p.into_inner()));
+        answers.register(&mut registry.lock().unwrap_or_else(|p| p.into_inner()));
         let shell = Shell {
             service,
-            nats: nats.clone(),
+            nats: deps.nats.clone(),
             shutdown: shutdown.clone(),
             answers,
             tasks: JoinSet::new(),
@@ -80,6 +75,22 @@ impl Shell {
             self.answers.clone(),
             self.shutdown.stopped(),
         ));
+    }
+
+    /// The service's commands, `<root>.<service>.cmd.>`: the route `cmd`,
+    /// answered once across the replicas (the service's queue group).
+    pub fn respond_commands<R: Responder>(
+        &mut self,
+        responder: Arc<R>,
+        subject: String,
+        limits: Limits,
+    ) {
+        let route = Route {
+            name: "cmd",
+            subject,
+            queue: Some(self.service.into()),
+        };
+        self.respond(responder, route, limits);
     }
 
     /// A long-lived task; it ends on the shutdown signal it was given.

@@ -500,6 +500,11 @@ pub fn fabric_config(
     c.netbox.token.value = fleet_runtime::config::Secret::new("netbox-token");
     c.fabric.nvue_username = "fleet-rw".into();
     c.fabric.nvue_password.value = fleet_runtime::config::Secret::new("nvue-password");
+    site_fabric(c, site);
+}
+
+/// Site `s1` with the fabric settings `site`.
+pub fn site_fabric(c: &mut fleet_workflow::Config, site: fleet_workflow::SiteFabricConfig) {
     c.sites.insert(
         "s1".into(),
         fleet_workflow::SiteConfig {

@@ -44,13 +44,7 @@ impl Rig {
         };
         let hub = (hub_trigger, hub_task);
         Fabric::new(env, hub, device, Nvlink { host, nmx }, |c| {
-            c.sites.insert(
-                "s1".into(),
-                fleet_workflow::SiteConfig {
-                    fabric: site,
-                    ..Default::default()
-                },
-            );
+            site_fabric(c, site)
         })
         .await
     }
