@@ -10,8 +10,7 @@ use fleet_domain::slurm::SlurmState;
 use fleet_domain::*;
 use fleet_proto::v1;
 use serde::Deserialize;
-use sqlx::postgres::PgRow;
-use sqlx::{FromRow, Postgres, QueryBuilder, Row};
+use sqlx::{Postgres, QueryBuilder};
 use utoipa::{IntoParams, ToSchema};
 use v1::hub_command::Command as C;
 
@@ -167,63 +166,6 @@ pub async fn list(State(app): State<App>, Q(f): Q<DeviceFilter>) -> ApiResult<Js
         )
         .await?;
     Ok(Json(DevicePage { items, next_cursor }))
-}
-
-/// The detail's columns; the decisive conditions and the resource bindings
-/// are read apart.
-impl<'r> FromRow<'r, PgRow> for DeviceDetail {
-    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
-        Ok(DeviceDetail {
-            summary: DeviceSummary::from_row(row)?,
-            serial: row.try_get("serial")?,
-            netbox_id: row.try_get("netbox_id")?,
-            bmc_address: row.try_get("bmc_address")?,
-            infrastructure_ref: row.try_get("infrastructure_ref")?,
-            owner_tenant_id: row.try_get("owner_tenant_id")?,
-            adapter: row.try_get("adapter")?,
-            drivers: row.try_get("drivers")?,
-            hardware_key_trusted: row.try_get("hardware_key_trusted")?,
-            generation: row.try_get("generation")?,
-            observed_generation: row.try_get("observed_generation")?,
-            identity_generation: row.try_get("identity_generation")?,
-            labels: row.try_get("labels")?,
-            annotations: row.try_get("annotations")?,
-            failed_from: row.try_get("failed_from")?,
-            maintenance_reason: row.try_get("maintenance_reason")?,
-            cordon_reason: row.try_get("cordon_reason")?,
-            draining: row.try_get("draining")?,
-            taints: row.try_get("taints")?,
-            triage_ticket_url: row.try_get("triage_ticket_url")?,
-            parent_ticket_url: row.try_get("parent_ticket_url")?,
-            entered_triage_at: row.try_get("entered_triage_at")?,
-            custody: row.try_get("custody")?,
-            enrollment_validated_ref: row.try_get("enrollment_validated_ref")?,
-            enrollment_proof_source: row.try_get("enrollment_proof_source")?,
-            enrollment_proof_at: row.try_get("enrollment_proof_at")?,
-            entered_service_at: row.try_get("entered_service_at")?,
-            failure_state: row.try_get("failure_state")?,
-            failed_at: row.try_get("failed_at")?,
-            mirrors: MirrorsOut {
-                ironic_provision_state: row.try_get("ironic_provision_state")?,
-                ironic_maintenance: row.try_get("ironic_maintenance")?,
-                ironic_maintenance_reason: row.try_get("ironic_maintenance_reason")?,
-                ironic_instance_uuid: row.try_get("ironic_instance_uuid")?,
-                ironic_lessee: row.try_get("ironic_lessee")?,
-                netbox_tags: row.try_get("netbox_tags")?,
-                chassis_health: row.try_get("chassis_health")?,
-            },
-            session: SessionOut {
-                epoch: row.try_get("session_epoch")?,
-                gateway_id: row.try_get("session_gateway_id")?,
-                connected_at: row.try_get("session_connected_at")?,
-                disconnected_at: row.try_get("session_disconnected_at")?,
-                last_seen: row.try_get("session_last_seen")?,
-            },
-            created_at: row.try_get("created_at")?,
-            operational_status_conditions: Vec::new(),
-            resource_bindings: Vec::new(),
-        })
-    }
 }
 
 /// The device as the read model holds it, or `NOT_FOUND`.

@@ -113,17 +113,23 @@ pub struct DeviceSummary {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+// Read from the device row's `session_*` columns.
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct SessionOut {
+    #[sqlx(rename = "session_epoch")]
     pub epoch: i64,
+    #[sqlx(rename = "session_gateway_id")]
     pub gateway_id: Option<String>,
+    #[sqlx(rename = "session_connected_at")]
     pub connected_at: Option<DateTime<Utc>>,
+    #[sqlx(rename = "session_disconnected_at")]
     pub disconnected_at: Option<DateTime<Utc>>,
+    #[sqlx(rename = "session_last_seen")]
     pub last_seen: Option<DateTime<Utc>>,
 }
 
 /// Raw mirrors, stored as reported.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct MirrorsOut {
     pub ironic_provision_state: Option<String>,
     pub ironic_maintenance: Option<bool>,
@@ -137,9 +143,10 @@ pub struct MirrorsOut {
 /// `GET /api/v1/devices/{id}/`: every axis, identity (never the hardware
 /// key itself), labels, the session, the derived predicates and the
 /// conditions that decided `operational_status`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 pub struct DeviceDetail {
     #[serde(flatten)]
+    #[sqlx(flatten)]
     pub summary: DeviceSummary,
     pub serial: Option<String>,
     pub netbox_id: Option<i64>,
@@ -172,13 +179,17 @@ pub struct DeviceDetail {
     pub entered_service_at: Option<DateTime<Utc>>,
     pub failure_state: Option<String>,
     pub failed_at: Option<DateTime<Utc>>,
+    #[sqlx(flatten)]
     pub mirrors: MirrorsOut,
+    #[sqlx(flatten)]
     pub session: SessionOut,
     pub created_at: DateTime<Utc>,
     /// The rows with `decisive = true`.
+    #[sqlx(skip)]
     pub operational_status_conditions: Vec<ConditionOut>,
     /// UNI resource attribution: one per typed resource, `resolution_status`
     /// derived at read time. Never part of operational or health status.
+    #[sqlx(skip)]
     pub resource_bindings: Vec<ResourceBindingOut>,
 }
 
