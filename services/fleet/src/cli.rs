@@ -60,35 +60,17 @@ pub enum DevicesCommand {
         id: String,
     },
     /// Cordon: no new work is scheduled on the device.
-    Cordon {
-        /// The id, as `list` shows it.
-        id: String,
-        /// Why: recorded with the change.
-        #[arg(long)]
-        reason: String,
-    },
+    Cordon(Change),
     /// Lift a cordon.
     Uncordon {
         /// The id, as `list` shows it.
         id: String,
     },
     /// Drain the device.
-    Drain {
-        /// The id, as `list` shows it.
-        id: String,
-        /// Why: recorded with the change.
-        #[arg(long)]
-        reason: String,
-    },
+    Drain(Change),
     /// Promote an inventory-only device to managed: an audited operation,
     /// its reason kept in the lifecycle (admin token).
-    Promote {
-        /// The id, as `list` shows it.
-        id: String,
-        /// Why: recorded with the change.
-        #[arg(long)]
-        reason: String,
-    },
+    Promote(Change),
     /// Put devices into triage (or take them out with --off).
     Triage {
         /// Device ids.
@@ -104,6 +86,16 @@ pub enum DevicesCommand {
         #[arg(long)]
         parent_ticket_url: Option<String>,
     },
+}
+
+/// A device command that says why.
+#[derive(Args, Debug, Clone)]
+pub struct Change {
+    /// The id, as `list` shows it.
+    pub id: String,
+    /// Why: recorded with the change.
+    #[arg(long)]
+    pub reason: String,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -424,16 +416,36 @@ impl Api {
         verb: &str,
         reason: Option<&str>,
     ) -> anyhow::Result<DeviceChange> {
-        let d = self.device(id).await?;
-        let mut body = json!({ "version": d.summary.version });
-        if let Some(r) = reason {
-            body["reason"] = r.into();
+        // The version is the one just read, not one the operator saw: when
+        // the device moved in between (a heartbeat, a connector's snapshot),
+        // read it again and retry, a few times.
+        let mut attempt = 1;
+        loop {
+            let d = self.device(id).await?;
+            let mut body = json!({ "version": d.summary.version });
+            if let Some(r) = reason {
+                body["reason"] = r.into();
+            }
+            match self
+                .post(&format!("/api/v1/devices/{id}/{verb}"), body)
+                .await
+            {
+                Err(e) if attempt < COMMAND_ATTEMPTS && is_conflict(&e) => attempt += 1,
+                answer => return decode(answer?, "device change"),
+            }
         }
-        let v = self
-            .post(&format!("/api/v1/devices/{id}/{verb}"), body)
-            .await?;
-        decode(v, "device change")
     }
+}
+
+/// How many times a device command reads the device's version and sends
+/// it before a `CONFLICT` is the answer.
+const COMMAND_ATTEMPTS: u32 = 3;
+
+/// The API refused a write made at a version the device has moved past.
+fn is_conflict(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<ApiError>().is_some_and(|a| {
+        fleet_proto::ErrorCode::from_str_name(&a.code) == Some(fleet_proto::ErrorCode::Conflict)
+    })
 }
 
 /// An API answer read as the API's own type; `what` names it in the error.
@@ -598,16 +610,14 @@ pub async fn devices(t: Target, what: DevicesCommand) -> anyhow::Result<()> {
                 print!("{}", show_device(&d, &events));
             }
         }
-        DevicesCommand::Cordon { id, reason } => {
-            report(&api, json_out, &id, "cordon", Some(&reason)).await?
+        DevicesCommand::Cordon(c) => {
+            report(&api, json_out, &c.id, "cordon", Some(&c.reason)).await?
         }
-        DevicesCommand::Promote { id, reason } => {
-            report(&api, json_out, &id, "promote-to-managed", Some(&reason)).await?
+        DevicesCommand::Promote(c) => {
+            report(&api, json_out, &c.id, "promote-to-managed", Some(&c.reason)).await?
         }
         DevicesCommand::Uncordon { id } => report(&api, json_out, &id, "uncordon", None).await?,
-        DevicesCommand::Drain { id, reason } => {
-            report(&api, json_out, &id, "drain", Some(&reason)).await?
-        }
+        DevicesCommand::Drain(c) => report(&api, json_out, &c.id, "drain", Some(&c.reason)).await?,
         DevicesCommand::Triage {
             ids,
             off,
@@ -644,11 +654,11 @@ async fn report(
     })
 }
 
-fn or_dash(v: Option<impl ToString>) -> String {
+pub(crate) fn or_dash(v: Option<impl ToString>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-fn list_or_dash(v: &[String]) -> String {
+fn list_or_dash<S: std::borrow::Borrow<str>>(v: &[S]) -> String {
     if v.is_empty() {
         "-".into()
     } else {
@@ -656,38 +666,46 @@ fn list_or_dash(v: &[String]) -> String {
     }
 }
 
+/// `key value` lines, the keys padded to `width`.
+fn fields(width: usize, pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k:<width$} {v}\n"))
+        .collect()
+}
+
 /// `fleet devices show`: the record, the decisive conditions and the
 /// recent lifecycle.
 fn show_device(d: &DeviceDetail, events: &[LifecycleEvent]) -> String {
     let s = &d.summary;
-    let mut out = String::new();
-    for (k, v) in [
-        ("id", s.id.clone()),
-        ("name", s.name.clone()),
-        ("site_id", s.site_id.clone()),
-        ("rack", or_dash(s.rack.as_ref())),
-        ("version", s.version.to_string()),
-        ("inventory_status", s.inventory_status.clone()),
-        ("operational_status", s.operational_status.clone()),
-        ("health_status", s.health_status.clone()),
-        ("provision_state", s.provision_state.clone()),
-        ("maintenance", s.maintenance.to_string()),
-        ("cordoned", s.cordoned.to_string()),
-        ("cordon_reason", or_dash(d.cordon_reason.as_ref())),
-        ("in_triage", s.in_triage.to_string()),
-        ("connectivity", s.connectivity.clone()),
-        ("power", s.power.clone()),
-        ("custody", or_dash(d.custody.as_ref())),
-        ("customer_ready", s.customer_ready.to_string()),
-        ("schedulable", s.schedulable.to_string()),
-        ("capacity_bucket", s.capacity_bucket.clone()),
-        ("no_schedule_reasons", list_or_dash(&s.no_schedule_reasons)),
-        ("slurm_states", list_or_dash(&s.slurm_states)),
-        ("impairment_hold", or_dash(s.impairment_hold.as_ref())),
-        ("failure_state", or_dash(d.failure_state.as_ref())),
-    ] {
-        out.push_str(&format!("{k:<20} {v}\n"));
-    }
+    let mut out = fields(
+        20,
+        &[
+            ("id", s.id.clone()),
+            ("name", s.name.clone()),
+            ("site_id", s.site_id.clone()),
+            ("rack", or_dash(s.rack.as_ref())),
+            ("version", s.version.to_string()),
+            ("inventory_status", s.inventory_status.clone()),
+            ("operational_status", s.operational_status.clone()),
+            ("health_status", s.health_status.clone()),
+            ("provision_state", s.provision_state.clone()),
+            ("maintenance", s.maintenance.to_string()),
+            ("cordoned", s.cordoned.to_string()),
+            ("cordon_reason", or_dash(d.cordon_reason.as_ref())),
+            ("in_triage", s.in_triage.to_string()),
+            ("connectivity", s.connectivity.clone()),
+            ("power", s.power.clone()),
+            ("custody", or_dash(d.custody.as_ref())),
+            ("customer_ready", s.customer_ready.to_string()),
+            ("schedulable", s.schedulable.to_string()),
+            ("capacity_bucket", s.capacity_bucket.clone()),
+            ("no_schedule_reasons", list_or_dash(&s.no_schedule_reasons)),
+            ("slurm_states", list_or_dash(&s.slurm_states)),
+            ("impairment_hold", or_dash(s.impairment_hold.as_ref())),
+            ("failure_state", or_dash(d.failure_state.as_ref())),
+        ],
+    );
     out.push_str("\ndecisive conditions:\n");
     out.push_str(&table_of(
         &["TYPE", "STATUS", "REASON", "SOURCE", "MESSAGE"],
@@ -942,11 +960,7 @@ fn allocation_rows(items: &[Allocation]) -> String {
                 a.pool_id.clone(),
                 a.gpus.to_string(),
                 a.status.clone(),
-                if devices.is_empty() {
-                    "-".into()
-                } else {
-                    devices.into_iter().collect::<Vec<_>>().join(",")
-                },
+                list_or_dash(&devices.into_iter().collect::<Vec<_>>()),
                 a.created_at.to_rfc3339(),
             ]
         },
@@ -954,25 +968,24 @@ fn allocation_rows(items: &[Allocation]) -> String {
 }
 
 fn show_allocation(a: &Allocation) -> String {
-    let mut out = String::new();
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    let at = |v: &Option<chrono::DateTime<chrono::Utc>>| v.map_or("-".into(), |t| t.to_rfc3339());
-    for (k, v) in [
-        ("id", a.id.clone()),
-        ("tenant_id", a.tenant_id.clone()),
-        ("pool_id", a.pool_id.clone()),
-        ("gpus", a.gpus.to_string()),
-        ("status", a.status.clone()),
-        ("same_device", a.same_device.to_string()),
-        ("nvlink_domain", opt(&a.nvlink_domain)),
-        ("request_id", opt(&a.request_id)),
-        ("created_at", a.created_at.to_rfc3339()),
-        ("impaired_reason", opt(&a.impaired_reason)),
-        ("impaired_at", at(&a.impaired_at)),
-        ("released_at", at(&a.released_at)),
-    ] {
-        out.push_str(&format!("{k:<16} {v}\n"));
-    }
+    let at = |v: &Option<chrono::DateTime<chrono::Utc>>| or_dash(v.map(|t| t.to_rfc3339()));
+    let mut out = fields(
+        16,
+        &[
+            ("id", a.id.clone()),
+            ("tenant_id", a.tenant_id.clone()),
+            ("pool_id", a.pool_id.clone()),
+            ("gpus", a.gpus.to_string()),
+            ("status", a.status.clone()),
+            ("same_device", a.same_device.to_string()),
+            ("nvlink_domain", or_dash(a.nvlink_domain.as_ref())),
+            ("request_id", or_dash(a.request_id.as_ref())),
+            ("created_at", a.created_at.to_rfc3339()),
+            ("impaired_reason", or_dash(a.impaired_reason.as_ref())),
+            ("impaired_at", at(&a.impaired_at)),
+            ("released_at", at(&a.released_at)),
+        ],
+    );
     out.push('\n');
     out.push_str(&table_of(&["DEVICE", "GPU"], &a.atoms, |t| {
         vec![t.device_id.clone(), t.atom.to_string()]
@@ -1029,33 +1042,21 @@ pub async fn allocations(t: Target, what: AllocationsCommand) -> anyhow::Result<
     )
 }
 
-/// The capacity buckets in the order `device.md` checks them.
-const CAPACITY_BUCKETS: [&str; 7] = [
-    "schedulable_available",
-    "schedulable_allocated",
-    "excluded",
-    "maintenance",
-    "provisioning",
-    "unreachable",
-    "unhealthy",
-];
-
 pub fn capacity_table(c: &Capacity) -> String {
-    let value = |k: &str| match k {
-        "schedulable_available" => c.schedulable_available,
-        "schedulable_allocated" => c.schedulable_allocated,
-        "excluded" => c.excluded,
-        "maintenance" => c.maintenance,
-        "provisioning" => c.provisioning,
-        "unreachable" => c.unreachable,
-        "unhealthy" => c.unhealthy,
-        _ => c.total,
-    };
-    let mut rows: Vec<Vec<String>> = CAPACITY_BUCKETS
-        .iter()
-        .map(|k| vec![k.to_string(), value(k).to_string()])
-        .collect();
-    rows.push(vec!["total".into(), c.total.to_string()]);
+    // The buckets in the order `device.md` checks them, then their total.
+    let rows: Vec<Vec<String>> = [
+        ("schedulable_available", c.schedulable_available),
+        ("schedulable_allocated", c.schedulable_allocated),
+        ("excluded", c.excluded),
+        ("maintenance", c.maintenance),
+        ("provisioning", c.provisioning),
+        ("unreachable", c.unreachable),
+        ("unhealthy", c.unhealthy),
+        ("total", c.total),
+    ]
+    .iter()
+    .map(|(k, v)| vec![k.to_string(), v.to_string()])
+    .collect();
     format!(
         "pool {} ({} devices)\n{}",
         c.pool_id,
@@ -1214,13 +1215,13 @@ pub fn job_text(j: &Job) -> String {
             |d| {
                 vec![
                     d.device_id.clone(),
-                    d.status.clone().unwrap_or_else(|| "-".into()),
+                    or_dash(d.status.as_ref()),
                     if d.step.is_empty() {
                         "-".into()
                     } else {
                         d.step.clone()
                     },
-                    d.failure_code.clone().unwrap_or_else(|| "-".into()),
+                    or_dash(d.failure_code.as_ref()),
                     d.failure_message.clone().unwrap_or_default(),
                 ]
             }
@@ -1346,6 +1347,23 @@ mod tests {
         assert!(t.starts_with("pool p1 (2 devices)\nBUCKET"), "{t}");
         assert!(t.contains("schedulable_available  12\n"), "{t}");
         assert!(t.ends_with("total                  16\n"), "{t}");
+    }
+
+    #[test]
+    fn only_a_conflict_is_retried() {
+        let api = |status, code: &str| -> anyhow::Error {
+            super::ApiError {
+                status,
+                code: code.into(),
+                message: String::new(),
+                details: serde_json::Value::Null,
+            }
+            .into()
+        };
+        assert!(super::is_conflict(&api(409, "CONFLICT")));
+        assert!(!super::is_conflict(&api(409, "INVALID_STATE")));
+        assert!(!super::is_conflict(&api(404, "NOT_FOUND")));
+        assert!(!super::is_conflict(&anyhow::anyhow!("CONFLICT")));
     }
 
     #[test]

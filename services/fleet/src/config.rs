@@ -131,13 +131,11 @@ mod tests {
 
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Option<HashMap<String, String>> {
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
+    /// The configuration from `file` (if any) and these environment
+    /// variables only.
+    fn load(file: Option<&Path>, env: &[(&str, &str)]) -> Result<FleetConfig, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        FleetConfig::load_from(file, Some(env.collect()))
     }
 
     #[test]
@@ -150,14 +148,14 @@ mod tests {
 
     #[test]
     fn defaults_then_environment() {
-        let c = FleetConfig::load_from(
+        let c = load(
             None,
-            env(&[
+            &[
                 ("FLEET__HUB__BATCH_SIZE", "64"),
                 ("FLEET__HUB__LEASE_TTL", "3s"),
                 ("FLEET__HUB__LINGER", "5ms"),
                 ("FLEET__CONNECTORS__SLURM__POLL__RESYNC_INTERVAL", "30s"),
-            ]),
+            ],
         )
         .unwrap();
         assert_eq!(c.hub.batch_size, 64);
@@ -168,13 +166,13 @@ mod tests {
             Duration::from_secs(30)
         );
         assert_eq!(c.nats.url, "nats://127.0.0.1:4222");
-        let err = FleetConfig::load_from(None, env(&[("FLEET__HUB__LEASE_TTL", "100ms")]))
+        let err = load(None, &[("FLEET__HUB__LEASE_TTL", "100ms")])
             .unwrap_err()
             .to_string();
         assert!(err.contains("hub.lease_ttl"), "{err}");
         // The static assignment is gone: a deployment still setting it is
         // refused at start, with where to go.
-        let err = FleetConfig::load_from(None, env(&[("FLEET__HUB__PARTITIONS", "1,3")]))
+        let err = load(None, &[("FLEET__HUB__PARTITIONS", "1,3")])
             .unwrap_err()
             .to_string();
         assert!(
@@ -185,11 +183,7 @@ mod tests {
 
     #[test]
     fn old_keys_are_refused_with_their_new_name() {
-        let err = |k: &str, v: &str| {
-            FleetConfig::load_from(None, env(&[(k, v)]))
-                .unwrap_err()
-                .to_string()
-        };
+        let err = |k: &str, v: &str| load(None, &[(k, v)]).unwrap_err().to_string();
         let e = err("FLEET__HUB__TTL_SECS__SLURM", "90");
         assert!(
             e.contains("hub.ttl_secs") && e.contains("freshness.ttl"),
@@ -238,7 +232,7 @@ mod tests {
         "#,
         )
         .unwrap();
-        let c = FleetConfig::load_from(Some(&dir), env(&[])).unwrap();
+        let c = load(Some(&dir), &[]).unwrap();
         std::fs::remove_file(&dir).unwrap();
         let n = &c.connectors;
         assert_eq!(n.netbox.sites["s1"], "dc1");
@@ -265,9 +259,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("fleet-config-bad-{}.toml", std::process::id()));
         std::fs::write(&dir, "[connectors.slurm.sites.s1]\nurll = \"http://x\"\n").unwrap();
-        let err = FleetConfig::load_from(Some(&dir), env(&[]))
-            .unwrap_err()
-            .to_string();
+        let err = load(Some(&dir), &[]).unwrap_err().to_string();
         std::fs::remove_file(&dir).unwrap();
         assert!(err.contains("urll"), "{err}");
     }

@@ -1,7 +1,7 @@
 //! `fleet connector <netbox|openstack|slurm|health|borneo|fabric>`: one subcommand per connector
 //! service, each a library crate with `run(common, config, shutdown)`.
 
-use fleet::config::FleetConfig;
+use crate::config::FleetConfig;
 use fleet_runtime::Shutdown;
 
 #[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,18 @@ pub enum ConnectorCommand {
     Borneo,
     /// Switch VRFs (NVUE), NetBox cables and NMX-M partitions: the live-fabric observations.
     Fabric,
+}
+
+impl ConnectorCommand {
+    /// Every connector, each with the name `fleet dev` gives its task.
+    pub const ALL: [(ConnectorCommand, &'static str); 6] = [
+        (ConnectorCommand::Netbox, "connector-netbox"),
+        (ConnectorCommand::Openstack, "connector-openstack"),
+        (ConnectorCommand::Slurm, "connector-slurm"),
+        (ConnectorCommand::Health, "connector-health"),
+        (ConnectorCommand::Borneo, "connector-borneo"),
+        (ConnectorCommand::Fabric, "connector-fabric"),
+    ];
 }
 
 pub async fn run(

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use fleet_api::inventory::{Pool, Site, Tenant};
 use serde_json::{json, Value};
 
-use crate::cli::{decode, emit, filters, table_of, Api, Output, Target};
+use crate::cli::{decode, emit, filters, or_dash, table_of, Api, Output, Target};
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum SitesCommand {
@@ -145,17 +145,6 @@ pub enum PoolCommand {
     },
 }
 
-fn print<T: serde::Serialize>(
-    out: Output,
-    items: &[T],
-    rows: impl Fn(&T) -> Vec<String>,
-    header: &[&str],
-) -> anyhow::Result<()> {
-    emit(out == Output::Json, items, |items| {
-        table_of(header, items, rows)
-    })
-}
-
 fn site_row(s: &Site) -> Vec<String> {
     vec![
         s.id.clone(),
@@ -185,7 +174,7 @@ fn pool_row(p: &Pool) -> Vec<String> {
         p.id.clone(),
         p.site_id.clone(),
         p.kind.clone(),
-        p.owner_tenant_id.clone().unwrap_or_else(|| "-".into()),
+        or_dash(p.owner_tenant_id.as_ref()),
         p.hardware_profile.as_ref().map_or("-".into(), |h| {
             format!(
                 "{} x {}",
@@ -202,19 +191,70 @@ fn pool_row(p: &Pool) -> Vec<String> {
 }
 const POOL_HEADER: &[&str] = &["ID", "SITE", "KIND", "OWNER", "PROFILE", "CREATED"];
 
+/// What a command does with the records under one collection
+/// (`/api/v1/sites/`): list them (with these filters), or show, create,
+/// update or delete one.
+enum Call {
+    List(Vec<(&'static str, String)>),
+    Show(String),
+    Create(Value),
+    Update(String, Value),
+    Delete(String),
+}
+
+/// Runs `call` on the collection at `path` and prints the records it
+/// answers, as JSON or as a table of `header` with a `row` each.
+async fn run<T: serde::Serialize + serde::de::DeserializeOwned>(
+    api: &Api,
+    out: Output,
+    path: &str,
+    call: Call,
+    row: fn(&T) -> Vec<String>,
+    header: &[&str],
+) -> anyhow::Result<()> {
+    let one = match call {
+        Call::List(q) => {
+            let items: Vec<T> = api.list_all(path, &q, None).await?;
+            return print(out, &items, row, header);
+        }
+        Call::Show(id) => api.get(&format!("{path}{id}/"), &[]).await?,
+        Call::Create(body) => api.post(path, body).await?,
+        Call::Update(id, body) => api.patch(&format!("{path}{id}/"), body).await?,
+        Call::Delete(id) => api.delete(&format!("{path}{id}/")).await?,
+    };
+    print(out, &[decode::<T>(one, "answer")?], row, header)
+}
+
+fn print<T: serde::Serialize>(
+    out: Output,
+    items: &[T],
+    row: fn(&T) -> Vec<String>,
+    header: &[&str],
+) -> anyhow::Result<()> {
+    emit(out == Output::Json, items, |items| {
+        table_of(header, items, row)
+    })
+}
+
 pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
-    let api = t.api()?;
-    let one = match what {
-        SitesCommand::List => {
-            let items: Vec<Site> = api.list_all("/api/v1/sites/", &[], None).await?;
-            return print(t.output, &items, site_row, SITE_HEADER);
-        }
-        SitesCommand::Show { id } => api.get(&format!("/api/v1/sites/{id}/"), &[]).await?,
-        SitesCommand::Create { id, name, inventory_only, no_placement, backend_vrf_flip_allowed } => {
-            api.post("/api/v1/sites/", json!({"id": id, "name": name, "inventory_only": inventory_only, "placement_enabled": !no_placement, "backend_vrf_flip_allowed": backend_vrf_flip_allowed}))
-                .await?
-        }
-        SitesCommand::Update { id, name, placement_enabled, backend_vrf_flip_allowed } => {
+    let call = match what {
+        SitesCommand::List => Call::List(vec![]),
+        SitesCommand::Show { id } => Call::Show(id),
+        SitesCommand::Create {
+            id,
+            name,
+            inventory_only,
+            no_placement,
+            backend_vrf_flip_allowed,
+        } => Call::Create(
+            json!({"id": id, "name": name, "inventory_only": inventory_only, "placement_enabled": !no_placement, "backend_vrf_flip_allowed": backend_vrf_flip_allowed}),
+        ),
+        SitesCommand::Update {
+            id,
+            name,
+            placement_enabled,
+            backend_vrf_flip_allowed,
+        } => {
             let mut body = json!({});
             if let Some(n) = name {
                 body["name"] = json!(n);
@@ -225,42 +265,38 @@ pub async fn sites(t: Target, what: SitesCommand) -> anyhow::Result<()> {
             if let Some(b) = backend_vrf_flip_allowed {
                 body["backend_vrf_flip_allowed"] = json!(b);
             }
-            api.patch(&format!("/api/v1/sites/{id}/"), body).await?
+            Call::Update(id, body)
         }
-        SitesCommand::Delete { id } => api.delete(&format!("/api/v1/sites/{id}/")).await?,
+        SitesCommand::Delete { id } => Call::Delete(id),
     };
-    print(
+    run(
+        &t.api()?,
         t.output,
-        &[decode::<Site>(one, "answer")?],
+        "/api/v1/sites/",
+        call,
         site_row,
         SITE_HEADER,
     )
+    .await
 }
 
 pub async fn tenants(t: Target, what: TenantsCommand) -> anyhow::Result<()> {
-    let api = t.api()?;
-    let one = match what {
-        TenantsCommand::List => {
-            let items: Vec<Tenant> = api.list_all("/api/v1/tenants/", &[], None).await?;
-            return print(t.output, &items, tenant_row, TENANT_HEADER);
-        }
-        TenantsCommand::Show { id } => api.get(&format!("/api/v1/tenants/{id}/"), &[]).await?,
-        TenantsCommand::Create { id, name } => {
-            api.post("/api/v1/tenants/", json!({"id": id, "name": name}))
-                .await?
-        }
-        TenantsCommand::Update { id, name } => {
-            api.patch(&format!("/api/v1/tenants/{id}/"), json!({"name": name}))
-                .await?
-        }
-        TenantsCommand::Delete { id } => api.delete(&format!("/api/v1/tenants/{id}/")).await?,
+    let call = match what {
+        TenantsCommand::List => Call::List(vec![]),
+        TenantsCommand::Show { id } => Call::Show(id),
+        TenantsCommand::Create { id, name } => Call::Create(json!({"id": id, "name": name})),
+        TenantsCommand::Update { id, name } => Call::Update(id, json!({"name": name})),
+        TenantsCommand::Delete { id } => Call::Delete(id),
     };
-    print(
+    run(
+        &t.api()?,
         t.output,
-        &[decode::<Tenant>(one, "answer")?],
+        "/api/v1/tenants/",
+        call,
         tenant_row,
         TENANT_HEADER,
     )
+    .await
 }
 
 fn profile(gpus: Option<i32>, model: Option<String>) -> Value {
@@ -271,13 +307,9 @@ fn profile(gpus: Option<i32>, model: Option<String>) -> Value {
 }
 
 pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<()> {
-    let one = match what {
-        PoolCommand::List { site } => {
-            let q = filters([("site", site)]);
-            let items: Vec<Pool> = api.list_all("/api/v1/pools/", &q, None).await?;
-            return print(out, &items, pool_row, POOL_HEADER);
-        }
-        PoolCommand::Show { id } => api.get(&format!("/api/v1/pools/{id}/"), &[]).await?,
+    let call = match what {
+        PoolCommand::List { site } => Call::List(filters([("site", site)])),
+        PoolCommand::Show { id } => Call::Show(id),
         PoolCommand::Create {
             id,
             site,
@@ -285,14 +317,10 @@ pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<
             owner,
             gpus,
             gpu_model,
-        } => {
-            api.post(
-                "/api/v1/pools/",
-                json!({"id": id, "site_id": site, "kind": kind, "owner_tenant_id": owner,
-                       "hardware_profile": profile(gpus, gpu_model)}),
-            )
-            .await?
-        }
+        } => Call::Create(
+            json!({"id": id, "site_id": site, "kind": kind, "owner_tenant_id": owner,
+                   "hardware_profile": profile(gpus, gpu_model)}),
+        ),
         PoolCommand::Update {
             id,
             owner,
@@ -307,14 +335,9 @@ pub async fn pools(api: &Api, out: Output, what: PoolCommand) -> anyhow::Result<
             if gpus.is_some() {
                 body["hardware_profile"] = profile(gpus, gpu_model);
             }
-            api.patch(&format!("/api/v1/pools/{id}/"), body).await?
+            Call::Update(id, body)
         }
-        PoolCommand::Delete { id } => api.delete(&format!("/api/v1/pools/{id}/")).await?,
+        PoolCommand::Delete { id } => Call::Delete(id),
     };
-    print(
-        out,
-        &[decode::<Pool>(one, "answer")?],
-        pool_row,
-        POOL_HEADER,
-    )
+    run(api, out, "/api/v1/pools/", call, pool_row, POOL_HEADER).await
 }

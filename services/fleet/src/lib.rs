@@ -5,6 +5,7 @@ pub mod api_cmd;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod connector_cmd;
 pub mod dev;
 pub mod inventory_cmd;
 

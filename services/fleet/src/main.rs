@@ -6,13 +6,12 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use fleet::config::FleetConfig;
-use fleet::{bench, migrate};
+use fleet::{bench, connector_cmd, migrate};
 use fleet_runtime::Shutdown;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod connector_cmd;
 mod consumers_cmd;
 mod dev_cmd;
 

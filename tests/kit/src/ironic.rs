@@ -8,16 +8,7 @@ use serde_json::{json, Value};
 
 /// A random version 4 UUID.
 pub fn random_uuid() -> String {
-    let n: u128 = ulid::Ulid::new().into();
-    let h = format!("{:032x}", n ^ (u128::from(std::process::id()) << 64));
-    format!(
-        "{}-{}-4{}-8{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 pub fn ironic_url() -> String {

@@ -109,7 +109,7 @@ async fn submit(
         );
     }
     let node = job["constraints"].as_str().unwrap_or("").to_string();
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = app.lock();
     if s.outages.slurm {
         return refused(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -157,7 +157,7 @@ async fn read(
     if v != "v0.0.38" {
         return slurm_not_found();
     }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     let id: u64 = id.parse().unwrap_or(0);
     match s.slurm_jobs.jobs.get(&id).filter(|j| j.site == site) {
         Some(j) => body(
@@ -176,7 +176,7 @@ async fn list(State(app): State<App>, Path((site, v)): Path<(String, String)>) -
     if v != "v0.0.38" {
         return slurm_not_found();
     }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     let now = Instant::now();
     let jobs: Vec<Value> = s
         .slurm_jobs
@@ -198,7 +198,7 @@ async fn cancel(
     if v != "v0.0.38" {
         return slurm_not_found();
     }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = app.lock();
     let id: u64 = id.parse().unwrap_or(0);
     match s.slurm_jobs.jobs.get_mut(&id).filter(|j| j.site == site) {
         Some(j) => {

@@ -18,7 +18,12 @@
 //! ports are routed, in `tenant-be` or `maint`. Each device has 8 GPUs;
 //! NMX-M has them in the `default` or the `repair` partition.
 
+// A refusal is the HTTP response the handler answers with: the gates
+// return it as their error, whatever its size.
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeSet;
+use std::sync::MutexGuard;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -28,7 +33,7 @@ use axum::Router;
 use serde_json::{json, Map, Value};
 
 use crate::dev::engine::{
-    backend_switch, frontend_switch, switch_port, SimDevice, CUSTOMER_VRF_PREFIX,
+    backend_switch, frontend_switch, switch_port, Scenario, SimDevice, CUSTOMER_VRF_PREFIX,
     DEFAULT_PARTITION_ID, GPUS_PER_DEVICE, RACK_SIZE, REPAIR_PARTITION, REPAIR_PARTITION_ID,
 };
 use crate::dev::servers::{basic, body, header, netbox_auth, App};
@@ -105,7 +110,7 @@ pub(crate) async fn netbox_interfaces(
         .filter(|(n, _)| n == "device")
         .map(|(_, v)| v.as_str())
         .collect();
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     let mut all = Vec::new();
     // Device-side: a device's own cabled interfaces, far ends on its leaves.
     let mut device_side = vec![];
@@ -194,19 +199,28 @@ pub(crate) fn nvue_router(app: App) -> Router {
         .with_state(app)
 }
 
-/// The leaf is answering, and the caller has its credentials.
-fn nvue_refusal(app: &App, switch: &str, h: &HeaderMap) -> Option<Response> {
+fn nvue_down() -> Response {
+    body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        json!({"status": 503, "title": "Service Unavailable", "detail": "simulated outage: nvued is not running"}),
+    )
+}
+
+/// The scenario, locked, for a caller with the leaf's credentials while the
+/// leaf is answering.
+fn nvue_scenario<'a>(
+    app: &'a App,
+    switch: &str,
+    h: &HeaderMap,
+) -> Result<MutexGuard<'a, Scenario>, Response> {
     if header(h, "authorization") != basic(NVUE_USER, NVUE_PASSWORD) {
-        return Some(unauthorized());
+        return Err(unauthorized());
     }
-    let (rack, frontend) = leaf(switch)?;
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    s.switch_out(rack, frontend).then(|| {
-        body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": 503, "title": "Service Unavailable", "detail": "simulated outage: nvued is not running"}),
-        )
-    })
+    let s = app.lock();
+    match leaf(switch) {
+        Some((rack, frontend)) if s.switch_out(rack, frontend) => Err(nvue_down()),
+        _ => Ok(s),
+    }
 }
 
 fn no_such(what: &str) -> Response {
@@ -221,21 +235,18 @@ async fn nvue_create_revision(
     State(app): State<App>,
     Path(switch): Path<String>,
     h: HeaderMap,
-) -> Response {
-    if let Some(r) = nvue_refusal(&app, &switch, &h) {
-        return r;
-    }
+) -> Result<Response, Response> {
+    let mut s = nvue_scenario(&app, &switch, &h)?;
     if leaf(&switch).is_none() {
-        return no_such("switch");
+        return Err(no_such("switch"));
     }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
     let id = format!("changeset/fleet/{}", s.revisions.len() + 1);
     s.revisions
         .insert(id.clone(), (switch, Vec::new(), "pending"));
-    body(
+    Ok(body(
         StatusCode::OK,
         json!({ id: {"state": "pending", "transition": {"issue": {}, "progress": ""}} }),
-    )
+    ))
 }
 
 /// `PATCH /<switch>/nvue_v1/interface?rev=<rev>`: stage port VRFs
@@ -246,30 +257,27 @@ async fn nvue_stage(
     Query(q): Query<RevQuery>,
     h: HeaderMap,
     axum::Json(changes): axum::Json<Map<String, Value>>,
-) -> Response {
-    if let Some(r) = nvue_refusal(&app, &switch, &h) {
-        return r;
-    }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+) -> Result<Response, Response> {
+    let mut s = nvue_scenario(&app, &switch, &h)?;
     let Some(rev) = q.rev.and_then(|r| s.revisions.get_mut(&r)) else {
-        return no_such("revision");
+        return Err(no_such("revision"));
     };
     if rev.0 != switch || rev.2 != "pending" {
-        return body(
+        return Err(body(
             StatusCode::BAD_REQUEST,
             json!({"status": 400, "title": "Bad Request", "detail": "the revision is not pending on this switch"}),
-        );
+        ));
     }
     for (port, v) in changes {
         let Some(vrf) = v.pointer("/ip/vrf").and_then(Value::as_str) else {
-            return body(
+            return Err(body(
                 StatusCode::BAD_REQUEST,
                 json!({"status": 400, "title": "Bad Request", "detail": format!("{port}: only ip.vrf is simulated")}),
-            );
+            ));
         };
         rev.1.push((port, vrf.to_string()));
     }
-    body(StatusCode::OK, json!({}))
+    Ok(body(StatusCode::OK, json!({})))
 }
 
 /// `PATCH /<switch>/nvue_v1/revision/<rev>` with `{"state": "apply"}`:
@@ -280,22 +288,19 @@ async fn nvue_apply(
     Path((switch, rev)): Path<(String, String)>,
     h: HeaderMap,
     axum::Json(req): axum::Json<Value>,
-) -> Response {
-    if let Some(r) = nvue_refusal(&app, &switch, &h) {
-        return r;
-    }
+) -> Result<Response, Response> {
+    let mut s = nvue_scenario(&app, &switch, &h)?;
     if req.get("state").and_then(Value::as_str) != Some("apply") {
-        return body(
+        return Err(body(
             StatusCode::BAD_REQUEST,
             json!({"status": 400, "title": "Bad Request", "detail": "only state apply is simulated"}),
-        );
+        ));
     }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
     let Some((sw, changes, state)) = s.revisions.get(&rev).cloned() else {
-        return no_such("revision");
+        return Err(no_such("revision"));
     };
     if sw != switch {
-        return no_such("revision");
+        return Err(no_such("revision"));
     }
     if state == "pending" {
         let applied = s.apply_vrfs(&switch, &changes);
@@ -311,7 +316,7 @@ async fn nvue_apply(
         }
     }
     let state = s.revisions.get(&rev).map(|r| r.2).unwrap_or("pending");
-    body(StatusCode::OK, json!({"state": state}))
+    Ok(body(StatusCode::OK, json!({"state": state})))
 }
 
 /// `GET /<switch>/nvue_v1/revision/<rev>`.
@@ -319,17 +324,14 @@ async fn nvue_revision(
     State(app): State<App>,
     Path((switch, rev)): Path<(String, String)>,
     h: HeaderMap,
-) -> Response {
-    if let Some(r) = nvue_refusal(&app, &switch, &h) {
-        return r;
-    }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+) -> Result<Response, Response> {
+    let s = nvue_scenario(&app, &switch, &h)?;
     match s.revisions.get(&rev) {
-        Some((sw, _, state)) if *sw == switch => body(
+        Some((sw, _, state)) if *sw == switch => Ok(body(
             StatusCode::OK,
             json!({"state": state, "transition": {"issue": {}, "progress": ""}}),
-        ),
-        _ => no_such("revision"),
+        )),
+        _ => Err(no_such("revision")),
     }
 }
 
@@ -370,24 +372,17 @@ async fn nvue_interfaces(
             json!({"status": 404, "title": "Not Found", "detail": "no such revision"}),
         );
     }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((rack, frontend)) = leaf(&switch) else {
-        return body(
-            StatusCode::NOT_FOUND,
-            json!({"status": 404, "title": "Not Found"}),
-        );
-    };
-    let Some(members) = s.racks.get(rack) else {
+    let s = app.lock();
+    let Some(((rack, frontend), members)) =
+        leaf(&switch).and_then(|l| Some((l, s.racks.get(l.0)?)))
+    else {
         return body(
             StatusCode::NOT_FOUND,
             json!({"status": 404, "title": "Not Found"}),
         );
     };
     if s.switch_out(rack, frontend) {
-        return body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": 503, "title": "Service Unavailable", "detail": "simulated outage: nvued is not running"}),
-        );
+        return nvue_down();
     }
     let mut out = Map::new();
     out.insert(
@@ -438,22 +433,19 @@ async fn nmx_update_partition(
     Path((site, id)): Path<(String, u32)>,
     h: HeaderMap,
     axum::Json(req): axum::Json<Value>,
-) -> Response {
-    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
-        return unauthorized();
-    }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    if s.nmx_out(&site) {
-        return nmx_down();
-    }
+) -> Result<Response, Response> {
+    let mut s = nmx_scenario(&app, &site, &h)?;
     if id != REPAIR_PARTITION_ID && id != DEFAULT_PARTITION_ID {
-        return body(StatusCode::NOT_FOUND, json!({"error": "no such partition"}));
+        return Err(body(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no such partition"}),
+        ));
     }
     let Some(ids) = req.pointer("/members/ids").and_then(Value::as_array) else {
-        return body(
+        return Err(body(
             StatusCode::BAD_REQUEST,
             json!({"error": "members.ids (GPU ids) is required"}),
-        );
+        ));
     };
     let members: BTreeSet<String> = ids
         .iter()
@@ -465,7 +457,7 @@ async fn nmx_update_partition(
     if let Ok(v) = format!("/nmx/v1/operations/{op}").parse() {
         r.headers_mut().insert("location", v);
     }
-    r
+    Ok(r)
 }
 
 /// `GET /<site>/nmx/v1/operations/<op>`: every operation completed.
@@ -473,68 +465,69 @@ async fn nmx_operation(
     State(app): State<App>,
     Path((site, op)): Path<(String, String)>,
     h: HeaderMap,
-) -> Response {
-    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
-        return unauthorized();
-    }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    if s.nmx_out(&site) {
-        return nmx_down();
-    }
+) -> Result<Response, Response> {
+    let s = nmx_scenario(&app, &site, &h)?;
     let known = op
         .strip_prefix("op-")
         .and_then(|n| n.parse::<u64>().ok())
         .is_some_and(|n| n >= 1 && n <= s.nmx_operations);
     if !known {
-        return body(StatusCode::NOT_FOUND, json!({"error": "no such operation"}));
+        return Err(body(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no such operation"}),
+        ));
     }
-    body(StatusCode::OK, json!({"id": op, "status": "completed"}))
+    Ok(body(
+        StatusCode::OK,
+        json!({"id": op, "status": "completed"}),
+    ))
 }
 
 fn gpu_id(d: &SimDevice, k: u8) -> String {
     format!("GPU-{}-{k}", d.uuid)
 }
 
-fn nmx_down() -> Response {
-    body(
-        StatusCode::SERVICE_UNAVAILABLE,
-        json!({"error": "simulated outage: NMX-M is down"}),
-    )
+/// The scenario, locked, for a caller with NMX-M's credentials while the
+/// site's NMX-M is answering.
+fn nmx_scenario<'a>(
+    app: &'a App,
+    site: &str,
+    h: &HeaderMap,
+) -> Result<MutexGuard<'a, Scenario>, Response> {
+    if header(h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
+        return Err(unauthorized());
+    }
+    let s = app.lock();
+    if s.nmx_out(site) {
+        return Err(body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": "simulated outage: NMX-M is down"}),
+        ));
+    }
+    Ok(s)
 }
 
 async fn nmx_partitions(
     State(app): State<App>,
     Path(site): Path<String>,
     h: HeaderMap,
-) -> Response {
-    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
-        return unauthorized();
-    }
-    if app
-        .scenario
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .nmx_out(&site)
-    {
-        return nmx_down();
-    }
-    body(
+) -> Result<Response, Response> {
+    drop(nmx_scenario(&app, &site, &h)?);
+    Ok(body(
         StatusCode::OK,
         json!([
             {"PartitionID": DEFAULT_PARTITION_ID, "Name": "default", "Type": "GPUUIDBased", "Health": "HEALTHY"},
             {"PartitionID": REPAIR_PARTITION_ID, "Name": REPAIR_PARTITION, "Type": "GPUUIDBased", "Health": "HEALTHY"}
         ]),
-    )
+    ))
 }
 
-async fn nmx_gpus(State(app): State<App>, Path(site): Path<String>, h: HeaderMap) -> Response {
-    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
-        return unauthorized();
-    }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    if s.nmx_out(&site) {
-        return nmx_down();
-    }
+async fn nmx_gpus(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    h: HeaderMap,
+) -> Result<Response, Response> {
+    let s = nmx_scenario(&app, &site, &h)?;
     let gpus: Vec<Value> = s
         .devices
         .iter()
@@ -552,17 +545,15 @@ async fn nmx_gpus(State(app): State<App>, Path(site): Path<String>, h: HeaderMap
             })
         })
         .collect();
-    body(StatusCode::OK, Value::Array(gpus))
+    Ok(body(StatusCode::OK, Value::Array(gpus)))
 }
 
-async fn nmx_nodes(State(app): State<App>, Path(site): Path<String>, h: HeaderMap) -> Response {
-    if header(&h, "authorization") != basic(NMX_USER, NMX_PASSWORD) {
-        return unauthorized();
-    }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    if s.nmx_out(&site) {
-        return nmx_down();
-    }
+async fn nmx_nodes(
+    State(app): State<App>,
+    Path(site): Path<String>,
+    h: HeaderMap,
+) -> Result<Response, Response> {
+    let s = nmx_scenario(&app, &site, &h)?;
     let nodes: Vec<Value> = s
         .devices
         .iter()
@@ -572,5 +563,5 @@ async fn nmx_nodes(State(app): State<App>, Path(site): Path<String>, h: HeaderMa
                    "GpuIDList": (0..GPUS_PER_DEVICE).map(|k| gpu_id(d, k)).collect::<Vec<_>>()})
         })
         .collect();
-    body(StatusCode::OK, Value::Array(nodes))
+    Ok(body(StatusCode::OK, Value::Array(nodes)))
 }

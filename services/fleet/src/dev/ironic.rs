@@ -54,7 +54,7 @@ fn with_node(
     if header(h, "x-auth-token") != KEYSTONE_TOKEN {
         return ironic_error(StatusCode::UNAUTHORIZED, "Authentication required");
     }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = app.lock();
     if s.outages.ironic {
         return ironic_error(
             StatusCode::SERVICE_UNAVAILABLE,

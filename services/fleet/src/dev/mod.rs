@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::FleetConfig;
+use crate::connector_cmd::ConnectorCommand;
 use anyhow::Context;
 use fleet_runtime::shutdown::ShutdownTrigger;
 use fleet_runtime::Shutdown;
@@ -294,22 +295,22 @@ fn with_database(url: &str, db: &str) -> String {
 
 impl DevMesh {
     /// Starts everything; on an error what was started is stopped again.
-    pub async fn start(mut config: FleetConfig, opts: DevOptions) -> anyhow::Result<DevMesh> {
+    pub async fn start(config: FleetConfig, opts: DevOptions) -> anyhow::Result<DevMesh> {
         let mut infra = infra::Infra::default();
-        match Self::start_inner(&mut config, &opts, &mut infra).await {
-            Ok(parts) => Ok(parts.into_mesh(config, opts, infra)),
-            Err(e) => {
-                infra.stop().await;
-                Err(e)
-            }
+        let started = Self::start_inner(config, opts, &mut infra).await;
+        if started.is_err() {
+            infra.stop().await;
         }
+        started
     }
 
+    /// Starts everything; the infrastructure it starts is in `infra` until
+    /// the mesh takes it over.
     async fn start_inner(
-        config: &mut FleetConfig,
-        opts: &DevOptions,
+        mut config: FleetConfig,
+        opts: DevOptions,
         infra: &mut infra::Infra,
-    ) -> anyhow::Result<Parts> {
+    ) -> anyhow::Result<DevMesh> {
         if !infra::answers(&config.nats.url, 4222).await {
             tracing::info!(url = %config.nats.display_url(), "NATS does not answer; starting nats-server");
             config.nats.url = infra.start_nats().await?;
@@ -411,7 +412,7 @@ impl DevMesh {
             .cloned()
             .collect();
         wiring::wire_connectors(
-            config,
+            &mut config,
             &endpoints,
             &sites,
             &standalone,
@@ -440,29 +441,27 @@ impl DevMesh {
         // unresolved observations at 100,000), and the devices would wait a
         // whole resync interval for their first snapshot.
         let gate = (pool.clone(), opts.devices);
-        let spawn = |name: &'static str,
-                     tasks: &mut Vec<Task>,
-                     after_import: bool,
-                     f: fn(FleetConfig, Shutdown) -> futures_boxed::BoxRun| {
-            let (trigger, mut shutdown) = Shutdown::new();
-            let config = config.clone();
-            let gate = after_import.then(|| gate.clone());
-            let handle = tokio::spawn(async move {
-                if let Some((pool, n)) = gate {
-                    tokio::select! {
-                        _ = imported(&pool, n) => {}
-                        _ = shutdown.wait() => return Ok(()),
+        let spawn =
+            |name: &'static str, tasks: &mut Vec<Task>, after_import: bool, service: Service| {
+                let (trigger, mut shutdown) = Shutdown::new();
+                let config = config.clone();
+                let gate = after_import.then(|| gate.clone());
+                let handle = tokio::spawn(async move {
+                    if let Some((pool, n)) = gate {
+                        tokio::select! {
+                            _ = imported(&pool, n) => {}
+                            _ = shutdown.wait() => return Ok(()),
+                        }
                     }
-                }
-                f(config, shutdown).await
-            });
-            tasks.push(Task {
-                name,
-                trigger,
-                handle,
-                _runtime: None,
-            });
-        };
+                    service.run(config, shutdown).await
+                });
+                tasks.push(Task {
+                    name,
+                    trigger,
+                    handle,
+                    _runtime: None,
+                });
+            };
         if let Some(threads) = opts.hub_threads {
             // Everything the hub spawns (its NATS connection, pool, lanes,
             // relay) runs on these threads.
@@ -485,9 +484,7 @@ impl DevMesh {
                 _runtime: Some(OwnRuntime(Some(rt))),
             });
         } else {
-            spawn("hub", &mut tasks, false, |c, s| {
-                Box::pin(fleet_hub::run(c.common(), c.hub, s))
-            });
+            spawn("hub", &mut tasks, false, Service::Hub);
         }
         // The connectors' first reads create devices through the hub: wait
         // until it answers.
@@ -502,73 +499,25 @@ impl DevMesh {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if let Err(e) = set_up_inventory(config, &sites, &standalone).await {
+        if let Err(e) = set_up_inventory(&config, &sites, &standalone).await {
             for t in &tasks {
                 t.trigger.trigger();
             }
             return Err(e);
         }
-        spawn("api", &mut tasks, false, |c, s| {
-            Box::pin(fleet_api::run(c.common(), c.api, s))
-        });
+        spawn("api", &mut tasks, false, Service::Api);
         if opts.consumers {
-            spawn("placer", &mut tasks, false, |c, s| {
-                Box::pin(fleet_placer::run(c.common(), c.placer, s))
-            });
-            spawn("gateway", &mut tasks, false, |c, s| {
-                Box::pin(fleet_gateway::run(c.common(), c.gateway, s))
-            });
-            spawn("radar", &mut tasks, false, |c, s| {
-                Box::pin(fleet_radar::run(c.common(), c.radar, s))
-            });
+            spawn("placer", &mut tasks, false, Service::Placer);
+            spawn("gateway", &mut tasks, false, Service::Gateway);
+            spawn("radar", &mut tasks, false, Service::Radar);
         }
         // The workflow service runs the handover's front-end flips, so it
         // runs without the other consumers too.
-        spawn("workflow", &mut tasks, false, |c, s| {
-            Box::pin(fleet_workflow::run(c.common(), c.workflow, s))
-        });
-        spawn("connector-netbox", &mut tasks, false, |c, s| {
-            Box::pin(fleet_connector_netbox::run(
-                c.common(),
-                c.connectors.netbox,
-                s,
-            ))
-        });
-        spawn("connector-openstack", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_openstack::run(
-                c.common(),
-                c.connectors.openstack,
-                s,
-            ))
-        });
-        spawn("connector-slurm", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_slurm::run(
-                c.common(),
-                c.connectors.slurm,
-                s,
-            ))
-        });
-        spawn("connector-health", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_health::run(
-                c.common(),
-                c.connectors.health,
-                s,
-            ))
-        });
-        spawn("connector-borneo", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_borneo::run(
-                c.common(),
-                c.connectors.borneo,
-                s,
-            ))
-        });
-        spawn("connector-fabric", &mut tasks, true, |c, s| {
-            Box::pin(fleet_connector_fabric::run(
-                c.common(),
-                c.connectors.fabric,
-                s,
-            ))
-        });
+        spawn("workflow", &mut tasks, false, Service::Workflow);
+        for (which, name) in ConnectorCommand::ALL {
+            let after_import = which != ConnectorCommand::Netbox;
+            spawn(name, &mut tasks, after_import, Service::Connector(which));
+        }
         // Every service answers before the mesh is handed over: one that
         // ended at start (an error it could not wait out) is named here,
         // not left for a caller to find by its silence.
@@ -640,18 +589,25 @@ impl DevMesh {
                 }
             }));
         }
-        Ok(Parts {
+        Ok(DevMesh {
+            api_url: format!("http://{}", config.api.listen),
+            hub_metrics_url: format!("http://{hub_listen}/metrics"),
+            config,
             scenario,
             endpoints,
             token,
-            hub_listen,
             pool,
+            devices: opts.devices,
+            consumers: opts.consumers,
+            resync_secs: opts.resync_secs,
             paused,
             held,
             busy,
             agents_busy,
             tasks,
             sim_tasks,
+            infra: std::mem::take(infra),
+            isolate: opts.isolate,
             admin_url,
             db_name,
         })
@@ -813,52 +769,30 @@ impl DevMesh {
     }
 }
 
-struct Parts {
-    scenario: servers::Shared,
-    endpoints: servers::Endpoints,
-    token: String,
-    hub_listen: String,
-    pool: PgPool,
-    paused: Arc<std::sync::atomic::AtomicBool>,
-    held: Arc<std::sync::atomic::AtomicBool>,
-    busy: Arc<std::sync::atomic::AtomicBool>,
-    agents_busy: Arc<std::sync::atomic::AtomicUsize>,
-    tasks: Vec<Task>,
-    sim_tasks: Vec<JoinHandle<()>>,
-    admin_url: String,
-    db_name: String,
+/// A service `fleet dev` runs as a task of its own.
+#[derive(Clone, Copy)]
+enum Service {
+    Hub,
+    Api,
+    Placer,
+    Gateway,
+    Radar,
+    Workflow,
+    Connector(ConnectorCommand),
 }
 
-impl Parts {
-    fn into_mesh(self, config: FleetConfig, opts: DevOptions, infra: infra::Infra) -> DevMesh {
-        DevMesh {
-            api_url: format!("http://{}", config.api.listen),
-            hub_metrics_url: format!("http://{}/metrics", self.hub_listen),
-            config,
-            scenario: self.scenario,
-            endpoints: self.endpoints,
-            token: self.token,
-            pool: self.pool,
-            devices: opts.devices,
-            consumers: opts.consumers,
-            resync_secs: opts.resync_secs,
-            paused: self.paused,
-            held: self.held,
-            busy: self.busy,
-            agents_busy: self.agents_busy,
-            tasks: self.tasks,
-            sim_tasks: self.sim_tasks,
-            infra,
-            isolate: opts.isolate,
-            admin_url: self.admin_url,
-            db_name: self.db_name,
+impl Service {
+    async fn run(self, c: FleetConfig, s: Shutdown) -> anyhow::Result<()> {
+        match self {
+            Service::Hub => fleet_hub::run(c.common(), c.hub, s).await,
+            Service::Api => fleet_api::run(c.common(), c.api, s).await,
+            Service::Placer => fleet_placer::run(c.common(), c.placer, s).await,
+            Service::Gateway => fleet_gateway::run(c.common(), c.gateway, s).await,
+            Service::Radar => fleet_radar::run(c.common(), c.radar, s).await,
+            Service::Workflow => fleet_workflow::run(c.common(), c.workflow, s).await,
+            Service::Connector(which) => crate::connector_cmd::run(c, which, s).await,
         }
     }
-}
-
-mod futures_boxed {
-    pub type BoxRun =
-        std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
 }
 
 async fn evolve(

@@ -33,14 +33,19 @@ fn server_json(d: &SimDevice) -> Value {
 }
 
 /// Runs `f` on the node bound to server `id` at `site` under the scenario
-/// lock; 404 `itemNotFound` for a server Nova does not have.
+/// lock, after the token check; 404 `itemNotFound` for a server Nova does
+/// not have.
 fn with_server(
     app: &App,
+    h: &HeaderMap,
     site: &str,
     id: &str,
     f: impl FnOnce(&mut SimDevice) -> Response,
 ) -> Response {
-    let mut scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = refused(h) {
+        return r;
+    }
+    let mut scenario = app.lock();
     match scenario
         .devices
         .iter_mut()
@@ -66,18 +71,6 @@ fn refused(h: &HeaderMap) -> Option<Response> {
     })
 }
 
-fn new_id() -> String {
-    let h = format!("{:032x}", rand::random::<u128>());
-    format!(
-        "{}-{}-4{}-8{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
-}
-
 /// `POST /servers` (compute 2.74: `hypervisor_hostname` names the node):
 /// 202 with the new server's id, the node bound and `active`; 400 when the
 /// node cannot take it ("No valid host was found").
@@ -101,7 +94,7 @@ pub(crate) async fn create(
             );
         }
     }
-    let mut scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let mut scenario = app.lock();
     let Some(d) = scenario.node_mut(&site, text("hypervisor_hostname")) else {
         return fault(
             StatusCode::BAD_REQUEST,
@@ -128,7 +121,7 @@ pub(crate) async fn create(
             ),
         );
     }
-    let id = new_id();
+    let id = uuid::Uuid::new_v4().to_string();
     d.instance_uuid = Some(id.clone());
     d.instance_info = Some(json!({"image_source": text("imageRef"), "flavor": text("flavorRef")}));
     d.provision_state = "active";
@@ -146,10 +139,7 @@ pub(crate) async fn show(
     Path((site, id)): Path<(String, String)>,
     h: HeaderMap,
 ) -> Response {
-    if let Some(r) = refused(&h) {
-        return r;
-    }
-    with_server(&app, &site, &id, |d| {
+    with_server(&app, &h, &site, &id, |d| {
         body(StatusCode::OK, json!({"server": server_json(d)}))
     })
 }
@@ -171,7 +161,7 @@ pub(crate) async fn detail(
         return r;
     }
     let name = q.name.as_deref().map(fleet_openstack::nova::name_of_filter);
-    let scenario = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let scenario = app.lock();
     let servers: Vec<Value> = scenario
         .devices
         .iter()
@@ -189,10 +179,7 @@ pub(crate) async fn delete(
     Path((site, id)): Path<(String, String)>,
     h: HeaderMap,
 ) -> Response {
-    if let Some(r) = refused(&h) {
-        return r;
-    }
-    with_server(&app, &site, &id, |d| {
+    with_server(&app, &h, &site, &id, |d| {
         d.instance_uuid = None;
         d.instance_info = None;
         d.provision_state = "available";

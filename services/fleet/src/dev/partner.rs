@@ -85,7 +85,7 @@ async fn machines(
             }
         },
     };
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = app.lock();
     let listed: Vec<usize> = s
         .devices
         .iter()

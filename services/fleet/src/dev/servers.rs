@@ -6,7 +6,11 @@
 //! real connectors run unchanged against them. Every site is a path prefix
 //! (`/<site>/...`), every switch too (`/<switch>/nvue_v1/...`).
 
-use std::sync::{Arc, Mutex};
+// A refusal is the HTTP response the handler answers with: the gates
+// return it as their error, whatever its size.
+#![allow(clippy::result_large_err)]
+
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -17,7 +21,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::dev::engine::{Scenario, CUSTOMER_READY_TRAIT};
+use crate::dev::engine::{Scenario, SimDevice, CUSTOMER_READY_TRAIT};
 use crate::dev::ironic;
 use crate::dev::nova;
 
@@ -33,6 +37,14 @@ pub type Shared = Arc<Mutex<Scenario>>;
 pub(crate) struct App {
     pub(crate) scenario: Shared,
     pub(crate) base: String,
+}
+
+impl App {
+    /// The scenario, locked (a panic elsewhere does not poison it for the
+    /// simulated systems).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Scenario> {
+        self.scenario.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub(crate) fn body(status: StatusCode, v: Value) -> Response {
@@ -171,7 +183,7 @@ async fn netbox_devices(
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 1000);
     let offset = q.offset.unwrap_or(0);
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     let site = q.site.unwrap_or_default();
     let all: Vec<_> = s
         .devices
@@ -313,7 +325,7 @@ async fn ironic_nodes(
     if q.detail.as_deref().map(str::to_ascii_lowercase).as_deref() != Some("true") {
         return ironic_error(StatusCode::BAD_REQUEST, "expected detail=true");
     }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     if s.outages.ironic {
         return ironic_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -363,22 +375,17 @@ async fn placement_rps(
     Path(site): Path<String>,
     Query(q): Query<RpQuery>,
     h: HeaderMap,
-) -> Response {
-    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
-        return body(
-            StatusCode::UNAUTHORIZED,
-            json!({"errors": [{"status": 401, "title": "Unauthorized", "detail": "unauthorized"}]}),
-        );
-    }
+) -> Result<Response, Response> {
+    placement_auth(&h)?;
     let required = q.required.unwrap_or_default();
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     let rps: Vec<Value> = s
         .devices
         .iter()
         .filter(|d| d.site == site && (required.is_empty() || (required == CUSTOMER_READY_TRAIT && d.customer_ready)))
         .map(|d| json!({"uuid": d.uuid, "name": d.uuid, "generation": 2, "root_provider_uuid": d.uuid, "parent_provider_uuid": null}))
         .collect();
-    body(StatusCode::OK, json!({ "resource_providers": rps }))
+    Ok(body(StatusCode::OK, json!({ "resource_providers": rps })))
 }
 
 /// The traits every simulated provider carries besides customer-ready.
@@ -391,7 +398,31 @@ fn placement_error(status: StatusCode, detail: &str) -> Response {
     )
 }
 
-fn traits_of(d: &crate::dev::engine::SimDevice) -> Value {
+/// The token check every Placement call makes.
+fn placement_auth(h: &HeaderMap) -> Result<(), Response> {
+    if header(h, "x-auth-token") != KEYSTONE_TOKEN {
+        return Err(placement_error(StatusCode::UNAUTHORIZED, "unauthorized"));
+    }
+    Ok(())
+}
+
+/// The resource provider `uuid` at `site`: a node of the scenario.
+fn provider<'a>(
+    s: &'a mut Scenario,
+    site: &str,
+    uuid: &str,
+) -> Result<&'a mut SimDevice, Response> {
+    s.by_uuid_mut(uuid)
+        .filter(|d| d.site == site)
+        .ok_or_else(|| {
+            placement_error(
+                StatusCode::NOT_FOUND,
+                &format!("No resource provider with uuid {uuid} found"),
+            )
+        })
+}
+
+fn traits_of(d: &SimDevice) -> Value {
     let mut t = vec![HARDWARE_TRAIT];
     if d.customer_ready {
         t.insert(0, CUSTOMER_READY_TRAIT);
@@ -404,18 +435,13 @@ async fn placement_traits(
     State(app): State<App>,
     Path((site, uuid)): Path<(String, String)>,
     h: HeaderMap,
-) -> Response {
-    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
-        return placement_error(StatusCode::UNAUTHORIZED, "unauthorized");
-    }
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    match s.by_uuid_mut(&uuid).filter(|d| d.site == site) {
-        Some(d) => body(StatusCode::OK, traits_of(d)),
-        None => placement_error(
-            StatusCode::NOT_FOUND,
-            &format!("No resource provider with uuid {uuid} found"),
-        ),
-    }
+) -> Result<Response, Response> {
+    placement_auth(&h)?;
+    let mut s = app.lock();
+    Ok(body(
+        StatusCode::OK,
+        traits_of(provider(&mut s, &site, &uuid)?),
+    ))
 }
 
 /// `PUT /resource_providers/{uuid}/traits`: the whole list under the
@@ -426,36 +452,29 @@ async fn placement_put_traits(
     Path((site, uuid)): Path<(String, String)>,
     h: HeaderMap,
     axum::Json(req): axum::Json<Value>,
-) -> Response {
-    if header(&h, "x-auth-token") != KEYSTONE_TOKEN {
-        return placement_error(StatusCode::UNAUTHORIZED, "unauthorized");
-    }
+) -> Result<Response, Response> {
+    placement_auth(&h)?;
     let (Some(traits), Some(generation)) = (
         req["traits"].as_array(),
         req["resource_provider_generation"].as_i64(),
     ) else {
-        return placement_error(
+        return Err(placement_error(
             StatusCode::BAD_REQUEST,
             "traits and resource_provider_generation are required",
-        );
+        ));
     };
     let ready = traits.iter().any(|t| t == CUSTOMER_READY_TRAIT);
-    let mut s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(d) = s.by_uuid_mut(&uuid).filter(|d| d.site == site) else {
-        return placement_error(
-            StatusCode::NOT_FOUND,
-            &format!("No resource provider with uuid {uuid} found"),
-        );
-    };
+    let mut s = app.lock();
+    let d = provider(&mut s, &site, &uuid)?;
     if d.placement_generation != generation {
-        return placement_error(
+        return Err(placement_error(
             StatusCode::CONFLICT,
             "resource provider generation conflict",
-        );
+        ));
     }
     d.customer_ready = ready;
     d.placement_generation += 1;
-    body(StatusCode::OK, traits_of(d))
+    Ok(body(StatusCode::OK, traits_of(d)))
 }
 
 // ---- slurmrestd v0.0.38, per site under /<site>/ ----
@@ -503,7 +522,7 @@ async fn slurm_nodes(State(app): State<App>, Path((site, v)): Path<(String, Stri
     if v != "v0.0.38" {
         return slurm_not_found();
     }
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
+    let s = app.lock();
     if s.outages.slurm {
         return body(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -560,8 +579,8 @@ async fn prometheus_query(
         );
     };
     let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
-    let s = app.scenario.lock().unwrap_or_else(|e| e.into_inner());
-    let value = |d: &crate::dev::engine::SimDevice| -> Option<u8> {
+    let s = app.lock();
+    let value = |d: &SimDevice| -> Option<u8> {
         match metric.as_str() {
             "chassis_health" | "redfish_thermal_health" => Some(d.health),
             "nvidia_fpga_health" => None,

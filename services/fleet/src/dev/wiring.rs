@@ -37,47 +37,33 @@ pub(crate) fn wire_connectors(
     fabric_resync: f64,
 ) {
     let nb = &mut config.connectors.netbox;
-    nb.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    nb.listen = connector_listen();
     nb.url = e.netbox.clone();
-    nb.token = Credential {
-        value: Secret::new(servers::NETBOX_TOKEN),
-        ..Default::default()
-    };
+    nb.token = inline(servers::NETBOX_TOKEN);
     nb.auth_scheme = "token".into();
     nb.page_size = 1000;
     nb.poll = fast_poll(resync);
-    nb.sites = sites.iter().map(|s| (s.clone(), s.clone())).collect();
+    nb.sites = per_site(sites, |s| s.clone());
     // Devices join their site's pool (created below), so allocations and
     // capacity can be tried on the dev mesh.
-    nb.pools = sites.iter().map(|s| (s.clone(), dev_pool(s))).collect();
+    nb.pools = per_site(sites, |s| dev_pool(s));
 
     let os = &mut config.connectors.openstack;
-    os.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    os.listen = connector_listen();
     os.page_size = 1000;
     os.customer_ready_trait = engine::CUSTOMER_READY_TRAIT.into();
     os.poll = fast_poll(resync);
-    os.sites = sites
-        .iter()
-        .map(|s| {
-            (
-                s.clone(),
-                OpenstackSiteConfig {
-                    auth_url: format!("{}/{s}/identity/v3", e.openstack),
-                    username: servers::OPENSTACK_USER.into(),
-                    password: Credential {
-                        value: Secret::new(servers::OPENSTACK_PASSWORD),
-                        ..Default::default()
-                    },
-                    project_name: servers::OPENSTACK_PROJECT.into(),
-                    ironic_url: format!("{}/{s}/ironic", e.openstack),
-                    placement_url: format!("{}/{s}/placement", e.openstack),
-                    placement_enabled: !standalone.contains(s),
-                    maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
+    os.sites = per_site(sites, |s| OpenstackSiteConfig {
+        auth_url: format!("{}/{s}/identity/v3", e.openstack),
+        username: servers::OPENSTACK_USER.into(),
+        password: inline(servers::OPENSTACK_PASSWORD),
+        project_name: servers::OPENSTACK_PROJECT.into(),
+        ironic_url: format!("{}/{s}/ironic", e.openstack),
+        placement_url: format!("{}/{s}/placement", e.openstack),
+        placement_enabled: !standalone.contains(s),
+        maintenance_project_id: engine::MAINTENANCE_PROJECT.into(),
+        ..Default::default()
+    });
 
     // The workflow service reaches the same Keystone, Ironic and Placement
     // (impairment cordons and releases write the simulated Placement's
@@ -128,87 +114,58 @@ pub(crate) fn wire_connectors(
         .collect();
 
     let h = &mut config.connectors.health;
-    h.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    h.listen = connector_listen();
     h.poll = fast_poll(resync);
-    h.sites = sites
-        .iter()
-        .map(|s| {
-            (
-                s.clone(),
-                HealthSiteConfig {
-                    url: format!("{}/{s}", e.prometheus),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
+    h.sites = per_site(sites, |s| HealthSiteConfig {
+        url: format!("{}/{s}", e.prometheus),
+        ..Default::default()
+    });
 
     let b = &mut config.connectors.borneo;
-    b.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    b.listen = connector_listen();
     b.url = e.borneo.clone();
     b.token_url = format!("{}/oauth2/token", e.borneo);
     b.client_id = partner::CLIENT_ID.into();
-    b.client_secret = Credential {
-        value: Secret::new(partner::CLIENT_SECRET),
-        ..Default::default()
-    };
+    b.client_secret = inline(partner::CLIENT_SECRET);
     b.page_size = 500;
     b.poll = fast_poll(resync);
-    b.sites = sites
-        .iter()
-        .map(|s| (s.clone(), partner::partner_of(s)))
-        .collect();
+    b.sites = per_site(sites, |s| partner::partner_of(s));
 
     let f = &mut config.connectors.fabric;
-    f.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    f.listen = connector_listen();
     f.netbox_url = e.netbox.clone();
-    f.netbox_token = Credential {
-        value: Secret::new(servers::NETBOX_TOKEN),
-        ..Default::default()
-    };
+    f.netbox_token = inline(servers::NETBOX_TOKEN);
     f.netbox_auth_scheme = "token".into();
     f.netbox_page_size = 1000;
     f.nvue_username = fabric::NVUE_USER.into();
-    f.nvue_password = Credential {
-        value: Secret::new(fabric::NVUE_PASSWORD),
-        ..Default::default()
-    };
+    f.nvue_password = inline(fabric::NVUE_PASSWORD);
     f.nvue_revision = "operational".into();
     f.poll = fast_poll(fabric_resync);
-    f.sites = sites
-        .iter()
-        .map(|s| {
-            let site_racks: Vec<&String> = racks
+    f.sites = per_site(sites, |s| {
+        let site_racks: Vec<&String> = racks
+            .iter()
+            .filter(|r| r.starts_with(&format!("{s}-")))
+            .collect();
+        let switches = |name: fn(&str) -> String| {
+            site_racks
                 .iter()
-                .filter(|r| r.starts_with(&format!("{s}-")))
-                .collect();
-            let switches = |name: fn(&str) -> String| {
-                site_racks
-                    .iter()
-                    .map(|r| (name(r), format!("{}/{}", e.nvue, name(r))))
-                    .collect()
-            };
-            (
-                s.clone(),
-                FabricSiteConfig {
-                    netbox_site: s.clone(),
-                    frontend_switches: switches(engine::frontend_switch),
-                    backend_switches: switches(engine::backend_switch),
-                    customer_vrfs: vec![format!("{}*", engine::CUSTOMER_VRF_PREFIX)],
-                    maintenance_vrf: engine::MAINTENANCE_VRF.into(),
-                    exclude_peers: vec!["spine-*".into()],
-                    nmx_url: format!("{}/{s}", e.nmx),
-                    nmx_username: fabric::NMX_USER.into(),
-                    nmx_password: Credential {
-                        value: Secret::new(fabric::NMX_PASSWORD),
-                        ..Default::default()
-                    },
-                    repair_partition: engine::REPAIR_PARTITION.into(),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
+                .map(|r| (name(r), format!("{}/{}", e.nvue, name(r))))
+                .collect()
+        };
+        FabricSiteConfig {
+            netbox_site: s.clone(),
+            frontend_switches: switches(engine::frontend_switch),
+            backend_switches: switches(engine::backend_switch),
+            customer_vrfs: vec![format!("{}*", engine::CUSTOMER_VRF_PREFIX)],
+            maintenance_vrf: engine::MAINTENANCE_VRF.into(),
+            exclude_peers: vec!["spine-*".into()],
+            nmx_url: format!("{}/{s}", e.nmx),
+            nmx_username: fabric::NMX_USER.into(),
+            nmx_password: inline(fabric::NMX_PASSWORD),
+            repair_partition: engine::REPAIR_PARTITION.into(),
+            ..Default::default()
+        }
+    });
 
     // The workflow service flips the same simulated switches and moves the
     // same NMX-M's partitions (the handover's front-end flips are its jobs).
@@ -242,21 +199,13 @@ pub(crate) fn wire_connectors(
     }
 
     let sl = &mut config.connectors.slurm;
-    sl.listen = free_addr().unwrap_or_else(|_| "127.0.0.1:0".into());
+    sl.listen = connector_listen();
     sl.poll = fast_poll(resync);
-    sl.sites = sites
-        .iter()
-        .map(|s| {
-            (
-                s.clone(),
-                SlurmSiteConfig {
-                    url: format!("{}/{s}", e.slurm),
-                    api_version: "v0.0.38".into(),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
+    sl.sites = per_site(sites, |s| SlurmSiteConfig {
+        url: format!("{}/{s}", e.slurm),
+        api_version: "v0.0.38".into(),
+        ..Default::default()
+    });
 
     // Burn-in runs as jobs on the simulated slurmrestd (each node's
     // feature is its name); the sites have an acceptance policy whose
@@ -277,22 +226,32 @@ pub(crate) fn wire_connectors(
         stage,
         scope,
     };
-    config.api.standup.sites = sites
-        .iter()
-        .map(|s| {
-            (
-                s.clone(),
-                AcceptancePolicy {
-                    gates: vec![
-                        gate("node_health", Stage::SingleNodeTest, GateScope::Device),
-                        gate("nvlink_domain", Stage::MultiNodeTest, GateScope::Rack),
-                        gate("pod", Stage::MultiNodeTest, GateScope::Pool),
-                    ],
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
+    config.api.standup.sites = per_site(sites, |_| AcceptancePolicy {
+        gates: vec![
+            gate("node_health", Stage::SingleNodeTest, GateScope::Device),
+            gate("nvlink_domain", Stage::MultiNodeTest, GateScope::Rack),
+            gate("pod", Stage::MultiNodeTest, GateScope::Pool),
+        ],
+        ..Default::default()
+    });
+}
+
+/// A map with an entry per site, as `entry` makes it.
+fn per_site<V, M: FromIterator<(String, V)>>(sites: &[String], entry: impl Fn(&String) -> V) -> M {
+    sites.iter().map(|s| (s.clone(), entry(s))).collect()
+}
+
+/// A secret given in the configuration itself.
+fn inline(secret: &str) -> Credential {
+    Credential {
+        value: Secret::new(secret),
+        ..Default::default()
+    }
+}
+
+/// A connector's listen address: a free port of this host.
+fn connector_listen() -> String {
+    free_addr().unwrap_or_else(|_| "127.0.0.1:0".into())
 }
 
 /// The burn-in the dev mesh submits (the simulated slurmrestd decides the
