@@ -28,6 +28,16 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// What the message of the outage this fault causes says of it, under
+    /// [`fast_poll`]'s request timeout.
+    pub fn outage_fragment(&self) -> String {
+        match self {
+            Fault::Status(code, _) => format!("HTTP {code}"),
+            Fault::Hang => "did not answer within 400 ms".into(),
+            Fault::Malformed => "malformed body".into(),
+        }
+    }
+
     fn response(&self) -> ResponseTemplate {
         match self {
             Fault::Status(code, body) => {
@@ -444,20 +454,30 @@ pub fn snap_cond<'a>(s: &'a v1::ConditionSnapshot, t: &str) -> Option<&'a v1::Co
     s.conditions.iter().find(|c| c.r#type == t)
 }
 
-/// `(status, reason, message)` of a stored condition row.
-pub async fn condition_row(
+/// `(status, reason, message, source)` of a stored condition row.
+pub async fn condition_row_with_source(
     env: &TestEnv,
     device_id: &str,
     t: &str,
-) -> Option<(String, String, String)> {
+) -> Option<(String, String, String, String)> {
     sqlx::query_as(
-        "SELECT status, reason, message FROM device_conditions WHERE device_id = $1 AND type = $2",
+        "SELECT status, reason, message, source FROM device_conditions WHERE device_id = $1 AND type = $2",
     )
     .bind(device_id)
     .bind(t)
     .fetch_optional(&env.pool)
     .await
     .unwrap()
+}
+
+/// `(status, reason, message)` of a stored condition row.
+pub async fn condition_row(
+    env: &TestEnv,
+    device_id: &str,
+    t: &str,
+) -> Option<(String, String, String)> {
+    let (status, reason, message, _) = condition_row_with_source(env, device_id, t).await?;
+    Some((status, reason, message))
 }
 
 /// A port free right now, for an ops listener a test scrapes.

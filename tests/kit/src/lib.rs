@@ -712,6 +712,14 @@ pub type ServiceTask = (
     tokio::task::JoinHandle<()>,
 );
 
+/// A service a `start_*` function started: the service itself, the trigger
+/// that stops it and its task.
+pub type Started<S> = (
+    std::sync::Arc<S>,
+    fleet_runtime::shutdown::ShutdownTrigger,
+    tokio::task::JoinHandle<()>,
+);
+
 /// The services a test started, stopped in the order they were given
 /// (the service that depends on the others first).
 pub struct Services(Vec<ServiceTask>);
@@ -731,19 +739,62 @@ impl Services {
 }
 
 /// Runs a hub against the environment until its trigger fires.
-pub async fn start_hub(
-    env: &TestEnv,
-) -> (
-    std::sync::Arc<fleet_hub::Hub>,
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-) {
+pub async fn start_hub(env: &TestEnv) -> Started<fleet_hub::Hub> {
     let hub = fleet_hub::Hub::connect(env.common.clone(), env.hub.clone())
         .await
         .expect("hub connects");
     let h = hub.clone();
     let (trigger, task) = spawn_service("the hub", |s| fleet_hub::run_with(h, s));
     (hub, trigger, task)
+}
+
+/// A hub running against a test environment until it is stopped; it reads
+/// as the hub itself (its metrics, its ops address).
+pub struct RunningHub {
+    hub: std::sync::Arc<fleet_hub::Hub>,
+    trigger: fleet_runtime::shutdown::ShutdownTrigger,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningHub {
+    pub async fn start(env: &TestEnv) -> RunningHub {
+        let (hub, trigger, task) = start_hub(env).await;
+        RunningHub { hub, trigger, task }
+    }
+
+    /// Stops the hub, which must end cleanly, and removes the environment.
+    pub async fn stop(self, env: TestEnv) {
+        stop(self.trigger, self.task).await;
+        env.cleanup().await;
+    }
+
+    /// Stops the hub without looking at how its task ended, and removes
+    /// the environment.
+    pub async fn stop_unchecked(self, env: TestEnv) {
+        self.trigger.trigger();
+        let _ = self.task.await;
+        env.cleanup().await;
+    }
+}
+
+impl std::ops::Deref for RunningHub {
+    type Target = fleet_hub::Hub;
+
+    fn deref(&self) -> &fleet_hub::Hub {
+        &self.hub
+    }
+}
+
+/// When `source` last observed the device `id`, as its freshness row says.
+pub async fn observed_at(env: &TestEnv, id: &str, source: &str) -> Option<DateTime<Utc>> {
+    sqlx::query_scalar(
+        "SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = $2",
+    )
+    .bind(id)
+    .bind(source)
+    .fetch_optional(&env.pool)
+    .await
+    .unwrap()
 }
 
 /// Collects every `StatusChanged` on STATUS for a device.
@@ -814,13 +865,7 @@ pub async fn read_status(env: &TestEnv, filter: &str) -> Vec<v1::StatusChanged> 
 
 /// Runs a placer against the environment until its trigger fires; returns
 /// once it answers requests.
-pub async fn start_placer(
-    env: &TestEnv,
-) -> (
-    std::sync::Arc<fleet_placer::Placer>,
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-) {
+pub async fn start_placer(env: &TestEnv) -> Started<fleet_placer::Placer> {
     let config = fleet_placer::Config {
         listen: "127.0.0.1:0".into(),
         resync_interval: Duration::from_secs(2),
@@ -901,11 +946,7 @@ pub mod slurm;
 pub async fn start_workflow(
     env: &TestEnv,
     f: impl FnOnce(&mut fleet_workflow::Config),
-) -> (
-    std::sync::Arc<fleet_workflow::Workflow>,
-    fleet_runtime::shutdown::ShutdownTrigger,
-    tokio::task::JoinHandle<()>,
-) {
+) -> Started<fleet_workflow::Workflow> {
     let mut config = fleet_workflow::Config {
         listen: "127.0.0.1:0".into(),
         poll_interval: Duration::from_millis(100),

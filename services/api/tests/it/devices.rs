@@ -813,7 +813,7 @@ async fn api_filters_and_pagination_over_thousands() {
 async fn api_impairment_event_cordon_and_clear() {
     let env = TestEnv::new().await;
     let placement = fleet_testkit::placement::FakePlacement::start().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let site = placement.site_config();
     let (_w, w_trigger, w_task) = start_workflow(&env, |c| {
         c.sites.insert("s1".into(), site);
@@ -938,8 +938,7 @@ async fn api_impairment_event_cordon_and_clear() {
     assert_eq!(twice.code(), "INVALID_STATE");
     trigger.trigger();
     stop(w_trigger, w_task).await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 /// An event the storm guard holds shows the hold and each scope it

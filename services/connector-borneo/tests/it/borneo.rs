@@ -194,23 +194,13 @@ async fn custody_view(env: &TestEnv, id: &str) -> (String, Option<String>, Optio
     .unwrap()
 }
 
-async fn borneo_freshness(env: &TestEnv, id: &str) -> Option<DateTime<Utc>> {
-    sqlx::query_scalar(
-        "SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'borneo'",
-    )
-    .bind(id)
-    .fetch_optional(&env.pool)
-    .await
-    .unwrap()
-}
-
 /// Waits until the hub has applied `n` more Borneo polls to `id`.
 async fn polls_applied(env: &TestEnv, id: &str, n: usize) {
-    let mut last = borneo_freshness(env, id).await;
+    let mut last = observed_at(env, id, "borneo").await;
     for i in 0..n {
         last = Some(
             eventually(&format!("borneo poll {i} applied"), || async {
-                let now = borneo_freshness(env, id).await;
+                let now = observed_at(env, id, "borneo").await;
                 (now.is_some() && now != last).then_some(now.unwrap())
             })
             .await,

@@ -202,20 +202,9 @@ fn fabric_config(url: &str) -> fleet_connector_fabric::Config {
     config
 }
 
-async fn row(env: &TestEnv, id: &str, t: &str) -> Option<(String, String, String, String)> {
-    sqlx::query_as(
-        "SELECT status, reason, message, source FROM device_conditions WHERE device_id = $1 AND type = $2",
-    )
-    .bind(id)
-    .bind(t)
-    .fetch_optional(&env.pool)
-    .await
-    .unwrap()
-}
-
 async fn expect(env: &TestEnv, id: &str, t: &str, status: &str, reason: &str) -> String {
     eventually(&format!("{t} {status} {reason}"), || async {
-        let (s, r, m, _) = row(env, id, t).await?;
+        let (s, r, m) = condition_row(env, id, t).await?;
         (s == status && r == reason).then_some(m)
     })
     .await
@@ -230,7 +219,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     let mut env = TestEnv::new().await;
     let hub_port = free_port();
     env.hub.listen = format!("127.0.0.1:{hub_port}");
-    let (hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let f1 = env.create_device("s1", "gpu-f1-01").await;
     let f2 = env.create_device("s1", "gpu-f1-02").await;
     let (control, fake) = fabric_fake(FabricFake {
@@ -288,7 +277,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
         (NV, "nvlink-fabric"),
     ] {
         assert_eq!(
-            row(&env, &f1, t).await.unwrap().3,
+            condition_row_with_source(&env, &f1, t).await.unwrap().3,
             source,
             "a snapshot's source owns its type"
         );
@@ -413,7 +402,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     // exactly as written.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
-        row(&env, &f2, "BackendPortsInMaintenanceVrf")
+        condition_row_with_source(&env, &f2, "BackendPortsInMaintenanceVrf")
             .await
             .unwrap(),
         (
@@ -423,7 +412,9 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
             "backend-fabric".into()
         )
     );
-    assert!(row(&env, &f1, "FrontendPortsInCustomerVrf").await.is_none());
+    assert!(condition_row(&env, &f1, "FrontendPortsInCustomerVrf")
+        .await
+        .is_none());
 
     // A verified flip resolves the unguarded device; the series goes.
     writer
@@ -448,7 +439,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     })
     .await;
     assert_eq!(
-        row(&env, &f1, "NvLinkGpusInRepairPartition")
+        condition_row(&env, &f1, "NvLinkGpusInRepairPartition")
             .await
             .unwrap()
             .1,
@@ -466,7 +457,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
         "{m}"
     );
     assert_eq!(
-        row(&env, &f2, FE).await.unwrap().1,
+        condition_row(&env, &f2, FE).await.unwrap().1,
         "CustomerVrfNotObserved"
     );
     control.heal();
@@ -494,8 +485,7 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     expect(&env, &f1, BE, "True", "MaintenanceVrfObserved").await;
 
     connector.stop().await;
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 /// The drift query agrees with the domain's table for every combination of

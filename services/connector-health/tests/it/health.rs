@@ -300,10 +300,10 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
         "RedfishTelemetryUnavailable"
     );
 
-    let unreachable = |fragment: &'static str| {
+    let unreachable = |fragment: String| {
         move |s: &v1::ConditionSnapshot| {
             snap_cond(s, "ChassisHealth")
-                .is_some_and(|c| c.reason == "MimirUnreachable" && c.message.contains(fragment))
+                .is_some_and(|c| c.reason == "MimirUnreachable" && c.message.contains(&fragment))
         }
     };
     let assert_outage = |s: &v1::ConditionSnapshot| {
@@ -326,11 +326,12 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
         reader: &reader,
         connector: &connector,
     };
-    for (fault, fragment) in [
-        (Fault::Hang, "did not answer within 400 ms"),
-        (Fault::Malformed, "malformed body"),
-        (Fault::Status(502, "<html>Bad Gateway</html>"), "HTTP 502"),
+    for fault in [
+        Fault::Hang,
+        Fault::Malformed,
+        Fault::Status(502, "<html>Bad Gateway</html>"),
     ] {
+        let fragment = fault.outage_fragment();
         let s = outages
             .cycle("/prometheus/", fault, unreachable(fragment), chassis_read)
             .await;
@@ -338,7 +339,10 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
     }
     *fake.matrix.lock().unwrap() = true;
     let s = reader
-        .until("a range answer", unreachable("resultType \"matrix\""))
+        .until(
+            "a range answer",
+            unreachable("resultType \"matrix\"".into()),
+        )
         .await;
     assert_outage(&s);
     *fake.matrix.lock().unwrap() = false;

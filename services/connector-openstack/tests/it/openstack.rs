@@ -410,14 +410,7 @@ async fn openstack_keystone_ironic_placement_through_the_hub_with_token_refresh_
     .await;
     let at = Utc::now();
     eventually("fresh observations after the refresh", || async {
-        let f: Option<chrono::DateTime<Utc>> = sqlx::query_scalar(
-            "SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = 'openstack'",
-        )
-        .bind(&ids[0].0)
-        .fetch_optional(&env.pool)
-        .await
-        .unwrap();
-        (f > Some(at)).then_some(())
+        (observed_at(&env, &ids[0].0, "openstack").await > Some(at)).then_some(())
     })
     .await;
     assert_eq!(statuses(&env, &ids).await, want);
@@ -551,10 +544,8 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
         reader: &reader,
         connector: &connector,
     };
-    for (fault, fragment) in [
-        (Fault::Malformed, "malformed body"),
-        (Fault::Hang, "did not answer within"),
-    ] {
+    for fault in [Fault::Malformed, Fault::Hang] {
+        let fragment = fault.outage_fragment();
         let u2 = |s: &v1::ConditionSnapshot| -> Option<v1::Condition> {
             (key_of(s) == "u2").then(|| snap_cond(s, "IronicProvisionHealthy").cloned())?
         };
@@ -564,7 +555,7 @@ async fn openstack_standalone_ironic_traits_uuid_keys_malformed_and_timeout() {
                 fault,
                 |s| {
                     u2(s).is_some_and(|c| {
-                        c.reason == "IronicUnreachable" && c.message.contains(fragment)
+                        c.reason == "IronicUnreachable" && c.message.contains(&fragment)
                     })
                 },
                 |s| u2(s).is_some_and(|c| c.status == "False"),

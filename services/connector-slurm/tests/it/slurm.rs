@@ -156,7 +156,7 @@ async fn expect_statuses(env: &TestEnv, ids: &[String], want: [&str; 3]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_them() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let names = ["gpu01", "gpu02", "gpu03"];
     let mut ids = vec![];
     for n in names {
@@ -312,8 +312,7 @@ async fn slurm_through_the_hub_outage_keeps_mirrors_and_vanished_nodes_clear_the
 
     connector.stop().await;
     let _ = std::fs::remove_file(token_file);
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 /// v0.0.40: `state` is a token list, no `/openapi/v3`, the version found by
@@ -384,21 +383,19 @@ async fn slurm_v0_0_40_probing_timeouts_malformed_bodies_and_5xx_are_outages() {
         reader: &reader,
         connector: &connector,
     };
-    for (fault, fragment) in [
-        (Fault::Hang, "did not answer within 400 ms"),
-        (Fault::Malformed, "malformed body"),
-        (
-            Fault::Status(503, "<html>Service Unavailable</html>"),
-            "HTTP 503",
-        ),
+    for fault in [
+        Fault::Hang,
+        Fault::Malformed,
+        Fault::Status(503, "<html>Service Unavailable</html>"),
     ] {
+        let fragment = fault.outage_fragment();
         let s = outages
             .cycle(
                 "/slurm/v0.0.40/nodes",
                 fault,
                 |s| {
                     snap_cond(s, "SlurmRegistered").is_some_and(|c| {
-                        c.reason == "SchedulerUnreachable" && c.message.contains(fragment)
+                        c.reason == "SchedulerUnreachable" && c.message.contains(&fragment)
                     })
                 },
                 |s| {

@@ -1,51 +1,11 @@
 //! What the hub's tests share beyond `fleet_testkit`: a hub running on a
 //! fresh environment, and the reads and waits most tests repeat.
 
-use std::sync::Arc;
-
 use chrono::Utc;
 use fleet_proto::v1;
-use fleet_runtime::shutdown::ShutdownTrigger;
 use sqlx::postgres::PgRow;
 
 pub use fleet_testkit::*;
-
-/// A hub running against a test environment until it is stopped; it reads
-/// as the hub itself (its metrics, its ops address).
-pub struct RunningHub {
-    hub: Arc<fleet_hub::Hub>,
-    trigger: ShutdownTrigger,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RunningHub {
-    pub async fn start(env: &TestEnv) -> RunningHub {
-        let (hub, trigger, task) = start_hub(env).await;
-        RunningHub { hub, trigger, task }
-    }
-
-    /// Stops the hub, which must end cleanly, and removes the environment.
-    pub async fn stop(self, env: TestEnv) {
-        stop(self.trigger, self.task).await;
-        env.cleanup().await;
-    }
-
-    /// Stops the hub without looking at how its task ended, and removes
-    /// the environment.
-    pub async fn stop_unchecked(self, env: TestEnv) {
-        self.trigger.trigger();
-        let _ = self.task.await;
-        env.cleanup().await;
-    }
-}
-
-impl std::ops::Deref for RunningHub {
-    type Target = fleet_hub::Hub;
-
-    fn deref(&self) -> &fleet_hub::Hub {
-        &self.hub
-    }
-}
 
 /// A fresh environment with a hub running against it.
 pub async fn start() -> (TestEnv, RunningHub) {
@@ -115,18 +75,6 @@ pub async fn eventually_count(env: &TestEnv, what: &str, sql: &str, arg: &str, n
         (scalar::<i64>(env, sql, arg).await == n).then_some(())
     })
     .await;
-}
-
-/// When `source` last observed the device `id`, as its freshness row says.
-pub async fn observed_at(env: &TestEnv, id: &str, source: &str) -> Option<chrono::DateTime<Utc>> {
-    sqlx::query_scalar(
-        "SELECT observed_at FROM device_source_freshness WHERE device_id = $1 AND source = $2",
-    )
-    .bind(id)
-    .bind(source)
-    .fetch_optional(&env.pool)
-    .await
-    .unwrap()
 }
 
 /// A hub command: `source` writes `condition` of the device `id` (at s1),

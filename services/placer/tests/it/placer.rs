@@ -15,7 +15,6 @@ use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 use v1::hub_command::Command as C;
 
-use crate::support::start_hub;
 use crate::support::*;
 
 async fn version(env: &TestEnv, id: &str) -> i64 {
@@ -102,7 +101,7 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
     env.common.freshness.unreachable_after = std::time::Duration::from_secs(3600);
     let devices = 96;
     seed_pool(&env, "p1", devices, 8).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let (placer, placer_stop, placer_task) = start_placer(&env).await;
     let ids: Vec<String> = (0..devices).map(|i| format!("dev_p1_{i:05}")).collect();
     let names: Vec<String> = (0..devices).map(|i| format!("p1-gpu-{i}")).collect();
@@ -290,15 +289,14 @@ async fn concurrent_requesters_never_double_book_while_devices_change_under_them
     );
 
     stop(placer_stop, placer_task).await;
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
     let env = TestEnv::new().await;
     seed_pool(&env, "p1", 3, 8).await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let (_placer, placer_stop, placer_task) = start_placer(&env).await;
     let c = client(&env);
     let mut by_device = BTreeMap::new();
@@ -427,8 +425,7 @@ async fn failed_and_lost_devices_impair_their_allocations_and_publish_events() {
     .await;
 
     stop(placer_stop, placer_task).await;
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

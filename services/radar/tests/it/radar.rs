@@ -14,7 +14,6 @@ use fleet_runtime::Shutdown;
 use futures::StreamExt;
 use v1::hub_command::Command as C;
 
-use crate::support::start_hub;
 use crate::support::*;
 
 async fn start_radar(
@@ -179,7 +178,7 @@ async fn triage(env: &TestEnv, id: &str, on: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_row_of_the_mapping_table_is_projected() {
     let env = TestEnv::new().await;
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let (_radar, radar_stop, radar_task) = start_radar(&env, 30).await;
     let now = || micros(Utc::now());
 
@@ -305,8 +304,7 @@ async fn every_row_of_the_mapping_table_is_projected() {
     );
 
     stop(radar_stop, radar_task).await;
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,7 +314,7 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
         .execute(&env.pool)
         .await
         .unwrap();
-    let (_hub, hub_stop, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let d1 = create(&env, "s1", "t1-a", "active", "t1").await;
     let d2 = create(&env, "s1", "t1-b", "active", "t1").await;
     let d3 = create(&env, "s1", "t2-a", "active", "t2").await;
@@ -477,6 +475,5 @@ async fn opted_out_tenants_get_one_tombstone_per_device_and_a_new_reader_gets_th
 
     live.abort();
     stop(radar_stop, radar_task).await;
-    stop(hub_stop, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }

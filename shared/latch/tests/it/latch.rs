@@ -13,7 +13,7 @@ use crate::support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones() {
     let env = TestEnv::new().await;
-    let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
+    let hub = RunningHub::start(&env).await;
     let id = env.create_device("s1", "gpu-l1-01").await;
     let writer = LatchWriter::new(
         env.nats.clone(),
@@ -172,6 +172,5 @@ async fn latch_helper_records_verified_writes_and_fails_on_stale_rejected_ones()
     );
     assert_eq!(e.code().as_str(), "NVLINK_LATCH_WRITE_FAILED");
 
-    stop(hub_trigger, hub_task).await;
-    env.cleanup().await;
+    hub.stop(env).await;
 }
