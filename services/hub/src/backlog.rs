@@ -4,6 +4,7 @@
 //! a partition no replica binds). The last kind is reported as
 //! `fleet_hub_observations_unconsumed`, an alert (docs/operations.md).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,33 +22,18 @@ pub struct Backlog {
 }
 
 impl Hub {
-    /// The stream's count is read between two readings of every consumer,
-    /// and each consumer counts with the larger of its two: a message acked
-    /// or published while the readings are taken then never shows as
-    /// unconsumed (pending moves one way within a few milliseconds).
+    /// The stream's count is read between two readings of every consumer
+    /// (see [`count`]).
     pub async fn backlog(&self) -> anyhow::Result<Backlog> {
         let mut stream = self
             .deps
             .js
             .get_stream(self.deps.streams.observations())
             .await?;
-        let before = consumer_pending(&mut stream).await?;
+        let before = consumer_readings(&mut stream).await?;
         let messages = stream.info().await?.state.messages;
-        let after = consumer_pending(&mut stream).await?;
-        let mut pending = 0u64;
-        for (name, p) in &after {
-            pending += (*p).max(before.get(name).copied().unwrap_or(0));
-        }
-        for (name, p) in &before {
-            if !after.contains_key(name) {
-                pending += p;
-            }
-        }
-        Ok(Backlog {
-            messages,
-            pending,
-            unconsumed: messages.saturating_sub(pending),
-        })
+        let after = consumer_readings(&mut stream).await?;
+        Ok(count(messages, &before, &after))
     }
 
     pub(crate) async fn backlog_loop(self: Arc<Self>, mut shutdown: Shutdown) {
@@ -78,15 +64,108 @@ impl Hub {
     }
 }
 
-/// Every consumer's messages still to deliver or awaiting an ack, by name.
-async fn consumer_pending(
+/// One consumer's reading: the messages it has still to deliver or awaits
+/// an ack for, and how many deliveries it has made so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Reading {
+    pending: u64,
+    delivered: u64,
+}
+
+/// Every consumer's reading, by name.
+async fn consumer_readings(
     stream: &mut async_nats::jetstream::stream::Stream,
-) -> anyhow::Result<std::collections::HashMap<String, u64>> {
-    let mut out = std::collections::HashMap::new();
+) -> anyhow::Result<HashMap<String, Reading>> {
+    let mut out = HashMap::new();
     let mut consumers = stream.consumers();
     while let Some(c) = consumers.next().await {
         let c = c?;
-        out.insert(c.name.clone(), c.num_pending + c.num_ack_pending as u64);
+        out.insert(
+            c.name.clone(),
+            Reading {
+                pending: c.num_pending + c.num_ack_pending as u64,
+                delivered: c.delivered.consumer_sequence,
+            },
+        );
     }
     Ok(out)
+}
+
+/// What the stream's count of `messages`, read between the consumers'
+/// readings `before` and `after`, says of the backlog. Each consumer counts
+/// with the larger of its two pending figures: a message acked or published
+/// while the readings are taken then never shows as unconsumed. A message
+/// published after a consumer's first reading and acked before its second
+/// is in the stream's count and in neither reading; the deliveries the
+/// consumer made between its readings bound how many there can be, so they
+/// are not counted as unconsumed (at 3,500 observations/s such messages
+/// alone read as a few hundred unconsumed). A backlog on a subject no
+/// consumer filters only grows, so it outlasts them.
+fn count(
+    messages: u64,
+    before: &HashMap<String, Reading>,
+    after: &HashMap<String, Reading>,
+) -> Backlog {
+    let mut pending = 0u64;
+    let mut in_flight = 0u64;
+    for (name, a) in after {
+        let b = before.get(name).copied().unwrap_or_default();
+        pending += a.pending.max(b.pending);
+        // A consumer created anew between the readings counts from zero.
+        in_flight += a.delivered.saturating_sub(b.delivered);
+    }
+    for (name, b) in before {
+        if !after.contains_key(name) {
+            pending += b.pending;
+        }
+    }
+    Backlog {
+        messages,
+        pending,
+        unconsumed: messages.saturating_sub(pending).saturating_sub(in_flight),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readings(r: &[(&str, u64, u64)]) -> HashMap<String, Reading> {
+        r.iter()
+            .map(|&(n, pending, delivered)| (n.to_string(), Reading { pending, delivered }))
+            .collect()
+    }
+
+    #[test]
+    fn a_message_no_consumer_counts_is_unconsumed() {
+        let r = readings(&[("p0", 3, 10), ("p1", 0, 7)]);
+        let b = count(4, &r, &r);
+        assert_eq!((b.pending, b.unconsumed), (3, 1));
+    }
+
+    #[test]
+    fn messages_that_flowed_through_between_the_readings_are_not_unconsumed() {
+        // 40 published and acked on p0 while the readings were taken: the
+        // stream's count held them, neither reading did.
+        let before = readings(&[("p0", 5, 100), ("p1", 2, 50)]);
+        let after = readings(&[("p0", 5, 140), ("p1", 2, 50)]);
+        let b = count(47, &before, &after);
+        assert_eq!((b.pending, b.unconsumed), (7, 0));
+        // A stuck backlog larger than the flow still shows.
+        let b = count(47 + 500, &before, &after);
+        assert_eq!(b.unconsumed, 500);
+    }
+
+    #[test]
+    fn a_consumer_seen_once_counts_its_pending() {
+        // p0 went between the readings, p1 came (and has delivered nothing).
+        let before = readings(&[("p0", 4, 9)]);
+        let after = readings(&[("p1", 6, 0)]);
+        assert_eq!(count(10, &before, &after).unconsumed, 0);
+        assert_eq!(count(11, &before, &after).unconsumed, 1);
+        // A consumer created anew between its readings counts no flow.
+        let before = readings(&[("p0", 4, 50)]);
+        let after = readings(&[("p0", 4, 3)]);
+        assert_eq!(count(5, &before, &after).unconsumed, 1);
+    }
 }
