@@ -580,18 +580,14 @@ impl Bench {
     /// lock the device, upsert the row, re-read its conditions, write the
     /// device. Returns conditions/s.
     async fn naive(&self, conditions: usize) -> anyhow::Result<f64> {
-        let types = [
-            "IronicProvisionHealthy",
-            "IronicMaintenance",
-            "CustomerReady",
-            "InstanceAllocated",
-            "IronicAvailable",
-            "InMaintenancePool",
-        ];
+        let types: Vec<&str> =
+            fleet_domain::catalogue::observation_types_of(fleet_domain::Source::Openstack)
+                .map(|t| t.as_str())
+                .collect();
         let start = Instant::now();
         for i in 0..conditions {
-            let id = format!("dev_bench_{:07}", (i / 6) % self.names.len() + 1);
-            let t = types[i % 6];
+            let id = format!("dev_bench_{:07}", (i / types.len()) % self.names.len() + 1);
+            let t = types[i % types.len()];
             let mut tx = self.pool.begin().await?;
             sqlx::query("SELECT id FROM devices WHERE id = $1 FOR UPDATE")
                 .bind(&id)

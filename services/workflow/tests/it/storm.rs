@@ -201,16 +201,10 @@ async fn an_outage_never_trips_the_guard_and_starts_nothing() {
     let at = Utc::now();
     for i in 0..40 {
         let name = format!("storm-{i:03}");
-        let unknown = [
-            "IronicProvisionHealthy",
-            "IronicMaintenance",
-            "CustomerReady",
-            "InstanceAllocated",
-            "IronicAvailable",
-            "InMaintenancePool",
-        ]
-        .map(|t| cond(t, "Unknown", "IronicUnreachable"))
-        .to_vec();
+        let unknown =
+            fleet_domain::catalogue::observation_types_of(fleet_domain::Source::Openstack)
+                .map(|t| cond(t.as_str(), "Unknown", "IronicUnreachable"))
+                .collect();
         f.env
             .publish_snapshot(&snapshot("openstack", "s1", "name", &name, at, unknown))
             .await;
