@@ -158,26 +158,20 @@ impl Gateway {
         let acceptance = profile
             .as_ref()
             .map(|p| policy::acceptance(&inv, p.as_ref()));
-        let record = self
-            .hub(
-                0,
-                v1::hub_command::Command::Join(v1::JoinDevice {
-                    site: grant.site_id.clone(),
-                    pool_id: grant.pool_id.clone().unwrap_or_default(),
-                    name: hostname.to_string(),
-                    hardware_key: key.key.clone(),
-                    hardware_key_trusted: key.trusted,
-                    serial,
-                    trust: grant.trust.as_str().into(),
-                    owner_tenant_id: grant.owner_tenant_id.clone().unwrap_or_default(),
-                    gpu_count: inv.gpu_count.min(256) as i32,
-                    adopt: acceptance == Some(Acceptance::Accept),
-                }),
-            )
+        let joined = self
+            .hub_join(v1::JoinDevice {
+                site: grant.site_id.clone(),
+                pool_id: grant.pool_id.clone().unwrap_or_default(),
+                name: hostname.to_string(),
+                hardware_key: key.key.clone(),
+                hardware_key_trusted: key.trusted,
+                serial,
+                trust: grant.trust.as_str().into(),
+                owner_tenant_id: grant.owner_tenant_id.clone().unwrap_or_default(),
+                gpu_count: inv.gpu_count.min(256) as i32,
+                adopt: acceptance == Some(Acceptance::Accept),
+            })
             .await?;
-        let joined = record
-            .joined()
-            .map_err(|e| GatewayError::new(ErrorCode::Unavailable, format!("hub reply: {e}")))?;
         let (rejoined, claimed) = (joined.rejoined, joined.claimed);
         let device = joined.device.unwrap_or_default();
         let (device_id, generation, version) =

@@ -20,6 +20,7 @@ pub(crate) mod policy;
 pub mod store;
 
 mod handlers;
+mod joins;
 mod sessions;
 
 use std::collections::HashMap;
@@ -81,12 +82,33 @@ impl From<fleet_bus::BusError> for GatewayError {
     }
 }
 
+/// What the agent or operator is told of a hub command that did not apply.
+fn hub_error(e: fleet_hub_client::HubCallError) -> GatewayError {
+    match e {
+        fleet_hub_client::HubCallError::Refused { code, message } => {
+            let code = match code {
+                ErrorCode::Conflict | ErrorCode::InvalidState => ErrorCode::Conflict,
+                ErrorCode::NotFound => ErrorCode::NotFound,
+                ErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
+                _ => ErrorCode::Unavailable,
+            };
+            GatewayError::new(code, message)
+        }
+        e => {
+            tracing::warn!(error = %e, "hub command not answered");
+            GatewayError::new(ErrorCode::Unavailable, "the hub is unavailable")
+        }
+    }
+}
+
 pub struct Gateway {
     pub common: Common,
     pub config: Config,
     /// PostgreSQL, NATS, JetStream, the subjects and stream names.
     pub deps: fleet_store::Deps,
     pub hub: fleet_hub_client::HubClient,
+    /// Joins, gathered into batched hub commands.
+    joins: joins::Joins,
     pub gateway_id: String,
     pub metrics: GatewayMetrics,
     sessions: Mutex<HashMap<String, Session>>,
@@ -110,11 +132,13 @@ impl Gateway {
             deps.subjects.clone(),
             config.hub_timeout.max(Duration::from_secs(1)),
         );
+        let joins = joins::start(hub.clone(), format!("gateway:{gateway_id}"), &config);
         Ok(Arc::new(Gateway {
             common,
             config,
             deps,
             hub,
+            joins,
             gateway_id,
             metrics: GatewayMetrics::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -132,26 +156,15 @@ impl Gateway {
         command: v1::hub_command::Command,
     ) -> Result<fleet_hub_client::Applied, GatewayError> {
         let actor = format!("gateway:{}", self.gateway_id);
-        let applied = match self.hub.call(&actor, expected_version, command).await {
-            Ok(a) => a,
-            Err(fleet_hub_client::HubCallError::Refused { code, message }) => {
-                let code = match code {
-                    ErrorCode::Conflict | ErrorCode::InvalidState => ErrorCode::Conflict,
-                    ErrorCode::NotFound => ErrorCode::NotFound,
-                    ErrorCode::InvalidArgument => ErrorCode::InvalidArgument,
-                    _ => ErrorCode::Unavailable,
-                };
-                return Err(GatewayError::new(code, message));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "hub command not answered");
-                return Err(GatewayError::new(
-                    ErrorCode::Unavailable,
-                    "the hub is unavailable",
-                ));
-            }
-        };
-        Ok(applied)
+        self.hub
+            .call(&actor, expected_version, command)
+            .await
+            .map_err(hub_error)
+    }
+
+    /// An agent's join, through the join batcher.
+    async fn hub_join(&self, join: v1::JoinDevice) -> Result<v1::Joined, GatewayError> {
+        self.joins.ask(join).await.map_err(hub_error)
     }
 
     fn device_key(site: &str, device_id: &str) -> v1::DeviceKey {

@@ -58,6 +58,18 @@ impl CommandError {
         }
     }
 
+    /// The refusal of one item of a batched command (a hold, a join); a
+    /// store error's text goes to the hub's log only.
+    pub(crate) fn item_error(&self) -> v1::HubError {
+        if let CommandError::Store(e) = self {
+            tracing::error!(error = %e, "an item of a batched command failed in the store");
+        }
+        v1::HubError {
+            code: self.code() as i32,
+            message: self.public(),
+        }
+    }
+
     fn refusal(self) -> Refusal {
         match self {
             CommandError::Domain(d) => Refusal::new(d.code(), d.to_string()),
@@ -146,7 +158,11 @@ impl Hub {
 
     pub async fn command(&self, c: v1::HubCommand) -> Result<v1::HubReply, CommandError> {
         let command = c.command.ok_or_else(|| invalid("command is empty"))?;
-        let verb = verb(&command);
+        let verb = match &command {
+            // Each device of a batched join keeps the cause a join gives it.
+            C::JoinDevices(_) => "join",
+            other => verb(other),
+        };
         let mut cause = if c.actor.is_empty() {
             format!("command:{verb}")
         } else {
@@ -162,6 +178,7 @@ impl Hub {
             C::CreateDevices(d) => self.create_devices(d.devices, &cause).await,
             C::ImpairmentHolds(h) => self.impairment_holds(h, &cause, now).await,
             C::Join(j) => self.join(j, &cause).await,
+            C::JoinDevices(j) => self.join_devices(j.joins, &cause).await,
             c @ (C::CreateSite(_)
             | C::UpdateSite(_)
             | C::CreateTenant(_)
@@ -303,13 +320,7 @@ impl Hub {
         ids.dedup();
         let mut tx = self.deps.pool.begin().await?;
         let mut work = Work::lock(&mut tx, &ids).await?;
-        let refuse = |e: DomainError| {
-            let e = CommandError::Domain(e);
-            Some(v1::HubError {
-                code: e.code() as i32,
-                message: e.public(),
-            })
-        };
+        let refuse = |e: DomainError| Some(CommandError::Domain(e).item_error());
         let results: Vec<v1::HoldResult> = h
             .device_ids
             .iter()
@@ -564,7 +575,7 @@ fn device_id(c: &C) -> &str {
         C::PromoteToManaged(x) => &x.device_id,
         C::ImpairmentHold(x) => &x.device_id,
         C::SetMaintenance(x) => &x.device_id,
-        C::Join(_) => "",
+        C::Join(_) | C::JoinDevices(_) => "",
         C::CreateDevice(_)
         | C::CreateDevices(_)
         | C::ImpairmentHolds(_)

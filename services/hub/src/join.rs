@@ -9,6 +9,7 @@
 
 use crate::store::devices::{self, AgentFacts, NewDevice};
 use chrono::Utc;
+use fleet_domain::state::DeviceRecord;
 use fleet_domain::*;
 use fleet_proto::v1;
 use fleet_store::StoreError;
@@ -87,9 +88,9 @@ fn violates(e: &CommandError, index: &str) -> bool {
 /// with the join, in its transaction (one hub command an agent instead of
 /// two, and no second lock of the device behind the observations its join
 /// set off).
-fn adopt_with(s: &mut fleet_domain::state::DeviceState, j: &Join) -> Result<(), CommandError> {
-    if j.adopt && s.record.provision_state == ProvisionState::Adopting {
-        fleet_domain::commands::adopt(&mut s.record)?;
+fn adopt_with(r: &mut DeviceRecord, j: &Join) -> Result<(), CommandError> {
+    if j.adopt && r.provision_state == ProvisionState::Adopting {
+        fleet_domain::commands::adopt(r)?;
     }
     Ok(())
 }
@@ -106,16 +107,13 @@ fn joined(
     t: &fleet_domain::state::DeviceState,
     found: Found,
     hardware_key_trusted: bool,
-) -> v1::HubReply {
-    reply::ok(
-        Record::Joined(v1::Joined {
-            device: Some(reply::device(t)),
-            rejoined: found == Found::Rejoined,
-            hardware_key_trusted,
-            claimed: found == Found::Claimed,
-        }),
-        t.record.version,
-    )
+) -> v1::Joined {
+    v1::Joined {
+        device: Some(reply::device(t)),
+        rejoined: found == Found::Rejoined,
+        hardware_key_trusted,
+        claimed: found == Found::Claimed,
+    }
 }
 
 impl Hub {
@@ -124,26 +122,25 @@ impl Hub {
         j: v1::JoinDevice,
         cause: &str,
     ) -> Result<v1::HubReply, CommandError> {
-        let j = check(j)?;
-        match self.join_once(&j, cause).await {
+        let j = self.join_checked(&check(j)?, cause).await?;
+        let version = j.device.as_ref().map_or(0, |d| d.version);
+        Ok(reply::ok(Record::Joined(j), version))
+    }
+
+    async fn join_checked(&self, j: &Join, cause: &str) -> Result<v1::Joined, CommandError> {
+        match self.join_once(j, cause).await {
             // Another join of the same machine created the device first.
-            Err(e) if violates(&e, "devices_hardware_key") => self.join_once(&j, cause).await,
+            Err(e) if violates(&e, "devices_hardware_key") => self.join_once(j, cause).await,
             other => other,
         }
     }
 
-    async fn join_once(&self, j: &Join, cause: &str) -> Result<v1::HubReply, CommandError> {
+    async fn join_once(&self, j: &Join, cause: &str) -> Result<v1::Joined, CommandError> {
         let now = Utc::now();
         let mut tx = self.deps.pool.begin().await?;
         if j.trusted {
-            let existing: Option<(String, String)> = sqlx::query_as(
-                "SELECT id, site_id FROM devices \
-                 WHERE hardware_key = $1 AND hardware_key_trusted AND deleted_at IS NULL",
-            )
-            .bind(&j.hardware_key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some((id, site)) = existing {
+            let mut keyed = devices::trusted_by_key(&mut tx, &[&j.hardware_key]).await?;
+            if let Some((id, site)) = keyed.remove(&j.hardware_key) {
                 if site != j.site {
                     return Err(DomainError::AlreadyExists(format!(
                         "the hardware key belongs to device {id} of site {site}"
@@ -156,11 +153,11 @@ impl Hub {
                     .ok_or_else(|| DomainError::NotFound(format!("device {id}")))?;
                 // Re-join in place: credentials of the earlier generation die.
                 s.record.identity_generation += 1;
-                adopt_with(s, j)?;
+                adopt_with(&mut s.record, j)?;
                 let (_, mut work) = work
                     .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
                     .await?;
-                devices::set_gpu_count(&mut tx, &id, j.gpu_count).await?;
+                devices::set_gpu_counts(&mut tx, &[(&id, j.gpu_count)]).await?;
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
                     .await?;
                 let t = &work.devices[&id];
@@ -231,7 +228,7 @@ impl Hub {
             t.born = true;
         }
         if let Some(s) = work.device(&id, cause, None) {
-            adopt_with(s, j)?;
+            adopt_with(&mut s.record, j)?;
         }
         let work = self.commit_work(tx, work, now).await?;
         let t = &work.devices[&id];
@@ -249,19 +246,12 @@ impl Hub {
         j: &Join,
         now: chrono::DateTime<Utc>,
         cause: &str,
-    ) -> Result<Option<(v1::HubReply, Vec<Pending>)>, CommandError> {
+    ) -> Result<Option<(v1::Joined, Vec<Pending>)>, CommandError> {
         if !j.trusted {
             return Ok(None);
         }
-        let candidate: Option<(String, Option<String>)> = sqlx::query_as(
-            "SELECT id, serial FROM devices \
-             WHERE site_id = $1 AND name = $2 AND deleted_at IS NULL AND hardware_key IS NULL",
-        )
-        .bind(&j.site)
-        .bind(&j.name)
-        .fetch_optional(&mut **tx)
-        .await?;
-        let Some((id, serial)) = candidate else {
+        let mut imported = devices::imported_by_name(tx, &[(&j.site, &j.name)]).await?;
+        let Some((id, serial)) = imported.remove(&(j.site.clone(), j.name.clone())) else {
             return Ok(None);
         };
         if !fleet_domain::hardware::claims(serial.as_deref(), j.serial.as_deref()) {
@@ -271,13 +261,16 @@ impl Hub {
         let Some(s) = work.device(&id, cause, None) else {
             return Ok(None);
         };
-        adopt_with(s, j)?;
+        adopt_with(&mut s.record, j)?;
         let agent = AgentFacts {
             hardware_key: j.hardware_key.clone(),
             hardware_key_trusted: true,
             gpu_count: j.gpu_count,
         };
-        if devices::claim(tx, &id, &agent).await?.is_none() {
+        if !devices::claim_many(tx, &[(&id, &agent)])
+            .await?
+            .contains(&id)
+        {
             // Claimed by another key between the read and the lock.
             return Ok(None);
         }
@@ -287,5 +280,220 @@ impl Hub {
         let outbox = std::mem::take(&mut work.outbox);
         let t = &work.devices[&id];
         Ok(Some((joined(&t.after, Found::Claimed, true), outbox)))
+    }
+}
+
+/// How a join of a batch found its device.
+enum Plan {
+    Rejoin(String),
+    Claim(String),
+}
+
+/// The answer to one join of `join_devices`.
+fn join_result(r: Result<v1::Joined, CommandError>) -> v1::JoinResult {
+    match r {
+        Ok(j) => v1::JoinResult {
+            joined: Some(j),
+            error: None,
+        },
+        Err(e) => v1::JoinResult {
+            joined: None,
+            error: Some(e.item_error()),
+        },
+    }
+}
+
+impl Hub {
+    /// `join_devices`: many joins, answered one by one exactly as `join`
+    /// answers each. The re-joins and claims of trusted keys (an agent
+    /// coming back, a device NetBox imported) go in one transaction: one
+    /// read of the keys, one of the imported names, one lock of every
+    /// device, one claim, one unit of work. What that transaction does not
+    /// settle (a new device, a key twice in the batch, a device claimed by
+    /// another key meanwhile), and every join when the transaction fails as
+    /// a whole, is joined on its own afterwards, in request order.
+    pub(crate) async fn join_devices(
+        &self,
+        joins: Vec<v1::JoinDevice>,
+        cause: &str,
+    ) -> Result<v1::HubReply, CommandError> {
+        if joins.is_empty() || joins.len() > 1000 {
+            return Err(invalid("joins must hold 1 to 1000 joins"));
+        }
+        let mut results: Vec<Option<Result<v1::Joined, CommandError>>> =
+            joins.iter().map(|_| None).collect();
+        let mut batch: Vec<(usize, Join)> = vec![];
+        let mut alone: Vec<(usize, Join)> = vec![];
+        let mut keys = std::collections::HashSet::new();
+        for (i, j) in joins.into_iter().enumerate() {
+            match check(j) {
+                Err(e) => results[i] = Some(Err(e)),
+                Ok(j) if j.trusted && keys.insert(j.hardware_key.clone()) => batch.push((i, j)),
+                Ok(j) => alone.push((i, j)),
+            }
+        }
+        if !batch.is_empty() {
+            match self.join_batch(&batch, cause).await {
+                Ok(done) => {
+                    for (i, r) in done {
+                        results[i] = Some(r);
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    joins = batch.len(),
+                    "a batch of joins failed as a whole; each is joined on its own"
+                ),
+            }
+        }
+        alone.extend(batch.into_iter().filter(|(i, _)| results[*i].is_none()));
+        alone.sort_by_key(|(i, _)| *i);
+        for (i, j) in alone {
+            results[i] = Some(self.join_checked(&j, cause).await);
+        }
+        let results = results
+            .into_iter()
+            .map(|r| join_result(r.unwrap_or_else(|| Err(invalid("the join was not answered")))))
+            .collect();
+        Ok(reply::ok(Record::Joins(v1::JoinResults { results }), 0))
+    }
+
+    /// The re-joins and claims of `batch` (trusted keys, each once) in one
+    /// transaction; the joins it leaves out are not in the answer.
+    async fn join_batch(
+        &self,
+        batch: &[(usize, Join)],
+        cause: &str,
+    ) -> Result<Vec<(usize, Result<v1::Joined, CommandError>)>, CommandError> {
+        let now = Utc::now();
+        let mut tx = self.deps.pool.begin().await?;
+        let keys: Vec<&str> = batch.iter().map(|(_, j)| j.hardware_key.as_str()).collect();
+        let keyed = devices::trusted_by_key(&mut tx, &keys).await?;
+        let unkeyed: Vec<(&str, &str)> = batch
+            .iter()
+            .filter(|(_, j)| !keyed.contains_key(&j.hardware_key))
+            .map(|(_, j)| (j.site.as_str(), j.name.as_str()))
+            .collect();
+        let imported = devices::imported_by_name(&mut tx, &unkeyed).await?;
+
+        let mut done = vec![];
+        let mut plans: Vec<(usize, &Join, Plan)> = vec![];
+        let mut planned = std::collections::HashSet::new();
+        for (i, j) in batch {
+            let plan = if let Some((id, site)) = keyed.get(&j.hardware_key) {
+                if *site != j.site {
+                    done.push((
+                        *i,
+                        Err(DomainError::AlreadyExists(format!(
+                            "the hardware key belongs to device {id} of site {site}"
+                        ))
+                        .into()),
+                    ));
+                    continue;
+                }
+                Plan::Rejoin(id.clone())
+            } else {
+                match imported.get(&(j.site.clone(), j.name.clone())) {
+                    Some((id, serial))
+                        if fleet_domain::hardware::claims(
+                            serial.as_deref(),
+                            j.serial.as_deref(),
+                        ) =>
+                    {
+                        Plan::Claim(id.clone())
+                    }
+                    // A new device: joined on its own.
+                    _ => continue,
+                }
+            };
+            let id = match &plan {
+                Plan::Rejoin(id) | Plan::Claim(id) => id,
+            };
+            if planned.insert(id.clone()) {
+                plans.push((*i, j, plan));
+            }
+        }
+
+        let ids: Vec<String> = planned.into_iter().collect();
+        let mut work = Work::lock(&mut tx, &ids).await?;
+        let mut claims: Vec<(usize, String, AgentFacts)> = vec![];
+        let mut rejoined: Vec<(usize, String, i32)> = vec![];
+        for (i, j, plan) in plans {
+            let (id, rejoin) = match plan {
+                Plan::Rejoin(id) => (id, true),
+                Plan::Claim(id) => (id, false),
+            };
+            let Some(s) = work.device(&id, cause, None) else {
+                if rejoin {
+                    done.push((i, Err(DomainError::NotFound(format!("device {id}")).into())));
+                }
+                // A claim of a device deleted meanwhile: joined on its own.
+                continue;
+            };
+            // Applied to a copy, kept only when it passes: a refused join
+            // leaves its device exactly as it was.
+            let mut r = s.record.clone();
+            if rejoin {
+                // Re-join in place: credentials of the earlier generation die.
+                r.identity_generation += 1;
+            }
+            if let Err(e) = adopt_with(&mut r, j) {
+                done.push((i, Err(e)));
+                continue;
+            }
+            s.record = r;
+            if rejoin {
+                rejoined.push((i, id, j.gpu_count));
+            } else {
+                let agent = AgentFacts {
+                    hardware_key: j.hardware_key.clone(),
+                    hardware_key_trusted: true,
+                    gpu_count: j.gpu_count,
+                };
+                claims.push((i, id, agent));
+            }
+        }
+
+        let claimed = devices::claim_many(
+            &mut tx,
+            &claims
+                .iter()
+                .map(|(_, id, a)| (id.as_str(), a))
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        let mut found: Vec<(usize, String, Found)> = vec![];
+        for (i, id, _) in claims {
+            if claimed.contains(&id) {
+                found.push((i, id, Found::Claimed));
+            } else if let Some(t) = work.devices.get_mut(&id) {
+                // Claimed by another key between the read and the lock:
+                // untouched here, joined on its own.
+                t.after = t.stored.clone();
+            }
+        }
+        let (_, mut work) = work
+            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+            .await?;
+        devices::set_gpu_counts(
+            &mut tx,
+            &rejoined
+                .iter()
+                .map(|(_, id, n)| (id.as_str(), *n))
+                .collect::<Vec<_>>(),
+        )
+        .await?;
+        self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
+            .await?;
+        found.extend(
+            rejoined
+                .into_iter()
+                .map(|(i, id, _)| (i, id, Found::Rejoined)),
+        );
+        for (i, id, how) in found {
+            let t = &work.devices[&id];
+            done.push((i, Ok(joined(&t.after, how, true))));
+        }
+        Ok(done)
     }
 }

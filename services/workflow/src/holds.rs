@@ -2,38 +2,48 @@
 //! at once ask for their hold here, and one hub command
 //! (`impairment_holds`) carries every ask of the same event that arrived
 //! within `workflow.hold_batch_linger`, up to `workflow.hold_batch_max`,
-//! in one hub transaction instead of one each. Each device gets its own
-//! answer: applied, or the hub's refusal of that device alone.
+//! in one hub transaction instead of one each (`fleet_hub_client::batch`).
+//! Each device gets its own answer: applied, or the hub's refusal of that
+//! device alone.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fleet_hub_client::{HubCallError, HubClient};
+use fleet_hub_client::batch::Limits;
+use fleet_hub_client::{Batcher, HubCallError, HubClient};
 use fleet_proto::{v1, ErrorCode};
-use tokio::sync::{mpsc, oneshot};
 use v1::hub_command::Command as C;
 
+/// One device's hold asked for by `actor` for `event`.
 struct Ask {
     actor: String,
     event: String,
     device: String,
     set: bool,
-    reply: oneshot::Sender<Result<(), HubCallError>>,
 }
+
+/// Batches out at once: as many as the workflow's workers could want.
+const IN_FLIGHT: usize = 64;
 
 #[derive(Clone)]
 pub(crate) struct Holds {
-    tx: mpsc::Sender<Ask>,
+    batcher: Batcher<Ask, ()>,
 }
 
 impl Holds {
     /// Starts the batcher; it ends when the last `Holds` is dropped. A
     /// batch is at most 1,000 devices, the most the hub's command takes.
     pub fn start(hub: HubClient, max: usize, linger: Duration) -> Holds {
-        let max = max.clamp(1, 1000);
-        let (tx, rx) = mpsc::channel(max.max(1) * 4);
-        tokio::spawn(batch_loop(hub, rx, max.max(1), linger));
-        Holds { tx }
+        let limits = Limits {
+            max: max.clamp(1, 1000),
+            linger,
+            in_flight: IN_FLIGHT,
+        };
+        let batcher = Batcher::start(limits, move |asks: Vec<Ask>| {
+            let hub = hub.clone();
+            async move { Ok(send_all(&hub, asks).await) }
+        });
+        Holds { batcher }
     }
 
     /// The event's hold set (or removed) on the device.
@@ -44,48 +54,54 @@ impl Holds {
         device: &str,
         set: bool,
     ) -> Result<(), HubCallError> {
-        let (reply, answer) = oneshot::channel();
-        let ask = Ask {
-            actor: actor.to_string(),
-            event: event.to_string(),
-            device: device.to_string(),
-            set,
-            reply,
-        };
-        let gone = || HubCallError::Transport("the hold batcher stopped".into());
-        self.tx.send(ask).await.map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        self.batcher
+            .ask(Ask {
+                actor: actor.to_string(),
+                event: event.to_string(),
+                device: device.to_string(),
+                set,
+            })
+            .await
     }
 }
 
-async fn batch_loop(hub: HubClient, mut rx: mpsc::Receiver<Ask>, max: usize, linger: Duration) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        let until = tokio::time::Instant::now() + linger;
-        while batch.len() < max {
-            match tokio::time::timeout_at(until, rx.recv()).await {
-                Ok(Some(a)) => batch.push(a),
-                _ => break,
-            }
-        }
-        let mut groups: BTreeMap<(String, String, bool), Vec<Ask>> = BTreeMap::new();
-        for a in batch {
-            groups
-                .entry((a.actor.clone(), a.event.clone(), a.set))
-                .or_default()
-                .push(a);
-        }
-        for ((actor, event, set), asks) in groups {
-            let hub = hub.clone();
-            tokio::spawn(async move { send(&hub, &actor, &event, set, asks).await });
+/// One hub command per actor, event and direction of the batch, all at
+/// once; the answers in the asks' order.
+async fn send_all(hub: &HubClient, asks: Vec<Ask>) -> Vec<Result<(), HubCallError>> {
+    let mut groups: BTreeMap<(&str, &str, bool), Vec<usize>> = BTreeMap::new();
+    for (i, a) in asks.iter().enumerate() {
+        groups
+            .entry((&a.actor, &a.event, a.set))
+            .or_default()
+            .push(i);
+    }
+    let sent = groups.into_iter().map(|((actor, event, set), at)| {
+        let devices: Vec<String> = at.iter().map(|&i| asks[i].device.clone()).collect();
+        async move { (at, send(hub, actor, event, set, devices).await) }
+    });
+    let mut out: Vec<Result<(), HubCallError>> = asks
+        .iter()
+        .map(|_| Err(HubCallError::BadReply("no answer".into())))
+        .collect();
+    for (at, answers) in futures::future::join_all(sent).await {
+        for (i, a) in at.into_iter().zip(answers) {
+            out[i] = a;
         }
     }
+    out
 }
 
-async fn send(hub: &HubClient, actor: &str, event: &str, set: bool, asks: Vec<Ask>) {
+/// One event's holds on `devices`: one answer per device, in order.
+async fn send(
+    hub: &HubClient,
+    actor: &str,
+    event: &str,
+    set: bool,
+    devices: Vec<String>,
+) -> Vec<Result<(), HubCallError>> {
     let c = C::ImpairmentHolds(v1::ImpairmentHolds {
         event_id: event.to_string(),
-        device_ids: asks.iter().map(|a| a.device.clone()).collect(),
+        device_ids: devices.clone(),
         set,
     });
     match hub.call(actor, 0, c).await.and_then(|a| a.holds()) {
@@ -94,20 +110,16 @@ async fn send(hub: &HubClient, actor: &str, event: &str, set: bool, asks: Vec<As
                 .into_iter()
                 .map(|r| (r.device_id, r.error))
                 .collect();
-            for a in asks {
-                let outcome = match by.remove(&a.device) {
+            devices
+                .iter()
+                .map(|d| match by.remove(d) {
                     Some(None) => Ok(()),
-                    Some(Some(e)) => Err(HubCallError::Refused {
-                        code: fleet_proto::error_code_of(e.code),
-                        message: e.message,
-                    }),
+                    Some(Some(e)) => Err(HubCallError::refused(e)),
                     None => Err(HubCallError::BadReply(format!(
-                        "the hub answered no result for device {}",
-                        a.device
+                        "the hub answered no result for device {d}"
                     ))),
-                };
-                let _ = a.reply.send(outcome);
-            }
+                })
+                .collect()
         }
         Err(e) => {
             // The whole command failed (the hub away, a refusal of the
@@ -122,9 +134,7 @@ async fn send(hub: &HubClient, actor: &str, event: &str, set: bool, asks: Vec<As
                 },
                 other => other,
             };
-            for a in asks {
-                let _ = a.reply.send(Err(e.clone()));
-            }
+            devices.iter().map(|_| Err(e.clone())).collect()
         }
     }
 }

@@ -12,6 +12,9 @@ use fleet_proto::{v1, ErrorCode, Message};
 use v1::hub_command::Command as C;
 pub use v1::hub_reply::Record;
 
+pub mod batch;
+pub use batch::Batcher;
+
 /// The verb a command is addressed to (`<root>.hub.cmd.<verb>`).
 pub fn verb(c: &C) -> &'static str {
     match c {
@@ -32,6 +35,7 @@ pub fn verb(c: &C) -> &'static str {
         C::ImpairmentHold(_) => "impairment_hold",
         C::ImpairmentHolds(_) => "impairment_holds",
         C::Join(_) => "join",
+        C::JoinDevices(_) => "join_devices",
         C::SetMaintenance(_) => "set_maintenance",
         C::ApplySnapshot(_) => "apply_snapshot",
         C::CreateSite(_) => "create_site",
@@ -72,6 +76,14 @@ impl HubCallError {
             _ => ErrorCode::Unavailable,
         }
     }
+
+    /// The hub's refusal of one item of a batched command (a hold, a join).
+    pub fn refused(e: v1::HubError) -> HubCallError {
+        HubCallError::Refused {
+            code: fleet_proto::error_code_of(e.code),
+            message: e.message,
+        }
+    }
 }
 
 /// A command the hub applied: what it left (typed per command, see
@@ -98,6 +110,7 @@ impl Applied {
                 Some(Record::Site(_)) => "a site",
                 Some(Record::Tenant(_)) => "a tenant",
                 Some(Record::Pool(_)) => "a pool",
+                Some(Record::Joins(_)) => "join results",
             }
         ))
     }
@@ -167,6 +180,14 @@ impl Applied {
         }
     }
 
+    /// One result per join of `join_devices`, in request order.
+    pub fn joins(self) -> Result<Vec<v1::JoinResult>, HubCallError> {
+        match self.record {
+            Some(Record::Joins(j)) => Ok(j.results),
+            _ => Err(self.unexpected("join results")),
+        }
+    }
+
     /// The device a join created or re-joined.
     pub fn joined(self) -> Result<v1::Joined, HubCallError> {
         match self.record {
@@ -202,10 +223,7 @@ impl HubClient {
     ) -> Result<Applied, HubCallError> {
         let reply = self.request(actor, expected_version, command).await?;
         if let Some(e) = reply.error {
-            return Err(HubCallError::Refused {
-                code: fleet_proto::error_code_of(e.code),
-                message: e.message,
-            });
+            return Err(HubCallError::refused(e));
         }
         Ok(Applied {
             record: reply.record,

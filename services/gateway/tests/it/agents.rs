@@ -906,6 +906,20 @@ async fn the_gpu_condition_resync_refreshes_every_live_session_and_stops_on_shut
     mesh.stop(env).await;
 }
 
+/// A device row in `adopting`, as if the hub had made it: `dev_<name>`
+/// with `-` as `_`, in site s1 and pool p1.
+async fn adopting_device(env: &TestEnv, name: &str) {
+    sqlx::query(
+            "INSERT INTO devices (id, name, site_id, pool_id, role, provision_state, connectivity, no_schedule_reasons) \
+             VALUES ($1, $2, 's1', 'p1', 'host', 'adopting', 'disconnected', '{unreachable}')",
+        )
+        .bind(format!("dev_{}", name.replace('-', "_")))
+        .bind(name)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+}
+
 /// What an older hub (one that does not know `JoinDevice.adopt`, as during
 /// a rolling upgrade) was asked: `(verb, expected_version, device or name)`.
 type Asked = Arc<std::sync::Mutex<Vec<(String, i64, String)>>>;
@@ -927,6 +941,11 @@ async fn older_hub(env: &TestEnv) -> (Asked, JoinHandle<()>) {
         .subscribe(env.subjects.hub_cmd("adopt"))
         .await
         .unwrap();
+    let mut batched = env
+        .nats
+        .subscribe(env.subjects.hub_cmd("join_devices"))
+        .await
+        .unwrap();
     env.nats.flush().await.unwrap();
     let (nats, log) = (env.nats.clone(), asked.clone());
     let task = tokio::spawn(async move {
@@ -934,6 +953,35 @@ async fn older_hub(env: &TestEnv) -> (Asked, JoinHandle<()>) {
             let msg = tokio::select! {
                 Some(m) = join.next() => m,
                 Some(m) = adopt.next() => m,
+                Some(m) = batched.next() => {
+                    // `join_devices` is a command this hub does not know:
+                    // it decodes to none and is refused as an older hub
+                    // refuses it.
+                    let mut names: Vec<String> = v1::HubCommand::decode(m.payload.as_ref())
+                        .ok()
+                        .and_then(|c| c.command)
+                        .and_then(|c| match c {
+                            C::JoinDevices(j) => Some(j.joins.into_iter().map(|j| j.name).collect()),
+                            _ => None,
+                        })
+                        .unwrap_or_default();
+                    names.sort();
+                    log.lock()
+                        .unwrap()
+                        .push(("join_devices".into(), 0, names.join(",")));
+                    let reply = v1::HubReply {
+                        error: Some(v1::HubError {
+                            code: fleet_proto::ErrorCode::InvalidArgument as i32,
+                            message: "command is empty".into(),
+                        }),
+                        version: 0,
+                        record: None,
+                    };
+                    if let Some(to) = m.reply {
+                        nats.publish(to, reply.encode_to_vec().into()).await.unwrap();
+                    }
+                    continue;
+                }
                 else => return,
             };
             let cmd = v1::HubCommand::decode(msg.payload.as_ref()).unwrap();
@@ -1004,18 +1052,15 @@ async fn an_older_hub_that_leaves_a_joined_device_adopting_gets_the_adopt_from_t
     let (_hub, hub_trigger, hub_task) = start_hub(&env).await;
     stop(hub_trigger, hub_task).await;
     for name in ["old-accepted", "old-short", "old-adopted"] {
-        sqlx::query(
-            "INSERT INTO devices (id, name, site_id, pool_id, role, provision_state, connectivity, no_schedule_reasons) \
-             VALUES ($1, $2, 's1', 'p1', 'host', 'adopting', 'disconnected', '{unreachable}')",
-        )
-        .bind(format!("dev_{}", name.replace('-', "_")))
-        .bind(name)
-        .execute(&env.pool)
-        .await
-        .unwrap();
+        adopting_device(&env, name).await;
     }
     let (asked, fake) = older_hub(&env).await;
-    let (_gw, gw_trigger, gw_task) = start_gateway(&env, |_| {}).await;
+    // Joins gather long enough that the ones sent together below are
+    // one batch.
+    let (_gw, gw_trigger, gw_task) = start_gateway(&env, |c| {
+        c.join_batch_linger = Duration::from_millis(300);
+    })
+    .await;
 
     // Acceptance passed and the hub left the device adopting: the gateway
     // adopts it, once, at the version the join returned.
@@ -1037,9 +1082,9 @@ async fn an_older_hub_that_leaves_a_joined_device_adopting_gets_the_adopt_from_t
     let r = sim(&env, spec).join(&token).await.unwrap();
     assert_eq!(r.provision_state, "adopted");
 
-    let asked = asked.lock().unwrap().clone();
+    let got = std::mem::take(&mut *asked.lock().unwrap());
     assert_eq!(
-        asked,
+        got,
         vec![
             ("join".to_string(), 0, "old-accepted".to_string()),
             ("adopt".to_string(), 7, "dev_old_accepted".to_string()),
@@ -1047,6 +1092,44 @@ async fn an_older_hub_that_leaves_a_joined_device_adopting_gets_the_adopt_from_t
             ("join".to_string(), 0, "old-adopted".to_string()),
         ]
     );
+
+    // Joins at once go as one `join_devices`; this hub refuses it, and the
+    // gateway joins each on its own.
+    let names = ["old-b1", "old-b2", "old-b3"];
+    for name in names {
+        adopting_device(&env, name).await;
+    }
+    let joins = names.iter().enumerate().map(|(i, name)| {
+        let mut spec = SimSpec::numbered("old", 10 + i, 8);
+        spec.hostname = name.to_string();
+        let (env, token) = (&env, token.clone());
+        async move { sim(env, spec).join(&token).await }
+    });
+    for r in futures::future::join_all(joins).await {
+        assert_eq!(r.unwrap().provision_state, "adopted");
+    }
+    let mut got = std::mem::take(&mut *asked.lock().unwrap());
+    assert_eq!(
+        got.first(),
+        Some(&("join_devices".to_string(), 0, names.join(",")))
+    );
+    got.sort();
+    let mut want: Vec<(String, i64, String)> = names
+        .iter()
+        .flat_map(|n| {
+            [
+                ("join".to_string(), 0, n.to_string()),
+                (
+                    "adopt".to_string(),
+                    7,
+                    format!("dev_{}", n.replace('-', "_")),
+                ),
+            ]
+        })
+        .collect();
+    want.push(("join_devices".to_string(), 0, names.join(",")));
+    want.sort();
+    assert_eq!(got, want);
     fake.abort();
     stop(gw_trigger, gw_task).await;
     env.cleanup().await;

@@ -963,33 +963,96 @@ pub async fn insert_device(tx: &mut Tx<'_>, d: &NewDevice) -> Result<Option<()>,
     Ok((done.rows_affected() == 1).then_some(()))
 }
 
-/// The first join of a device imported without a key: records the agent's
-/// key and GPUs on it. `None` when the device got a key in between.
-pub async fn claim(
+/// The live devices holding these trusted hardware keys: key -> (id, site).
+pub async fn trusted_by_key(
     tx: &mut Tx<'_>,
-    id: &str,
-    agent: &AgentFacts,
-) -> Result<Option<()>, sqlx::Error> {
-    let done = sqlx::query(
-        "UPDATE devices SET hardware_key = $2, hardware_key_trusted = $3, gpu_count = $4 \
-         WHERE id = $1 AND hardware_key IS NULL AND deleted_at IS NULL",
+    keys: &[&str],
+) -> Result<HashMap<String, (String, String)>, sqlx::Error> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT hardware_key, id, site_id FROM devices \
+         WHERE hardware_key = ANY($1) AND hardware_key_trusted AND deleted_at IS NULL",
     )
-    .bind(id)
-    .bind(&agent.hardware_key)
-    .bind(agent.hardware_key_trusted)
-    .bind(agent.gpu_count)
-    .execute(&mut **tx)
+    .bind(keys)
+    .fetch_all(&mut **tx)
     .await?;
-    Ok((done.rows_affected() == 1).then_some(()))
+    Ok(rows
+        .into_iter()
+        .map(|(k, id, site)| (k, (id, site)))
+        .collect())
 }
 
-/// A trusted re-join: the GPUs the agent reports now.
-pub async fn set_gpu_count(tx: &mut Tx<'_>, id: &str, gpu_count: i32) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE devices SET gpu_count = $2 WHERE id = $1")
-        .bind(id)
-        .bind(gpu_count)
-        .execute(&mut **tx)
-        .await?;
+/// The live devices without a hardware key (imported, never joined) of
+/// these sites and names: (site, name) -> (id, serial).
+pub async fn imported_by_name(
+    tx: &mut Tx<'_>,
+    names: &[(&str, &str)],
+) -> Result<HashMap<(String, String), (String, Option<String>)>, sqlx::Error> {
+    if names.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (sites, names): (Vec<&str>, Vec<&str>) = names.iter().copied().unzip();
+    let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT d.site_id, d.name, d.id, d.serial FROM devices d \
+         JOIN unnest($1::text[], $2::text[]) AS n(site_id, name) \
+           ON d.site_id = n.site_id AND d.name = n.name \
+         WHERE d.deleted_at IS NULL AND d.hardware_key IS NULL",
+    )
+    .bind(&sites)
+    .bind(&names)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(site, name, id, serial)| ((site, name), (id, serial)))
+        .collect())
+}
+
+/// Records each agent's key and GPUs on its device, when the device still
+/// has no key; the ids it did.
+pub async fn claim_many(
+    tx: &mut Tx<'_>,
+    claims: &[(&str, &AgentFacts)],
+) -> Result<std::collections::HashSet<String>, sqlx::Error> {
+    if claims.is_empty() {
+        return Ok(Default::default());
+    }
+    let ids: Vec<&str> = claims.iter().map(|(id, _)| *id).collect();
+    let keys: Vec<&str> = claims
+        .iter()
+        .map(|(_, a)| a.hardware_key.as_str())
+        .collect();
+    let trusted: Vec<bool> = claims.iter().map(|(_, a)| a.hardware_key_trusted).collect();
+    let gpus: Vec<i32> = claims.iter().map(|(_, a)| a.gpu_count).collect();
+    let done: Vec<(String,)> = sqlx::query_as(
+        "UPDATE devices d SET hardware_key = c.key, hardware_key_trusted = c.trusted, \
+                gpu_count = c.gpus \
+         FROM unnest($1::text[], $2::text[], $3::bool[], $4::int4[]) AS c(id, key, trusted, gpus) \
+         WHERE d.id = c.id AND d.hardware_key IS NULL AND d.deleted_at IS NULL \
+         RETURNING d.id",
+    )
+    .bind(&ids)
+    .bind(&keys)
+    .bind(&trusted)
+    .bind(&gpus)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(done.into_iter().map(|(id,)| id).collect())
+}
+
+/// Trusted re-joins: the GPUs each agent reports now.
+pub async fn set_gpu_counts(tx: &mut Tx<'_>, counts: &[(&str, i32)]) -> Result<(), sqlx::Error> {
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let (ids, gpus): (Vec<&str>, Vec<i32>) = counts.iter().copied().unzip();
+    sqlx::query(
+        "UPDATE devices d SET gpu_count = c.gpus \
+         FROM unnest($1::text[], $2::int4[]) AS c(id, gpus) WHERE d.id = c.id",
+    )
+    .bind(&ids)
+    .bind(&gpus)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

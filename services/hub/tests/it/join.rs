@@ -126,3 +126,261 @@ async fn a_join_with_adopt_adopts_an_adopting_device_in_its_own_transaction() {
 
     hub.stop(env).await;
 }
+
+/// A trusted join of `name` in site `site` with the hardware key `key`
+/// (repeated to 64 hex digits) and `gpus` GPUs, acceptance passed.
+fn agent(site: &str, name: &str, key: &str, serial: &str, gpus: i32) -> v1::JoinDevice {
+    v1::JoinDevice {
+        site: site.into(),
+        name: name.into(),
+        hardware_key: key.repeat(64 / key.len()),
+        hardware_key_trusted: true,
+        serial: serial.into(),
+        gpu_count: gpus,
+        adopt: true,
+        ..Default::default()
+    }
+}
+
+/// Devices NetBox imported (no key) and agents already joined, the same
+/// in every environment of the batch tests.
+async fn fleet_before_the_joins(env: &TestEnv) {
+    // The environment has sites s1 and s2.
+    for (name, serial, state) in [
+        ("gpu-c", "SER-C", ""),
+        ("gpu-d", "SER-D", "ready"),
+        ("gpu-m", "SER-M", ""),
+        ("gpu-t", "SER-T", ""),
+    ] {
+        env.create_device_with(v1::CreateDevice {
+            site: "s1".into(),
+            name: name.into(),
+            serial: serial.into(),
+            provision_state: state.into(),
+            ..Default::default()
+        })
+        .await;
+    }
+    for j in [
+        agent("s1", "gpu-r", "a1", "SER-R", 8),
+        agent("s2", "gpu-s", "b2", "SER-S", 8),
+    ] {
+        let r = env.command("join", 0, C::Join(j)).await;
+        assert!(r.error.is_none(), "{r:?}");
+    }
+}
+
+/// The joins of the batch tests, in order, each with what a join does.
+fn the_joins() -> Vec<v1::JoinDevice> {
+    let untrusted = v1::JoinDevice {
+        hardware_key_trusted: false,
+        ..agent("s1", "gpu-u", "c3", "SER-U", 8)
+    };
+    vec![
+        agent("s1", "gpu-c", "d4", "SER-C", 8), // claims the imported gpu-c, adopts it
+        agent("s1", "gpu-d", "e5", "SER-D", 8), // claims gpu-d, which stays ready
+        agent("s1", "gpu-r", "a1", "SER-R", 4), // re-joins gpu-r: generation 2, 4 GPUs
+        agent("s1", "gpu-n", "f6", "SER-N", 8), // a new machine: created
+        agent("s1", "gpu-x", "zz", "SER-X", 8), // not a hex key: refused
+        agent("s1", "gpu-c", "d4", "SER-C", 2), // gpu-c's key again: re-joins it
+        agent("s1", "gpu-t", "07", "SER-T", 8), // claims gpu-t
+        agent("s1", "gpu-t", "18", "SER-T", 8), // another key, gpu-t taken: refused (CONFLICT)
+        agent("s1", "gpu-m", "29", "SER-Q", 8), // gpu-m's serial differs: refused
+        agent("s1", "gpu-s", "b2", "SER-S", 8), // gpu-s's key is of site s2: refused
+        untrusted,                              // an untrusted key: created
+    ]
+}
+
+/// What a join's answer says, without the ids a creation draws.
+fn outcome(r: &Result<v1::Joined, v1::HubError>) -> String {
+    match r {
+        Ok(j) => {
+            let d = j.device.clone().unwrap_or_default();
+            format!(
+                "{} rejoined={} claimed={} trusted={} {} gen={} v={}",
+                d.name,
+                j.rejoined,
+                j.claimed,
+                j.hardware_key_trusted,
+                d.provision_state,
+                d.identity_generation,
+                d.version
+            )
+        }
+        Err(e) => format!("{:?}", fleet_proto::error_code_of(e.code)),
+    }
+}
+
+/// Every device and lifecycle row, by device name (ids differ between
+/// environments), and the StatusChanged events written.
+async fn stored(env: &TestEnv) -> (Vec<String>, Vec<String>, i64) {
+    let devices: Vec<(String,)> = sqlx::query_as(
+        "SELECT concat_ws(' ', site_id, name, provision_state, identity_generation, \
+                gpu_count, hardware_key, hardware_key_trusted, version) \
+         FROM devices ORDER BY site_id, name, id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let lifecycle: Vec<(String,)> = sqlx::query_as(
+        "SELECT concat_ws(' ', d.name, e.kind, e.value, e.cause) \
+         FROM device_lifecycle_events e JOIN devices d ON d.id = e.device_id \
+         ORDER BY d.name, e.id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM device_lifecycle_events")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    (
+        devices.into_iter().map(|r| r.0).collect(),
+        lifecycle.into_iter().map(|r| r.0).collect(),
+        events,
+    )
+}
+
+fn results(r: &v1::HubReply) -> Vec<Result<v1::Joined, v1::HubError>> {
+    match &r.record {
+        Some(v1::hub_reply::Record::Joins(j)) => j
+            .results
+            .iter()
+            .map(|x| match (&x.joined, &x.error) {
+                (_, Some(e)) => Err(e.clone()),
+                (Some(j), None) => Ok(j.clone()),
+                (None, None) => panic!("a result with neither: {x:?}"),
+            })
+            .collect(),
+        other => panic!("expected joins, got {other:?} ({:?})", r.error),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_devices_answers_and_stores_what_the_joins_one_by_one_do() {
+    // One by one, through `join`.
+    let (env, hub) = start().await;
+    fleet_before_the_joins(&env).await;
+    let mut single = vec![];
+    for j in the_joins() {
+        let r = env.command("join", 0, C::Join(j)).await;
+        single.push(match (r.error, r.record) {
+            (Some(e), _) => Err(e),
+            (None, Some(v1::hub_reply::Record::Joined(j))) => Ok(j),
+            other => panic!("a join answered {other:?}"),
+        });
+    }
+    let single_rows = stored(&env).await;
+    hub.stop(env).await;
+
+    // All at once, through `join_devices`.
+    let (env, hub) = start().await;
+    fleet_before_the_joins(&env).await;
+    let r = env
+        .command(
+            "join_devices",
+            0,
+            C::JoinDevices(v1::JoinDevices { joins: the_joins() }),
+        )
+        .await;
+    assert!(r.error.is_none(), "{r:?}");
+    let batched = results(&r);
+    let batched_rows = stored(&env).await;
+
+    let single: Vec<String> = single.iter().map(outcome).collect();
+    let batched: Vec<String> = batched.iter().map(outcome).collect();
+    assert_eq!(batched, single);
+    // What each join is expected to do (the comments of `the_joins`).
+    let expect = [
+        "gpu-c rejoined=false claimed=true trusted=true adopted",
+        "gpu-d rejoined=false claimed=true trusted=true ready",
+        "gpu-r rejoined=true claimed=false trusted=true adopted gen=2",
+        "gpu-n rejoined=false claimed=false trusted=true adopted gen=1",
+        "InvalidArgument",
+        "gpu-c rejoined=true claimed=false trusted=true adopted gen=2",
+        "gpu-t rejoined=false claimed=true trusted=true adopted",
+        "Conflict",
+        "Conflict",
+        "Conflict",
+        "gpu-u rejoined=false claimed=false trusted=false adopted gen=1",
+    ];
+    for (got, want) in batched.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got} is not {want}: {batched:#?}");
+    }
+    assert_eq!(batched_rows, single_rows);
+    hub.stop(env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_fails_as_a_whole_is_joined_one_by_one() {
+    let (env, hub) = start().await;
+    fleet_before_the_joins(&env).await;
+    // Any write of 13 GPUs fails: the batch's claim statement does, and
+    // with it the batch's transaction.
+    sqlx::query(
+        "CREATE FUNCTION refuse_13() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'no 13'; END $$",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER refuse_13 BEFORE UPDATE ON devices FOR EACH ROW \
+         WHEN (NEW.gpu_count = 13) EXECUTE FUNCTION refuse_13()",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let joins = vec![
+        agent("s1", "gpu-c", "d4", "SER-C", 8),
+        agent("s1", "gpu-d", "e5", "SER-D", 13),
+        agent("s1", "gpu-r", "a1", "SER-R", 4),
+    ];
+    let r = env
+        .command("join_devices", 0, C::JoinDevices(v1::JoinDevices { joins }))
+        .await;
+    assert!(r.error.is_none(), "{r:?}");
+    let got: Vec<String> = results(&r).iter().map(outcome).collect();
+    assert!(
+        got[0].starts_with("gpu-c rejoined=false claimed=true"),
+        "{got:?}"
+    );
+    assert!(got[1].starts_with("Unavailable"), "{got:?}");
+    assert!(got[2].starts_with("gpu-r rejoined=true"), "{got:?}");
+    // The refused claim changed nothing; the others are stored.
+    let (devices, _, _) = stored(&env).await;
+    assert!(
+        devices.iter().any(|d| d.starts_with("s1 gpu-d ready 1 ")),
+        "{devices:#?}"
+    );
+    assert!(
+        devices
+            .iter()
+            .any(|d| d.starts_with("s1 gpu-r adopted 2 4 ")),
+        "{devices:#?}"
+    );
+    hub.stop(env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_devices_refuses_an_empty_or_oversized_batch_and_changes_nothing() {
+    let (env, hub) = start().await;
+    fleet_before_the_joins(&env).await;
+    let before = stored(&env).await;
+    for n in [0, 1001] {
+        let joins = (0..n)
+            .map(|i| agent("s1", &format!("gpu-{i}"), "ab", "SER", 8))
+            .collect();
+        let r = env
+            .command("join_devices", 0, C::JoinDevices(v1::JoinDevices { joins }))
+            .await;
+        let e = r.error.expect("refused");
+        assert_eq!(
+            fleet_proto::error_code_of(e.code),
+            fleet_proto::ErrorCode::InvalidArgument,
+            "{e:?}"
+        );
+    }
+    assert_eq!(stored(&env).await, before);
+    hub.stop(env).await;
+}
