@@ -37,15 +37,17 @@ pub struct Config {
     /// join, an adoption); an agent's request gets twice this.
     #[serde(with = "humantime_serde")]
     pub hub_timeout: Duration,
-    /// Joins that arrive together go to the hub as one `join_devices`
-    /// command (one transaction) of up to this many (at most 1,000) ...
-    pub join_batch_max: usize,
+    /// Joins and session opens that arrive together are done in bulk (a
+    /// join batch is one `join_devices` hub command and one statement for
+    /// the credentials; an open batch one statement): up to this many
+    /// (at most 1,000) ...
+    pub batch_max: usize,
     /// ... gathered for at most this long after the first ...
     #[serde(with = "humantime_serde")]
-    pub join_batch_linger: Duration,
-    /// ... with at most this many batches at the hub at once (while all
-    /// are out, the next batch gathers).
-    pub join_batch_in_flight: usize,
+    pub batch_linger: Duration,
+    /// ... with at most this many batches of each kind out at once (while
+    /// all are, the next batch gathers).
+    pub batch_in_flight: usize,
     /// Platform secrets handed to platform and tenant-owned agents at
     /// session open (break-glass keys, ...); never to tenant-controlled ones.
     pub platform_secrets: BTreeMap<String, String>,
@@ -63,9 +65,9 @@ impl Default for Config {
             max_command_deadline: Duration::from_secs(600),
             concurrency: 256,
             hub_timeout: Duration::from_secs(10),
-            join_batch_max: 200,
-            join_batch_linger: Duration::from_millis(5),
-            join_batch_in_flight: 4,
+            batch_max: 200,
+            batch_linger: Duration::from_millis(5),
+            batch_in_flight: 4,
             platform_secrets: BTreeMap::new(),
         }
     }
@@ -85,22 +87,22 @@ impl Config {
                 "must not exceed gateway.max_command_deadline",
             ));
         }
-        if !(1..=1000).contains(&self.join_batch_max) {
+        if !(1..=1000).contains(&self.batch_max) {
             return Err(ConfigError::invalid(
-                "gateway.join_batch_max",
+                "gateway.batch_max",
                 "must be 1 to 1000 (the most the hub's join_devices takes)",
             ));
         }
-        if self.join_batch_in_flight == 0 {
+        if self.batch_in_flight == 0 {
             return Err(ConfigError::invalid(
-                "gateway.join_batch_in_flight",
+                "gateway.batch_in_flight",
                 "must be at least 1",
             ));
         }
-        if self.join_batch_linger > Duration::from_secs(1) {
+        if self.batch_linger > Duration::from_secs(1) {
             return Err(ConfigError::invalid(
-                "gateway.join_batch_linger",
-                "must be at most 1s (every join waits this long for company)",
+                "gateway.batch_linger",
+                "must be at most 1s (a join or an open waits this long for company)",
             ));
         }
         Ok(())

@@ -158,7 +158,7 @@ impl Gateway {
         let acceptance = profile
             .as_ref()
             .map(|p| policy::acceptance(&inv, p.as_ref()));
-        let joined = self
+        let crate::batched::Issued { joined, credential } = self
             .hub_join(v1::JoinDevice {
                 site: grant.site_id.clone(),
                 pool_id: grant.pool_id.clone().unwrap_or_default(),
@@ -177,13 +177,6 @@ impl Gateway {
         let (device_id, generation, version) =
             (device.id, device.identity_generation, device.version);
         let mut provision_state = device.provision_state;
-        if device_id.is_empty() || generation < 1 {
-            return Err(GatewayError::new(
-                ErrorCode::Unavailable,
-                "the hub's join reply names no device",
-            ));
-        }
-        let credential = store::issue_credential(&self.deps.pool, &device_id, generation).await?;
         tracing::info!(device_id = %device_id, rejoined, claimed, trusted = key.trusted, generation, "agent joined");
 
         // Acceptance: the hub adopted with the join when it passed. A hub
@@ -279,18 +272,18 @@ impl Gateway {
                 gpu_model: String::new(),
             })
         };
-        let epoch = store::open_session(
-            &self.deps.pool,
-            &req.device_id,
-            device.session_epoch,
-            generation,
-            &token_sha,
-            &self.gateway_id,
-            &device.site_id,
-            device.trust,
-            &inv,
-        )
-        .await?;
+        let epoch = self
+            .opens
+            .ask(store::SessionOpen {
+                device_id: req.device_id.clone(),
+                hub_epoch: device.session_epoch,
+                identity_generation: generation,
+                token_sha256: token_sha.clone(),
+                site_id: device.site_id.clone(),
+                trust: device.trust,
+                inventory: inv.clone(),
+            })
+            .await?;
         self.sessions().insert(
             req.device_id.clone(),
             Session {

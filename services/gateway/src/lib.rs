@@ -19,8 +19,8 @@ pub(crate) mod metrics;
 pub(crate) mod policy;
 pub mod store;
 
+mod batched;
 mod handlers;
-mod joins;
 mod sessions;
 
 use std::collections::HashMap;
@@ -108,7 +108,9 @@ pub struct Gateway {
     pub deps: fleet_store::Deps,
     pub hub: fleet_hub_client::HubClient,
     /// Joins, gathered into batched hub commands.
-    joins: joins::Joins,
+    joins: batched::Joins,
+    /// Session opens, gathered into batched statements.
+    opens: batched::Opens,
     pub gateway_id: String,
     pub metrics: GatewayMetrics,
     sessions: Mutex<HashMap<String, Session>>,
@@ -132,13 +134,20 @@ impl Gateway {
             deps.subjects.clone(),
             config.hub_timeout.max(Duration::from_secs(1)),
         );
-        let joins = joins::start(hub.clone(), format!("gateway:{gateway_id}"), &config);
+        let joins = batched::joins(
+            hub.clone(),
+            deps.pool.clone(),
+            format!("gateway:{gateway_id}"),
+            &config,
+        );
+        let opens = batched::opens(deps.pool.clone(), gateway_id.clone(), &config);
         Ok(Arc::new(Gateway {
             common,
             config,
             deps,
             hub,
             joins,
+            opens,
             gateway_id,
             metrics: GatewayMetrics::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -162,9 +171,10 @@ impl Gateway {
             .map_err(hub_error)
     }
 
-    /// An agent's join, through the join batcher.
-    async fn hub_join(&self, join: v1::JoinDevice) -> Result<v1::Joined, GatewayError> {
-        self.joins.ask(join).await.map_err(hub_error)
+    /// An agent's join through the join batcher: the hub's answer and the
+    /// credential issued for it.
+    async fn hub_join(&self, join: v1::JoinDevice) -> Result<batched::Issued, GatewayError> {
+        self.joins.ask(join).await.map_err(hub_error)?
     }
 
     fn device_key(site: &str, device_id: &str) -> v1::DeviceKey {

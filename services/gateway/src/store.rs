@@ -77,23 +77,38 @@ pub async fn issue_join_token(
     Ok(token)
 }
 
-/// Issues a device credential for one identity generation.
-pub async fn issue_credential(
+/// Issues one credential per `(device, identity generation)`, in one
+/// statement (one commit for a batch of joins); the secrets in order
+/// (shown once, stored hashed).
+pub async fn issue_credentials(
     pool: &PgPool,
-    device_id: &str,
-    generation: i64,
-) -> Result<String, sqlx::Error> {
-    let secret = format!("fdc_{}", new_secret());
+    grants: &[(&str, i64)],
+) -> Result<Vec<String>, sqlx::Error> {
+    if grants.is_empty() {
+        return Ok(vec![]);
+    }
+    let secrets: Vec<String> = grants
+        .iter()
+        .map(|_| format!("fdc_{}", new_secret()))
+        .collect();
+    let ids: Vec<String> = grants
+        .iter()
+        .map(|_| format!("cred_{}", ulid::Ulid::new()))
+        .collect();
+    let devices: Vec<&str> = grants.iter().map(|(d, _)| *d).collect();
+    let generations: Vec<i64> = grants.iter().map(|(_, g)| *g).collect();
+    let hashes: Vec<String> = secrets.iter().map(|s| sha256_hex(s)).collect();
     sqlx::query(
-        "INSERT INTO agent_credentials (id, device_id, identity_generation, secret_sha256) VALUES ($1, $2, $3, $4)",
+        "INSERT INTO agent_credentials (id, device_id, identity_generation, secret_sha256) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[])",
     )
-    .bind(format!("cred_{}", ulid::Ulid::new()))
-    .bind(device_id)
-    .bind(generation)
-    .bind(sha256_hex(&secret))
+    .bind(&ids)
+    .bind(&devices)
+    .bind(&generations)
+    .bind(&hashes)
     .execute(pool)
     .await?;
-    Ok(secret)
+    Ok(secrets)
 }
 
 /// A device as the gateway reads it.
@@ -197,38 +212,69 @@ fn inventory_from(v: &serde_json::Value) -> Inventory {
     }
 }
 
-/// Opens a session: the next epoch, above the hub's `session_epoch` and
-/// any earlier session of this device.
-#[allow(clippy::too_many_arguments)]
-pub async fn open_session(
+/// A session to open (`open_sessions`).
+#[derive(Debug, Clone)]
+pub struct SessionOpen {
+    pub device_id: String,
+    /// The epoch the hub holds for the device: the new one is above both
+    /// it and the stored session's.
+    pub hub_epoch: i64,
+    pub identity_generation: i64,
+    pub token_sha256: String,
+    pub site_id: String,
+    pub trust: Trust,
+    pub inventory: Inventory,
+}
+
+/// Opens the sessions (a new epoch each) in one statement; the epochs in
+/// order. The devices must be distinct.
+pub async fn open_sessions(
     pool: &PgPool,
-    device_id: &str,
-    hub_epoch: i64,
-    generation: i64,
-    token_sha256: &str,
     gateway_id: &str,
-    site_id: &str,
-    trust: Trust,
-    inventory: &Inventory,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "INSERT INTO agent_sessions AS s (device_id, epoch, identity_generation, token_sha256, gateway_id, site_id, \
-         trust, inventory) VALUES ($1, $2 + 1, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (device_id) DO UPDATE SET epoch = GREATEST(s.epoch, $2) + 1, identity_generation = $3, \
-         token_sha256 = $4, gateway_id = $5, site_id = $6, trust = $7, inventory = $8, opened_at = now(), \
-         closed_at = NULL, close_reason = NULL \
-         RETURNING epoch",
+    opens: &[SessionOpen],
+) -> Result<Vec<i64>, sqlx::Error> {
+    if opens.is_empty() {
+        return Ok(vec![]);
+    }
+    let devices: Vec<&str> = opens.iter().map(|o| o.device_id.as_str()).collect();
+    let hub_epochs: Vec<i64> = opens.iter().map(|o| o.hub_epoch).collect();
+    let generations: Vec<i64> = opens.iter().map(|o| o.identity_generation).collect();
+    let tokens: Vec<&str> = opens.iter().map(|o| o.token_sha256.as_str()).collect();
+    let sites: Vec<&str> = opens.iter().map(|o| o.site_id.as_str()).collect();
+    let trusts: Vec<&str> = opens.iter().map(|o| o.trust.as_str()).collect();
+    let inventories: Vec<serde_json::Value> =
+        opens.iter().map(|o| inventory_json(&o.inventory)).collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "INSERT INTO agent_sessions AS s (device_id, epoch, identity_generation, token_sha256, gateway_id, \
+         site_id, trust, inventory) \
+         SELECT o.device_id, o.hub_epoch + 1, o.generation, o.token, $5, o.site_id, o.trust, o.inventory \
+         FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $6::text[], $7::text[], $8::jsonb[]) \
+              AS o(device_id, hub_epoch, generation, token, site_id, trust, inventory) \
+         ON CONFLICT (device_id) DO UPDATE SET epoch = GREATEST(s.epoch, EXCLUDED.epoch - 1) + 1, \
+         identity_generation = EXCLUDED.identity_generation, token_sha256 = EXCLUDED.token_sha256, \
+         gateway_id = EXCLUDED.gateway_id, site_id = EXCLUDED.site_id, trust = EXCLUDED.trust, \
+         inventory = EXCLUDED.inventory, opened_at = now(), closed_at = NULL, close_reason = NULL \
+         RETURNING device_id, epoch",
     )
-    .bind(device_id)
-    .bind(hub_epoch)
-    .bind(generation)
-    .bind(token_sha256)
+    .bind(&devices)
+    .bind(&hub_epochs)
+    .bind(&generations)
+    .bind(&tokens)
     .bind(gateway_id)
-    .bind(site_id)
-    .bind(trust.as_str())
-    .bind(inventory_json(inventory))
-    .fetch_one(pool)
-    .await
+    .bind(&sites)
+    .bind(&trusts)
+    .bind(&inventories)
+    .fetch_all(pool)
+    .await?;
+    let epochs: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+    devices
+        .iter()
+        .map(|d| {
+            epochs.get(*d).copied().ok_or_else(|| {
+                sqlx::Error::Protocol(format!("no session row came back for device {d}"))
+            })
+        })
+        .collect()
 }
 
 pub async fn sessions(

@@ -5,7 +5,9 @@
 //! `max`, in one hub transaction instead of one each. At most `in_flight`
 //! batches are out at once: while all are, new asks wait and go together
 //! in the next batch, so a slower hub gets larger batches rather than a
-//! longer queue of small ones. Each ask gets its own answer.
+//! longer queue of small ones. Each ask gets its own answer. The batches
+//! may be anything a service does better in bulk: a hub command, one
+//! statement of the service's own (the gateway's session opens).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,6 +16,18 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::HubCallError;
+
+/// The error a batch's asks get when no answer came: the batcher stopped,
+/// or the batch answered a different number of results than it had asks.
+pub trait Lost: Clone + Send + 'static {
+    fn lost(why: String) -> Self;
+}
+
+impl Lost for HubCallError {
+    fn lost(why: String) -> Self {
+        HubCallError::Transport(why)
+    }
+}
 
 /// How asks are gathered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,17 +40,17 @@ pub struct Limits {
     pub in_flight: usize,
 }
 
-struct Ask<T, R> {
+struct Ask<T, R, E> {
     item: T,
-    reply: oneshot::Sender<Result<R, HubCallError>>,
+    reply: oneshot::Sender<Result<R, E>>,
 }
 
 /// A handle to a running batcher; it stops when the last handle is dropped.
-pub struct Batcher<T, R> {
-    tx: mpsc::Sender<Ask<T, R>>,
+pub struct Batcher<T, R, E = HubCallError> {
+    tx: mpsc::Sender<Ask<T, R, E>>,
 }
 
-impl<T, R> Clone for Batcher<T, R> {
+impl<T, R, E> Clone for Batcher<T, R, E> {
     fn clone(&self) -> Self {
         Batcher {
             tx: self.tx.clone(),
@@ -44,14 +58,14 @@ impl<T, R> Clone for Batcher<T, R> {
     }
 }
 
-impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
+impl<T: Send + 'static, R: Send + 'static, E: Lost> Batcher<T, R, E> {
     /// Starts the batcher. `send` gets a batch's items in the order they
     /// were asked and answers one result per item in that order, or one
     /// error for the whole batch (every ask of it gets that error).
     pub fn start<F, Fut>(limits: Limits, send: F) -> Self
     where
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Result<R, HubCallError>>, HubCallError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<Result<R, E>>, E>> + Send + 'static,
     {
         let limits = Limits {
             max: limits.max.max(1),
@@ -64,9 +78,9 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 
     /// Asks for one item and waits for its own answer.
-    pub async fn ask(&self, item: T) -> Result<R, HubCallError> {
+    pub async fn ask(&self, item: T) -> Result<R, E> {
         let (reply, answer) = oneshot::channel();
-        let gone = || HubCallError::Transport("the batcher stopped".into());
+        let gone = || E::lost("the batcher stopped".into());
         self.tx
             .send(Ask { item, reply })
             .await
@@ -75,12 +89,13 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 }
 
-async fn gather<T, R, F, Fut>(mut rx: mpsc::Receiver<Ask<T, R>>, limits: Limits, send: Arc<F>)
+async fn gather<T, R, E, F, Fut>(mut rx: mpsc::Receiver<Ask<T, R, E>>, limits: Limits, send: Arc<F>)
 where
     T: Send + 'static,
     R: Send + 'static,
+    E: Lost,
     F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Vec<Result<R, HubCallError>>, HubCallError>> + Send + 'static,
+    Fut: Future<Output = Result<Vec<Result<R, E>>, E>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.in_flight));
     loop {
@@ -113,10 +128,7 @@ where
                     }
                 }
                 Ok(results) => {
-                    let e = HubCallError::BadReply(format!(
-                        "{} results for a batch of {asked}",
-                        results.len()
-                    ));
+                    let e = E::lost(format!("{} results for a batch of {asked}", results.len()));
                     for reply in replies {
                         let _ = reply.send(Err(e.clone()));
                     }
@@ -213,7 +225,7 @@ mod tests {
         let b: Batcher<u32, u32> =
             Batcher::start(limits(10, 1), |_items: Vec<u32>| async { Ok(vec![Ok(1)]) });
         for a in futures_join(&b, 0..3).await {
-            assert!(matches!(a, Err(HubCallError::BadReply(_))), "{a:?}");
+            assert!(matches!(a, Err(HubCallError::Transport(_))), "{a:?}");
         }
     }
 

@@ -1058,7 +1058,7 @@ async fn an_older_hub_that_leaves_a_joined_device_adopting_gets_the_adopt_from_t
     // Joins gather long enough that the ones sent together below are
     // one batch.
     let (_gw, gw_trigger, gw_task) = start_gateway(&env, |c| {
-        c.join_batch_linger = Duration::from_millis(300);
+        c.batch_linger = Duration::from_millis(300);
     })
     .await;
 
