@@ -26,6 +26,7 @@ const HUB_VERBS: &[&str] = &[
     "enrollment_proof",
     "impairment_hold",
     "join",
+    "join_devices",
     "set_maintenance",
     "apply_snapshot",
     "impairment_holds",

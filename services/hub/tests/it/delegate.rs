@@ -76,12 +76,7 @@ async fn delegate_refuses_typed_then_enters_delegated_once() {
         let r = env
             .command("delegate", 0, delegate(&id, pinned, netbox))
             .await;
-        let e = r.error.expect("refused");
-        assert_eq!(
-            fleet_proto::error_code_of(e.code),
-            fleet_proto::ErrorCode::InvalidState,
-            "{e:?}"
-        );
+        let e = refusal(r, fleet_proto::ErrorCode::InvalidState);
         assert!(e.message.contains(why), "{}", e.message);
     }
     // The back-end latch True (an isolate verified) refuses too.

@@ -374,12 +374,7 @@ async fn join_devices_refuses_an_empty_or_oversized_batch_and_changes_nothing() 
         let r = env
             .command("join_devices", 0, C::JoinDevices(v1::JoinDevices { joins }))
             .await;
-        let e = r.error.expect("refused");
-        assert_eq!(
-            fleet_proto::error_code_of(e.code),
-            fleet_proto::ErrorCode::InvalidArgument,
-            "{e:?}"
-        );
+        refusal(r, fleet_proto::ErrorCode::InvalidArgument);
     }
     assert_eq!(stored(&env).await, before);
     hub.stop(env).await;

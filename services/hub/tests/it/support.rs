@@ -105,3 +105,10 @@ pub fn error_code(r: &v1::HubReply) -> &str {
         .map(|e| fleet_proto::error_code_of(e.code).as_str_name())
         .unwrap_or("OK")
 }
+
+/// The hub's refusal in `r`, checked to carry `code`.
+pub fn refusal(r: v1::HubReply, code: fleet_proto::ErrorCode) -> v1::HubError {
+    let e = r.error.expect("refused");
+    assert_eq!(fleet_proto::error_code_of(e.code), code, "{e:?}");
+    e
+}
