@@ -136,12 +136,14 @@ pub(crate) fn opens(pool: PgPool, gateway_id: String, config: &Config) -> Opens 
     })
 }
 
-type Answers = Result<Vec<Result<v1::Joined, HubCallError>>, HubCallError>;
+/// The hub's answer to each join of a batch, or to the batch as a whole.
+type HubAnswers = Result<Vec<Result<v1::Joined, HubCallError>>, HubCallError>;
 
-async fn send(hub: &HubClient, actor: &str, mut joins: Vec<v1::JoinDevice>) -> Answers {
+async fn send(hub: &HubClient, actor: &str, mut joins: Vec<v1::JoinDevice>) -> HubAnswers {
     if joins.len() == 1 {
-        let j = joins.pop().map(C::Join);
-        return Ok(vec![one(hub, actor, j).await]);
+        if let Some(j) = joins.pop() {
+            return Ok(vec![one(hub, actor, j).await]);
+        }
     }
     let asked = C::JoinDevices(v1::JoinDevices {
         joins: joins.clone(),
@@ -155,7 +157,7 @@ async fn send(hub: &HubClient, actor: &str, mut joins: Vec<v1::JoinDevice>) -> A
             tracing::info!(%message, joins = joins.len(), "the hub refused a batch of joins; sending them one by one");
             let mut out = vec![];
             for j in joins {
-                out.push(one(hub, actor, Some(C::Join(j))).await);
+                out.push(one(hub, actor, j).await);
             }
             Ok(out)
         }
@@ -163,9 +165,12 @@ async fn send(hub: &HubClient, actor: &str, mut joins: Vec<v1::JoinDevice>) -> A
     }
 }
 
-async fn one(hub: &HubClient, actor: &str, join: Option<C>) -> Result<v1::Joined, HubCallError> {
-    let join = join.ok_or_else(|| HubCallError::BadReply("no join to send".into()))?;
-    hub.call(actor, 0, join).await?.joined()
+async fn one(
+    hub: &HubClient,
+    actor: &str,
+    join: v1::JoinDevice,
+) -> Result<v1::Joined, HubCallError> {
+    hub.call(actor, 0, C::Join(join)).await?.joined()
 }
 
 fn result(r: v1::JoinResult) -> Result<v1::Joined, HubCallError> {

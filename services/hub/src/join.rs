@@ -414,6 +414,10 @@ impl Hub {
             }
         }
 
+        if plans.is_empty() {
+            // Nothing to re-join or claim: the transaction wrote nothing.
+            return Ok(done);
+        }
         let ids: Vec<String> = planned.into_iter().collect();
         let mut work = Work::lock(&mut tx, &ids).await?;
         let mut claims: Vec<(usize, String, AgentFacts)> = vec![];
