@@ -21,6 +21,15 @@ pub struct Backlog {
     pub unconsumed: u64,
 }
 
+/// How often the loop reads the stream's count.
+const EVERY: Duration = Duration::from_secs(30);
+/// At most how often it reads every consumer: on nats-server 2.9 a
+/// consumer's pending count for a filtered consumer is a scan of the
+/// stream, and the `CONSUMER.LIST` of the readings held the whole server
+/// for 3.5 - 7.3 s (every client's read loop waiting) while `OBSERVATIONS`
+/// held 500,000 messages behind a hub that had fallen behind.
+const READINGS_EVERY: Duration = Duration::from_secs(300);
+
 impl Hub {
     /// The stream's count is read between two readings of every consumer
     /// (see [`count`]).
@@ -36,14 +45,54 @@ impl Hub {
         Ok(count(messages, &before, &after))
     }
 
+    /// The backlog from the stream's count alone (one cheap request), when
+    /// that settles it: see [`settled`].
+    pub async fn quick_backlog(&self, young: Duration) -> anyhow::Result<Option<Backlog>> {
+        let (messages, oldest) = self.stream_count().await?;
+        Ok(settled(messages, oldest, young))
+    }
+
+    /// The messages `OBSERVATIONS` holds and how long its oldest has.
+    async fn stream_count(&self) -> anyhow::Result<(u64, Duration)> {
+        let mut stream = self
+            .deps
+            .js
+            .get_stream(self.deps.streams.observations())
+            .await?;
+        let state = &stream.info().await?.state;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        let age = now.as_nanos() as i128 - state.first_timestamp.unix_timestamp_nanos();
+        Ok((
+            state.messages,
+            Duration::from_nanos(u64::try_from(age).unwrap_or(0)),
+        ))
+    }
+
     pub(crate) async fn backlog_loop(self: Arc<Self>, mut shutdown: Shutdown) {
-        let every = Duration::from_secs(30);
         // One positive reading can be a burst or a partition being rewound
         // (its consumer is re-created); the log waits for a second one.
         let mut previous = 0u64;
+        let mut read_at: Option<tokio::time::Instant> = None;
         loop {
-            match self.backlog().await {
-                Ok(b) => {
+            let due = read_at.is_none_or(|t| t.elapsed() >= READINGS_EVERY);
+            let reading = match self.stream_count().await {
+                Ok((messages, oldest)) => match settled(messages, oldest, EVERY) {
+                    Some(b) => Ok(Some(b)),
+                    None if due => {
+                        read_at = Some(tokio::time::Instant::now());
+                        self.backlog().await.map(Some)
+                    }
+                    // Not due: the pending gauge from the count alone (an
+                    // upper bound), the unconsumed one as last read.
+                    None => {
+                        self.metrics.observations_pending.set(messages as i64);
+                        Ok(None)
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            match reading {
+                Ok(Some(b)) => {
                     self.metrics.observations_pending.set(b.pending as i64);
                     self.metrics
                         .observations_unconsumed
@@ -57,11 +106,26 @@ impl Hub {
                         );
                     }
                 }
+                Ok(None) => {}
                 Err(e) => tracing::debug!(error = %e, "cannot read the OBSERVATIONS backlog"),
             }
-            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            tokio::select! { _ = tokio::time::sleep(EVERY) => {}, _ = shutdown.wait() => return }
         }
     }
+}
+
+/// The backlog when the stream's count of `messages` and the age of its
+/// oldest one settle it: `OBSERVATIONS` is a work queue, and a message no
+/// consumer filters stays in it for good, so while its oldest message is
+/// younger than `young`, nothing has waited unconsumed for longer than
+/// that, and every message is pending for a consumer or in a hub's hands.
+/// `None`: only the consumers' readings tell.
+fn settled(messages: u64, oldest: Duration, young: Duration) -> Option<Backlog> {
+    (messages == 0 || oldest < young).then_some(Backlog {
+        messages,
+        pending: messages,
+        unconsumed: 0,
+    })
 }
 
 /// One consumer's reading: the messages it has still to deliver or awaits
@@ -134,6 +198,18 @@ mod tests {
         r.iter()
             .map(|&(n, pending, delivered)| (n.to_string(), Reading { pending, delivered }))
             .collect()
+    }
+
+    #[test]
+    fn the_count_alone_settles_a_stream_whose_oldest_message_is_young() {
+        let young = Duration::from_secs(30);
+        let b = settled(0, Duration::from_secs(3600), young).unwrap();
+        assert_eq!((b.pending, b.unconsumed), (0, 0));
+        let b = settled(500, Duration::from_secs(29), young).unwrap();
+        assert_eq!((b.messages, b.pending, b.unconsumed), (500, 500, 0));
+        // The oldest message has waited a whole period: it may be one no
+        // consumer filters, so only the readings tell.
+        assert_eq!(settled(500, young, young), None);
     }
 
     #[test]

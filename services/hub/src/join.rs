@@ -308,10 +308,11 @@ impl Hub {
     /// answers each. The re-joins and claims of trusted keys (an agent
     /// coming back, a device NetBox imported) go in one transaction: one
     /// read of the keys, one of the imported names, one lock of every
-    /// device, one claim, one unit of work. What that transaction does not
-    /// settle (a new device, a key twice in the batch, a device claimed by
-    /// another key meanwhile), and every join when the transaction fails as
-    /// a whole, is joined on its own afterwards, in request order.
+    /// device (without waiting), one claim, one unit of work. What that
+    /// transaction does not settle (a new device, a key twice in the batch,
+    /// a device claimed by another key meanwhile, a device another
+    /// transaction holds), and every join when the transaction fails as a
+    /// whole, is joined on its own afterwards, in request order.
     pub(crate) async fn join_devices(
         &self,
         joins: Vec<v1::JoinDevice>,
@@ -419,7 +420,9 @@ impl Hub {
             return Ok(done);
         }
         let ids: Vec<String> = planned.into_iter().collect();
-        let mut work = Work::lock(&mut tx, &ids).await?;
+        // Without waiting: a device a lane's batch or another command holds
+        // is joined on its own, after this transaction let go of the rest.
+        let mut work = Work::lock_free(&mut tx, &ids).await?;
         let mut claims: Vec<(usize, String, AgentFacts)> = vec![];
         let mut rejoined: Vec<(usize, String, i32)> = vec![];
         for (i, j, plan) in plans {
@@ -427,6 +430,10 @@ impl Hub {
                 Plan::Rejoin(id) => (id, true),
                 Plan::Claim(id) => (id, false),
             };
+            if !work.devices.contains_key(&id) {
+                // Held by another transaction: joined on its own.
+                continue;
+            }
             let Some(s) = work.device(&id, cause, None) else {
                 if rejoin {
                     done.push((i, Err(DomainError::NotFound(format!("device {id}")).into())));

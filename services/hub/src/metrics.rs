@@ -23,6 +23,7 @@ pub struct HubMetrics {
     pub batch_seconds: Histograms,
     pub swept: Counter,
     pub confirmed: Counter,
+    pub deferred: Counter,
     pub observations_pending: Gauge,
     pub observations_unconsumed: Gauge,
     pub lease_held: Gauge,
@@ -65,6 +66,10 @@ impl HubMetrics {
                 "snapshots_confirmed",
                 "Observations the fast path applied without loading the device (a snapshot with the same content: only freshness moved; a heartbeat of the live session: only session_last_seen moved); a subset of applied",
             ),
+            deferred: m.counter(
+                "observations_deferred",
+                "Observations whose device another transaction held when their batch locked it (another lane's batch or a command): applied right after the rest of the batch committed, in a transaction that waits for the device",
+            ),
             observations_pending: m.gauge(
                 "observations_pending",
                 "OBSERVATIONS messages pending for a hub consumer or in a hub's hands",
@@ -101,6 +106,7 @@ impl HubMetrics {
             count(&self.observations, &[("outcome", outcome)], n);
         }
         self.confirmed.inc_by(s.confirmed);
+        self.deferred.inc_by(s.deferred);
         let w = &s.summary.written;
         for (table, n) in [
             ("devices", w.devices),

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use crate::store::devices;
+use crate::store::devices::{self, HeldRows};
 use async_nats::jetstream::{self, AckKind};
 use chrono::Utc;
 use fleet_bus::subjects::{self, ObsSubject};
@@ -109,11 +109,25 @@ pub struct BatchStats {
     pub duplicate: u64,
     pub unresolved: u64,
     pub rejected: u64,
+    /// Items whose device another transaction held at the first pass,
+    /// applied in the second (counted in the outcomes above too).
+    pub deferred: u64,
     pub summary: Summary,
 }
 
 impl Hub {
     /// Applies a batch and acks it; dead-letters what cannot be applied.
+    ///
+    /// Two passes: the first locks the batch's devices with `SKIP LOCKED`
+    /// and applies, commits and acks everything whose device it got; the
+    /// devices another transaction held (another lane's batch, since a
+    /// device's sources key it differently and so land in different
+    /// partitions, or a command) are applied right after, in a second
+    /// transaction that waits for them. A lane thus never holds a whole
+    /// batch's locks while it waits, and the batches of the lanes no longer
+    /// queue behind one another. A device's messages are all in one pass,
+    /// and the lane takes no newer message before the second pass is done,
+    /// so per-device order holds.
     pub async fn handle_batch(&self, items: Vec<Item>) -> BatchStats {
         let mut stats = BatchStats::default();
         // Items fetched before their partition was rewound come again, in
@@ -134,11 +148,26 @@ impl Hub {
                 .await;
             stats.rejected += 1;
         }
+        let held = self.settle(good, HeldRows::Skip, &mut stats).await;
+        if !held.is_empty() {
+            stats.deferred += held.len() as u64;
+            let left = self.settle(held, HeldRows::Wait, &mut stats).await;
+            debug_assert!(left.is_empty(), "a waiting pass defers nothing");
+        }
+        self.relay_wake.notify_one();
+        self.metrics.record_batch(&stats);
+        stats
+    }
+
+    /// One pass over `good`: applies, publishes and acks; returns the items
+    /// whose devices were held elsewhere (only with [`HeldRows::Skip`]),
+    /// unacked and in their order.
+    async fn settle(&self, good: Vec<Item>, held: HeldRows, stats: &mut BatchStats) -> Vec<Item> {
         if good.is_empty() {
-            return stats;
+            return vec![];
         }
         let started = std::time::Instant::now();
-        let applied = self.apply(&good).await;
+        let applied = self.apply(&good, held).await;
         self.metrics.stage("apply", started.elapsed());
         match applied {
             Ok(Err(Fenced(lost))) => {
@@ -146,18 +175,24 @@ impl Hub {
                 let batch: BTreeSet<u32> = good.iter().map(|i| i.partition).collect();
                 self.fenced(&lost, &batch);
             }
-            Ok(Ok((s, rows))) => {
-                merge(&mut stats, s);
+            Ok(Ok(done)) => {
+                merge(stats, done.stats);
                 let started = std::time::Instant::now();
                 // The status changes first: they are what consumers wait
                 // for, while an ack only tells the stream what it may drop
                 // (a crash in between redelivers, and a redelivery is a
                 // duplicate the hub recognises).
-                self.publish_committed(rows).await;
-                for item in &good {
-                    self.ack(&item.msg).await;
+                self.publish_committed(done.outbox).await;
+                let mut held = Vec::with_capacity(done.held.len());
+                for (k, item) in good.into_iter().enumerate() {
+                    if done.held.contains(&k) {
+                        held.push(item);
+                    } else {
+                        self.ack(&item.msg).await;
+                    }
                 }
                 self.metrics.stage("publish", started.elapsed());
+                return held;
             }
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, batch = good.len(), "database unavailable; the batch's partitions are rewound and redelivered in stream order");
@@ -178,14 +213,17 @@ impl Hub {
                         // Its partition was let go or rewound meanwhile.
                         continue;
                     }
-                    match self.apply(std::slice::from_ref(&item)).await {
+                    match self
+                        .apply(std::slice::from_ref(&item), HeldRows::Wait)
+                        .await
+                    {
                         Ok(Err(Fenced(lost))) => {
                             self.fenced(&lost, &BTreeSet::from([item.partition]));
                         }
-                        Ok(Ok((s, rows))) => {
-                            merge(&mut stats, s);
+                        Ok(Ok(done)) => {
+                            merge(stats, done.stats);
                             self.ack(&item.msg).await;
-                            self.publish_committed(rows).await;
+                            self.publish_committed(done.outbox).await;
                         }
                         Err(e) => self.failed(&item.msg, &e).await,
                     }
@@ -193,9 +231,7 @@ impl Hub {
             }
             Err(e) => self.failed(&good[0].msg, &e).await,
         }
-        self.relay_wake.notify_one();
-        self.metrics.record_batch(&stats);
-        stats
+        vec![]
     }
 
     async fn ack(&self, msg: &jetstream::Message) {
@@ -227,14 +263,17 @@ impl Hub {
     }
 
     /// One transaction for the whole slice; returns the outbox rows it
-    /// committed, claimed for the caller to publish.
+    /// committed, claimed for the caller to publish, and (with
+    /// [`HeldRows::Skip`]) which items it left alone because another
+    /// transaction held their device.
     pub async fn apply(
         &self,
         items: &[Item],
-    ) -> Result<Result<(BatchStats, Vec<fleet_outbox::Pending>), Fenced>, StoreError> {
+        held: HeldRows,
+    ) -> Result<Result<Applied, Fenced>, StoreError> {
         let now = Utc::now();
         let mut stats = BatchStats::default();
-        let obs: Vec<(&Item, &Observation)> = items
+        let mut obs: Vec<(&Item, &Observation)> = items
             .iter()
             .map(|i| (i, i.parsed.as_ref().expect("only parsed items")))
             .collect();
@@ -267,7 +306,22 @@ impl Hub {
         sources.dedup();
         // Every device of the batch is locked here, in id order; only the
         // ones the fast path cannot confirm are loaded in full.
-        let heads = devices::lock_heads(&mut tx, &ids, &sources).await?;
+        let heads = devices::lock_heads(&mut tx, &ids, &sources, held).await?;
+        // A device left out was held elsewhere: none of its items is
+        // touched here (the caller applies them after this commit).
+        let mut left = BTreeSet::new();
+        if heads.len() < ids.len() {
+            let mut kept = Vec::with_capacity(obs.len());
+            for (k, (item, o)) in obs.into_iter().enumerate() {
+                match resolved.get(&o.key()) {
+                    Some(id) if !heads.contains_key(id) => {
+                        left.insert(k);
+                    }
+                    _ => kept.push((item, o)),
+                }
+            }
+            obs = kept;
+        }
         let plan = plan(&obs, &resolved, &heads, now, &self.ttls);
         stats.stale += plan.stale;
         stats.duplicate += plan.duplicate;
@@ -395,8 +449,22 @@ impl Hub {
             return Err(e.into());
         }
         stats.summary = summary;
-        Ok(Ok((stats, work.outbox)))
+        Ok(Ok(Applied {
+            stats,
+            outbox: work.outbox,
+            held: left,
+        }))
     }
+}
+
+/// What [`Hub::apply`] committed.
+pub struct Applied {
+    pub stats: BatchStats,
+    /// Its status changes, claimed for the caller to publish.
+    pub outbox: Vec<fleet_outbox::Pending>,
+    /// The positions of the items it left alone: their device was held by
+    /// another transaction.
+    pub held: BTreeSet<usize>,
 }
 
 /// Which devices of a batch the fast path settles and which must be loaded.
@@ -570,6 +638,7 @@ fn merge(into: &mut BatchStats, s: BatchStats) {
     into.stale += s.stale;
     into.duplicate += s.duplicate;
     into.unresolved += s.unresolved;
+    into.deferred += s.deferred;
     into.summary.written.devices += s.summary.written.devices;
     into.summary.written.conditions += s.summary.written.conditions;
     into.summary.written.freshness += s.summary.written.freshness;

@@ -45,16 +45,32 @@ pub struct Summary {
     pub lifecycle: u64,
 }
 
+/// `ids` sorted and each once: concurrent transactions lock in this
+/// order, so they never deadlock.
+fn id_order(ids: &[String]) -> Vec<String> {
+    let mut sorted = ids.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    sorted
+}
+
 impl Work {
     pub async fn lock(
         tx: &mut Transaction<'_, Postgres>,
         ids: &[String],
     ) -> Result<Work, StoreError> {
-        let mut sorted = ids.to_vec();
-        sorted.sort();
-        sorted.dedup();
-        let states = devices::lock_states(tx, &sorted).await?;
-        Ok(Work::of(states))
+        Ok(Work::of(devices::lock_states(tx, &id_order(ids)).await?))
+    }
+
+    /// [`Work::lock`] without waiting: a device another transaction holds
+    /// is not in the work.
+    pub async fn lock_free(
+        tx: &mut Transaction<'_, Postgres>,
+        ids: &[String],
+    ) -> Result<Work, StoreError> {
+        Ok(Work::of(
+            devices::lock_free_states(tx, &id_order(ids)).await?,
+        ))
     }
 
     /// Loads devices this transaction has locked already.

@@ -144,7 +144,16 @@ pub async fn lock_states(
     tx: &mut Tx<'_>,
     ids: &[String],
 ) -> Result<BTreeMap<String, DeviceState>, StoreError> {
-    read_states(tx, ids, true).await
+    read_states(tx, ids, Some(HeldRows::Wait)).await
+}
+
+/// [`lock_states`] without waiting: a device another transaction holds is
+/// missing from the answer.
+pub async fn lock_free_states(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+) -> Result<BTreeMap<String, DeviceState>, StoreError> {
+    read_states(tx, ids, Some(HeldRows::Skip)).await
 }
 
 /// Reads devices this transaction locked already (see [`lock_heads`]).
@@ -152,22 +161,22 @@ pub async fn locked_states(
     tx: &mut Tx<'_>,
     ids: &[String],
 ) -> Result<BTreeMap<String, DeviceState>, StoreError> {
-    read_states(tx, ids, false).await
+    read_states(tx, ids, None).await
 }
 
 async fn read_states(
     tx: &mut Tx<'_>,
     ids: &[String],
-    lock: bool,
+    lock: Option<HeldRows>,
 ) -> Result<BTreeMap<String, DeviceState>, StoreError> {
     let mut out = BTreeMap::new();
     if ids.is_empty() {
         return Ok(out);
     }
-    let lock = if lock { "FOR NO KEY UPDATE OF d" } else { "" };
+    let lock = lock.map_or("", HeldRows::lock);
     let sql = format!(
         "SELECT {DEVICE_COLUMNS} FROM devices d LEFT JOIN pools p ON p.id = d.pool_id \
-         WHERE d.id = ANY($1) ORDER BY d.id {lock}"
+         WHERE d.id = ANY($1) ORDER BY d.id{lock}"
     );
     for row in sqlx::query(&sql).bind(ids).fetch_all(&mut **tx).await? {
         let record = record_from_row(&row)?;
@@ -492,29 +501,51 @@ pub struct Head {
     pub freshness: BTreeMap<Source, Freshness>,
 }
 
+/// How [`lock_heads`] treats a device another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldRows {
+    /// Wait for it.
+    Wait,
+    /// Pass it over (`SKIP LOCKED`): it is missing from the answer.
+    Skip,
+}
+
+impl HeldRows {
+    /// The locking clause of a read of `devices d`.
+    fn lock(self) -> &'static str {
+        match self {
+            HeldRows::Wait => " FOR NO KEY UPDATE OF d",
+            HeldRows::Skip => " FOR NO KEY UPDATE OF d SKIP LOCKED",
+        }
+    }
+}
+
 /// Locks the devices in id order (as [`lock_states`] does) and reads only
-/// their heads.
+/// their heads; with [`HeldRows::Skip`] a device held elsewhere is left out.
 pub async fn lock_heads(
     tx: &mut Tx<'_>,
     ids: &[String],
     sources: &[&str],
+    held: HeldRows,
 ) -> Result<BTreeMap<String, Head>, StoreError> {
     let mut out: BTreeMap<String, Head> = BTreeMap::new();
     if ids.is_empty() {
         return Ok(out);
     }
-    let rows = sqlx::query(
+    let lock = held.lock();
+    let sql = format!(
         "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, d.connectivity, d.observed_generation, \
          d.identity_generation, d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
          d.session_last_seen, f.source, f.observed_at, f.digest, \
          f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
          ON f.device_id = d.id AND f.source = ANY($2) \
-         WHERE d.id = ANY($1) ORDER BY d.id FOR NO KEY UPDATE OF d",
-    )
-    .bind(ids)
-    .bind(sources)
-    .fetch_all(&mut **tx)
-    .await?;
+         WHERE d.id = ANY($1) ORDER BY d.id{lock}"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(ids)
+        .bind(sources)
+        .fetch_all(&mut **tx)
+        .await?;
     for row in rows {
         let id: String = row.try_get("id")?;
         let head = out.entry(id).or_default();

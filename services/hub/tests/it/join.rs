@@ -241,6 +241,14 @@ async fn stored(env: &TestEnv) -> (Vec<String>, Vec<String>, i64) {
     )
 }
 
+/// One of the [`stored`] devices starts with `prefix`.
+fn assert_stored(devices: &[String], prefix: &str) {
+    assert!(
+        devices.iter().any(|d| d.starts_with(prefix)),
+        "no stored device starts with {prefix:?}: {devices:#?}"
+    );
+}
+
 fn results(r: &v1::HubReply) -> Vec<Result<v1::Joined, v1::HubError>> {
     match &r.record {
         Some(v1::hub_reply::Record::Joins(j)) => j
@@ -349,16 +357,8 @@ async fn a_batch_that_fails_as_a_whole_is_joined_one_by_one() {
     assert!(got[2].starts_with("gpu-r rejoined=true"), "{got:?}");
     // The refused claim changed nothing; the others are stored.
     let (devices, _, _) = stored(&env).await;
-    assert!(
-        devices.iter().any(|d| d.starts_with("s1 gpu-d ready 1 ")),
-        "{devices:#?}"
-    );
-    assert!(
-        devices
-            .iter()
-            .any(|d| d.starts_with("s1 gpu-r adopted 2 4 ")),
-        "{devices:#?}"
-    );
+    assert_stored(&devices, "s1 gpu-d ready 1 ");
+    assert_stored(&devices, "s1 gpu-r adopted 2 4 ");
     hub.stop(env).await;
 }
 
@@ -377,5 +377,64 @@ async fn join_devices_refuses_an_empty_or_oversized_batch_and_changes_nothing() 
         refusal(r, fleet_proto::ErrorCode::InvalidArgument);
     }
     assert_eq!(stored(&env).await, before);
+    hub.stop(env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_whose_device_is_held_waits_alone() {
+    let (env, hub) = start().await;
+    fleet_before_the_joins(&env).await;
+    let held: String = scalar(&env, "SELECT id FROM devices WHERE name = $1", "gpu-d").await;
+    let holder = hold(&env, &held).await;
+    let joins = vec![
+        agent("s1", "gpu-c", "d4", "SER-C", 8),
+        agent("s1", "gpu-d", "e5", "SER-D", 8),
+        agent("s1", "gpu-r", "a1", "SER-R", 4),
+    ];
+    let asking = env.command("join_devices", 0, C::JoinDevices(v1::JoinDevices { joins }));
+    let answered = std::sync::atomic::AtomicBool::new(false);
+    let asked = async {
+        let r = asking.await;
+        answered.store(true, std::sync::atomic::Ordering::SeqCst);
+        r
+    };
+    let meanwhile = async {
+        // The batch's other two are claimed and re-joined while gpu-d is held.
+        let devices = eventually("the batch's free devices joined", || async {
+            let (devices, _, _) = stored(&env).await;
+            (devices
+                .iter()
+                .any(|d| d.starts_with("s1 gpu-c adopted 1 8 d4d4"))
+                && devices
+                    .iter()
+                    .any(|d| d.starts_with("s1 gpu-r adopted 2 4 ")))
+            .then_some(devices)
+        })
+        .await;
+        let d = devices.iter().find(|d| d.starts_with("s1 gpu-d ")).unwrap();
+        assert!(
+            d.starts_with("s1 gpu-d ready 1 ") && !d.contains("e5e5"),
+            "the held device is untouched: {d}"
+        );
+        assert!(
+            !answered.load(std::sync::atomic::Ordering::SeqCst),
+            "the held join is still waiting"
+        );
+        holder.commit().await.unwrap();
+    };
+    let (r, ()) = tokio::join!(asked, meanwhile);
+    assert!(r.error.is_none(), "{r:?}");
+    let got: Vec<String> = results(&r).iter().map(outcome).collect();
+    assert!(
+        got[0].starts_with("gpu-c rejoined=false claimed=true"),
+        "{got:?}"
+    );
+    assert!(
+        got[1].starts_with("gpu-d rejoined=false claimed=true"),
+        "{got:?}"
+    );
+    assert!(got[2].starts_with("gpu-r rejoined=true"), "{got:?}");
+    let (devices, _, _) = stored(&env).await;
+    assert_stored(&devices, "s1 gpu-d ready 1 8 e5e5");
     hub.stop(env).await;
 }

@@ -5,6 +5,7 @@
 mod behaviour;
 mod delegate;
 mod e2e;
+mod held;
 mod holds;
 mod join;
 mod outbox;

@@ -112,3 +112,15 @@ pub fn refusal(r: v1::HubReply, code: fleet_proto::ErrorCode) -> v1::HubError {
     assert_eq!(fleet_proto::error_code_of(e.code), code, "{e:?}");
     e
 }
+
+/// Holds the device `id` the way a lane's batch or a command's unit of work
+/// does, until the transaction returned ends.
+pub async fn hold(env: &TestEnv, id: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = env.pool.begin().await.unwrap();
+    sqlx::query("SELECT id FROM devices WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
