@@ -10,7 +10,7 @@
 //! what they did back to the engine, whose ground truth for
 //! `connectivity` follows from that.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,13 +27,17 @@ use crate::dev::servers::Shared;
 
 /// Workers the agents are spread over.
 const WORKERS: usize = 16;
-/// Requests one worker has in flight at once: a worker's agents joining one
-/// after another took minutes at 100,000 agents, and held back the
-/// heartbeats of the others past `unreachable_after`.
+/// Heartbeats, opens and closes one worker has in flight at once: a
+/// worker's agents joining one after another took minutes at 100,000
+/// agents, and held back the heartbeats of the others past
+/// `unreachable_after`.
 const IN_FLIGHT: usize = 8;
-/// Joins one worker starts per pass (half a second): 256/s over the 16
-/// workers at most.
-const JOINS_PER_PASS: usize = 8;
+/// Joins one worker starts per pass (half a second), all at once and beside
+/// the heartbeats rather than ahead of them: 1,024/s over the 16 workers at
+/// most. Real agents join when they boot, not in a queue; the gateway
+/// gathers the joins that arrive together into one hub command, so the
+/// more arrive at once, the fewer commands they cost.
+const JOINS_PER_PASS: usize = 32;
 /// Heartbeat interval: 10 s up to 2,000 agents, 20 s up to 20,000, then
 /// one second per 1,000 agents (100 s at 100,000): every heartbeat is a
 /// gateway request and a hub observation, and this keeps them near 1,000/s.
@@ -73,6 +77,72 @@ enum State {
         open: bool,
         last: Instant,
     },
+}
+
+/// An agent's next move, if it has one now.
+fn next_move(
+    state: &State,
+    want: bool,
+    paused: bool,
+    heartbeat: Duration,
+    now: Instant,
+) -> Option<Move> {
+    match *state {
+        State::Unjoined(_) => None,
+        State::Imported => (!paused).then_some(Move::Join),
+        // A session the scenario wants open is opened even while it is
+        // paused: a pause that caught an agent between its close and its
+        // reopen (a restart) had held it closed, and the fleet never
+        // matched again (`agents_not_open` stayed above 0).
+        State::Joined { open: false, .. } if want => Some(Move::Open),
+        State::Joined { open: true, .. } if !want && !paused => Some(Move::Close),
+        State::Joined { open: true, last } if now.duration_since(last) >= heartbeat => {
+            Some(Move::Heartbeat)
+        }
+        State::Joined { .. } => None,
+    }
+}
+
+/// Every live device's site and name, read at most every two seconds for
+/// all the workers: each worker reading them for itself every pass, while
+/// NetBox's import ran, was 32 reads of up to 100,000 rows a second.
+/// Matched here: a join against the agents' names was planned on a devices
+/// table still being imported (a nested loop over 100,000 rows per name),
+/// and at 100,000 devices eight of them held the whole pool for minutes.
+#[derive(Default)]
+struct Names(tokio::sync::Mutex<Option<(Instant, Arc<SitesAndNames>)>>);
+
+type SitesAndNames = BTreeSet<(String, String)>;
+
+impl Names {
+    const FRESH_FOR: Duration = Duration::from_secs(2);
+
+    async fn read(&self, pool: &PgPool) -> Option<Arc<SitesAndNames>> {
+        let mut held = self.0.lock().await;
+        if let Some((at, names)) = held.as_ref() {
+            if at.elapsed() < Self::FRESH_FOR {
+                return Some(names.clone());
+            }
+        }
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT site_id, name FROM devices WHERE deleted_at IS NULL")
+                .fetch_all(pool)
+                .await
+                .map_err(|e| tracing::warn!(error = %e, "simulated agents: reading which devices NetBox brought in"))
+                .ok()?;
+        let names = Arc::new(rows.into_iter().collect::<SitesAndNames>());
+        *held = Some((Instant::now(), names.clone()));
+        Some(names)
+    }
+}
+
+/// What an agent does next.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Move {
+    Join,
+    Open,
+    Close,
+    Heartbeat,
 }
 
 struct One {
@@ -155,15 +225,21 @@ impl Agents {
         }
         let me = Arc::new(self);
         let tokens = Arc::new(tokens);
+        let names = Arc::new(Names::default());
         let mut set = tokio::task::JoinSet::new();
         for shard in shards.into_iter().filter(|s| !s.is_empty()) {
-            set.spawn(me.clone().worker(shard, tokens.clone()));
+            set.spawn(me.clone().worker(shard, tokens.clone(), names.clone()));
         }
         while set.join_next().await.is_some() {}
         Ok(())
     }
 
-    async fn worker(self: Arc<Self>, mut agents: Vec<One>, tokens: Arc<BTreeMap<String, String>>) {
+    async fn worker(
+        self: Arc<Self>,
+        mut agents: Vec<One>,
+        tokens: Arc<BTreeMap<String, String>>,
+        names: Arc<Names>,
+    ) {
         let mut every = tokio::time::interval(Duration::from_millis(500));
         loop {
             every.tick().await;
@@ -177,32 +253,38 @@ impl Agents {
                     .collect()
             };
             if !paused {
-                self.imported(&mut agents).await;
+                self.imported(&mut agents, &names).await;
             }
             // A pause freezes what changes connectivity; heartbeats go on.
-            // Joins come in a bounded stream, so the heartbeats of the
-            // agents already in never wait behind a pass of joins (at
-            // 100,000 agents joining at once a pass took minutes and open
-            // sessions went lost). Up to IN_FLIGHT steps run at once and a
-            // finished one makes room for the next: in rounds that each
-            // waited for their slowest step, a round holding a join (two
-            // hub commands and a session opening) held seven heartbeats
-            // with it, and sessions opened at about 100 a second.
-            let mut joins = JOINS_PER_PASS;
-            let steps: Vec<_> = agents
-                .iter_mut()
-                .zip(wanted)
-                .filter(|(a, _)| match a.state {
-                    State::Imported if joins > 0 => {
-                        joins -= 1;
-                        true
+            // Joins come in a bounded stream of their own, so the
+            // heartbeats of the agents already in never wait behind a pass
+            // of joins (at 100,000 agents joining at once a pass took
+            // minutes and open sessions went lost). Up to IN_FLIGHT other
+            // steps run at once and a finished one makes room for the
+            // next: in rounds that each waited for their slowest step, a
+            // round holding a join (two hub commands and a session
+            // opening) held seven heartbeats with it, and sessions opened
+            // at about 100 a second.
+            // Only the agents with a move get a future: building one for
+            // each of a worker's 6,250 agents every pass (most of them with
+            // nothing due) was a tenth of the process's CPU at 100,000.
+            let now = Instant::now();
+            let mut room = JOINS_PER_PASS;
+            let (mut joins, mut others) = (Vec::new(), Vec::new());
+            for (a, want) in agents.iter_mut().zip(wanted) {
+                match next_move(&a.state, want, paused, self.heartbeat, now) {
+                    Some(Move::Join) if room > 0 => {
+                        room -= 1;
+                        joins.push(self.act(a, Move::Join, want, &tokens));
                     }
-                    State::Imported | State::Unjoined(_) => false,
-                    State::Joined { .. } => true,
-                })
-                .map(|(a, want)| self.step_of(a, want, paused, &tokens))
-                .collect();
-            let mut moved = futures::stream::iter(steps).buffer_unordered(IN_FLIGHT);
+                    Some(Move::Join) | None => {}
+                    Some(m) => others.push(self.act(a, m, want, &tokens)),
+                }
+            }
+            let mut moved = futures::stream::select(
+                futures::stream::iter(joins).buffer_unordered(JOINS_PER_PASS),
+                futures::stream::iter(others).buffer_unordered(IN_FLIGHT),
+            );
             // The engine learns of each session as it moves, not at the end
             // of a pass that takes minutes while 100,000 agents join.
             while let Some(m) = moved.next().await {
@@ -232,58 +314,38 @@ impl Agents {
         }
     }
 
-    /// [`Agents::step`] with the agent's index.
-    async fn step_of(
+    /// Makes `m`; `Some((index, open))` when the agent's session opened or
+    /// closed.
+    async fn act(
         &self,
         a: &mut One,
+        m: Move,
         want: bool,
-        paused: bool,
         tokens: &BTreeMap<String, String>,
     ) -> Option<(usize, bool)> {
-        let open = self.step(a, want, paused, tokens).await?;
-        Some((a.index, open))
-    }
-
-    /// One agent's next move; `Some(open)` when its session opened or
-    /// closed.
-    async fn step(
-        &self,
-        a: &mut One,
-        want: bool,
-        paused: bool,
-        tokens: &BTreeMap<String, String>,
-    ) -> Option<bool> {
         let now = Instant::now();
-        match a.state {
-            State::Unjoined(_) => None,
-            State::Imported => {
-                if paused {
-                    return None;
-                }
-                match self.join(a, tokens).await {
-                    Ok(()) => {
-                        a.state = State::Joined {
-                            open: false,
-                            last: now,
-                        };
-                        // Open at once rather than a pass later.
-                        if want {
-                            return self.open(a).await;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(device = %a.name, error = %e, "simulated agent not joined yet");
-                        a.state = State::Unjoined(now + Duration::from_secs(2));
+        let open = match m {
+            Move::Join => match self.join(a, tokens).await {
+                Ok(()) => {
+                    a.state = State::Joined {
+                        open: false,
+                        last: now,
+                    };
+                    // Open at once rather than a pass later.
+                    if want {
+                        self.open(a).await
+                    } else {
+                        None
                     }
                 }
-                None
-            }
-            // A session the scenario wants open is opened even while it is
-            // paused: a pause that caught an agent between its close and
-            // its reopen (a restart) had held it closed, and the fleet never
-            // matched again (`agents_not_open` stayed above 0).
-            State::Joined { open: false, .. } if want => self.open(a).await,
-            State::Joined { open: true, .. } if !want && !paused => {
+                Err(e) => {
+                    tracing::debug!(device = %a.name, error = %e, "simulated agent not joined yet");
+                    a.state = State::Unjoined(now + Duration::from_secs(2));
+                    None
+                }
+            },
+            Move::Open => self.open(a).await,
+            Move::Close => {
                 let _ = a.agent.close().await;
                 a.state = State::Joined {
                     open: false,
@@ -291,32 +353,30 @@ impl Agents {
                 };
                 Some(false)
             }
-            State::Joined { open: true, last } if now.duration_since(last) >= self.heartbeat => {
-                match a.agent.heartbeat().await {
-                    Ok(()) => {
-                        a.state = State::Joined {
-                            open: true,
-                            last: now,
-                        };
-                        None
-                    }
-                    Err(e) if e.code == fleet_proto::ErrorCode::Unavailable.as_str_name() => None,
-                    Err(e) => {
-                        // The gateway closed the session (a revoked identity).
-                        tracing::info!(device = %a.name, error = %e, "simulated agent session ended");
-                        a.state = State::Unjoined(now + Duration::from_secs(2));
-                        Some(false)
-                    }
+            Move::Heartbeat => match a.agent.heartbeat().await {
+                Ok(()) => {
+                    a.state = State::Joined {
+                        open: true,
+                        last: now,
+                    };
+                    None
                 }
-            }
-            _ => None,
-        }
+                Err(e) if e.code == fleet_proto::ErrorCode::Unavailable.as_str_name() => None,
+                Err(e) => {
+                    // The gateway closed the session (a revoked identity).
+                    tracing::info!(device = %a.name, error = %e, "simulated agent session ended");
+                    a.state = State::Unjoined(now + Duration::from_secs(2));
+                    Some(false)
+                }
+            },
+        }?;
+        Some((a.index, open))
     }
 
     /// Moves the agents waiting to join whose NetBox devices are in by now
     /// to [`State::Imported`]: a join before that would create a second
     /// device of the same name, which NetBox's import is then refused.
-    async fn imported(&self, agents: &mut [One]) {
+    async fn imported(&self, agents: &mut [One], names: &Names) {
         let now = Instant::now();
         let due: Vec<usize> = agents
             .iter()
@@ -327,29 +387,8 @@ impl Agents {
         if due.is_empty() {
             return;
         }
-        // Every live device's name at the waiting agents' sites, matched
-        // here. A join against the agents' names was planned on a devices
-        // table still being imported (a nested loop over 100,000 rows per
-        // name): at 100,000 devices, eight of them held the whole pool for
-        // minutes and no agent joined.
-        let sites: Vec<String> = due
-            .iter()
-            .map(|&k| agents[k].site.clone())
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let rows: Result<Vec<(String, String)>, _> = sqlx::query_as(
-            "SELECT site_id, name FROM devices WHERE deleted_at IS NULL AND site_id = ANY($1)",
-        )
-        .bind(&sites)
-        .fetch_all(&self.pool)
-        .await;
-        let imported: std::collections::BTreeSet<(String, String)> = match rows {
-            Ok(rows) => rows.into_iter().collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "simulated agents: reading which devices NetBox brought in");
-                return;
-            }
+        let Some(imported) = names.read(&self.pool).await else {
+            return;
         };
         for k in due {
             let a = &mut agents[k];
@@ -374,5 +413,49 @@ impl Agents {
             r.device_id
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEAT: Duration = Duration::from_secs(10);
+
+    fn joined(open: bool, ago: Duration, now: Instant) -> State {
+        State::Joined {
+            open,
+            last: now - ago,
+        }
+    }
+
+    #[test]
+    fn only_an_agent_with_something_due_moves() {
+        let now = Instant::now();
+        let fresh = Duration::from_secs(1);
+        // (state, wanted open, paused, expected move)
+        let cases = [
+            (State::Unjoined(now), true, false, None),
+            (State::Imported, true, false, Some(Move::Join)),
+            (State::Imported, true, true, None),
+            (joined(false, fresh, now), true, false, Some(Move::Open)),
+            // A wanted session opens even while paused (an agent caught
+            // mid-restart).
+            (joined(false, fresh, now), true, true, Some(Move::Open)),
+            (joined(false, fresh, now), false, false, None),
+            (joined(true, fresh, now), false, false, Some(Move::Close)),
+            // A pause holds the close, the heartbeats go on.
+            (joined(true, fresh, now), false, true, None),
+            (joined(true, BEAT, now), false, true, Some(Move::Heartbeat)),
+            (joined(true, BEAT, now), true, false, Some(Move::Heartbeat)),
+            (joined(true, fresh, now), true, false, None),
+        ];
+        for (k, (state, want, paused, expected)) in cases.iter().enumerate() {
+            assert_eq!(
+                next_move(state, *want, *paused, BEAT, now),
+                *expected,
+                "case {k}"
+            );
+        }
     }
 }
