@@ -112,7 +112,8 @@ fn next_move(
 #[derive(Default)]
 struct Names(tokio::sync::Mutex<Option<(Instant, Arc<SitesAndNames>)>>);
 
-type SitesAndNames = BTreeSet<(String, String)>;
+/// Site -> the names of its live devices.
+type SitesAndNames = BTreeMap<String, BTreeSet<String>>;
 
 impl Names {
     const FRESH_FOR: Duration = Duration::from_secs(2);
@@ -130,7 +131,11 @@ impl Names {
                 .await
                 .map_err(|e| tracing::warn!(error = %e, "simulated agents: reading which devices NetBox brought in"))
                 .ok()?;
-        let names = Arc::new(rows.into_iter().collect::<SitesAndNames>());
+        let mut names = SitesAndNames::new();
+        for (site, name) in rows {
+            names.entry(site).or_default().insert(name);
+        }
+        let names = Arc::new(names);
         *held = Some((Instant::now(), names.clone()));
         Some(names)
     }
@@ -256,18 +261,14 @@ impl Agents {
                 self.imported(&mut agents, &names).await;
             }
             // A pause freezes what changes connectivity; heartbeats go on.
-            // Joins come in a bounded stream of their own, so the
-            // heartbeats of the agents already in never wait behind a pass
-            // of joins (at 100,000 agents joining at once a pass took
-            // minutes and open sessions went lost). Up to IN_FLIGHT other
-            // steps run at once and a finished one makes room for the
-            // next: in rounds that each waited for their slowest step, a
-            // round holding a join (two hub commands and a session
-            // opening) held seven heartbeats with it, and sessions opened
-            // at about 100 a second.
-            // Only the agents with a move get a future: building one for
-            // each of a worker's 6,250 agents every pass (most of them with
-            // nothing due) was a tenth of the process's CPU at 100,000.
+            // Only the agents with a move due get a future: building one
+            // for each of a worker's 6,250 agents every pass, most with
+            // nothing due, was the process's top cost at 100,000. Joins
+            // come in a bounded stream of their own, so the heartbeats of
+            // the agents already in never wait behind a pass of joins; up
+            // to IN_FLIGHT other moves run at once and a finished one makes
+            // room for the next (rounds that each waited for their slowest
+            // move held seven heartbeats behind each join).
             let now = Instant::now();
             let mut room = JOINS_PER_PASS;
             let (mut joins, mut others) = (Vec::new(), Vec::new());
@@ -392,7 +393,7 @@ impl Agents {
         };
         for k in due {
             let a = &mut agents[k];
-            a.state = if imported.contains(&(a.site.clone(), a.name.clone())) {
+            a.state = if imported.get(&a.site).is_some_and(|n| n.contains(&a.name)) {
                 State::Imported
             } else {
                 State::Unjoined(now + Duration::from_secs(2))
