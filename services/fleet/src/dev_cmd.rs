@@ -278,10 +278,12 @@ async fn show(
         let secs = started.elapsed().as_secs_f64();
         if derived_at.is_none() {
             // Counting reads every device and freshness row: at 100,000
-            // devices as often as the agreement, not every second.
-            let stale = progress
-                .as_ref()
-                .is_none_or(|p| (p.imported as usize) < p.of || tick % check_every == 0);
+            // devices as often as the agreement, not every second, and not
+            // at all once every device has its snapshot (the scenario is
+            // held until the fleet converges: nothing is deleted).
+            let stale = progress.as_ref().is_none_or(|p| {
+                (p.imported as usize) < p.of || (!p.done() && tick % check_every == 0)
+            });
             if stale {
                 match mesh.progress().await {
                     Ok(p) => progress = Some(p),

@@ -370,7 +370,7 @@ impl DevMesh {
             .freshness
             .ttl
             .insert("gateway".into(), ttl(opts.resync_secs.ceil()));
-        config.hub.sweep_interval = Duration::from_secs(1);
+        config.hub.sweep_interval = sweep_interval(opts.resync_secs);
         let heartbeat = agents::heartbeat_interval(opts.agents.min(opts.devices));
         config.freshness.unreachable_after = config
             .freshness
@@ -857,6 +857,16 @@ pub fn fabric_resync(resync: f64, devices: usize) -> f64 {
         .max(resync)
 }
 
+/// The hub's sweep interval: a fiftieth of a read, between 1 s (small
+/// fleets, whose TTLs are 15 s) and the hub's own default of 5 s. At
+/// 100,000 devices the TTLs are 750 s and a sweep (with the latch-drift
+/// count it paces, every six sweeps) reads every freshness row: a sweep
+/// every second cost PostgreSQL about a tenth of a core while the fleet
+/// converged (`pg_stat_statements`, docs/dev-harness.md).
+pub fn sweep_interval(resync_secs: f64) -> Duration {
+    Duration::from_secs_f64((resync_secs / 50.0).clamp(1.0, 5.0))
+}
+
 /// The tables whose statistics and dead rows matter while a fleet converges.
 const MAINTAINED: &str = "devices, device_conditions, device_source_freshness, outbox, \
     unresolved_observations, device_lifecycle_events";
@@ -920,6 +930,24 @@ pub fn install_tls_provider() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sweeps_slow_down_with_the_reads_up_to_the_hub_default() {
+        use std::time::Duration;
+        for (resync, sweep) in [
+            (5.0, 1.0),
+            (50.0, 1.0),
+            (100.0, 2.0),
+            (250.0, 5.0),
+            (600.0, 5.0),
+        ] {
+            assert_eq!(
+                super::sweep_interval(resync),
+                Duration::from_secs_f64(sweep),
+                "{resync}"
+            );
+        }
+    }
+
     #[test]
     fn fabric_reads_slow_down_with_the_fleet() {
         assert_eq!(super::fabric_resync(1.0, 200), 1.0);
