@@ -1,0 +1,14 @@
+-- One index fewer on every non-heap-only update of devices (issue 20). A
+-- device's birth and every change of its operational status write a new
+-- row version with an entry in each index of the table (the partial ones
+-- where the row meets their condition); the hub writes such versions for
+-- most of a new fleet's first snapshots.
+--
+-- devices_operational (site_id, operational_status) was the schema's first
+-- index for a site's devices by status. devices_api_site_operational
+-- (site_id, operational_status, id) WHERE deleted_at IS NULL (0002_api.sql)
+-- answers the same look-ups for live devices, and every query that filters
+-- a site by status reads live devices only (the API's lists, the storm
+-- guard's in-service count, which filters by site or pool and by
+-- deleted_at first). Nothing needs the deleted rows in that order.
+DROP INDEX devices_operational;
