@@ -7,8 +7,7 @@
 -- devices_operational (site_id, operational_status) was the schema's first
 -- index for a site's devices by status. devices_api_site_operational
 -- (site_id, operational_status, id) WHERE deleted_at IS NULL (0002_api.sql)
--- answers the same look-ups for live devices, and every query that filters
--- a site by status reads live devices only (the API's lists, the storm
--- guard's in-service count, which filters by site or pool and by
--- deleted_at first). Nothing needs the deleted rows in that order.
+-- answers the same look-ups for live devices, and the one query that
+-- filters a site by status, the API's device list, reads live devices
+-- only. Nothing needs the deleted rows in that order.
 DROP INDEX devices_operational;
