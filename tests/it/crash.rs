@@ -53,15 +53,17 @@ async fn drained(env: &TestEnv) -> bool {
         return false;
     };
     for p in 0..env.common.nats.partitions {
-        let Ok(mut c) = stream
-            .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&format!("hub-p{p}"))
-            .await
-        else {
-            return false;
-        };
-        match c.info().await {
-            Ok(i) if i.num_pending == 0 && i.num_ack_pending == 0 => {}
-            _ => return false,
+        for queue in fleet_bus::Queue::ALL {
+            let Ok(mut c) = stream
+                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&queue.consumer(p))
+                .await
+            else {
+                return false;
+            };
+            match c.info().await {
+                Ok(i) if i.num_pending == 0 && i.num_ack_pending == 0 => {}
+                _ => return false,
+            }
         }
     }
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
@@ -100,8 +102,9 @@ async fn until_drained(env: &TestEnv, log: &std::path::Path, what: &str) {
                 info.state.messages, info.state.first_sequence, info.state.last_sequence
             ));
         }
-        for p in 0..env.common.nats.partitions {
-            let name = format!("hub-p{p}");
+        for name in (0..env.common.nats.partitions)
+            .flat_map(|p| fleet_bus::Queue::ALL.map(|q| q.consumer(p)))
+        {
             match stream
                 .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&name)
                 .await

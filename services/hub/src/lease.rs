@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleet_bus::Queue;
 use fleet_domain::lease;
 use fleet_runtime::Shutdown;
 use tokio::sync::mpsc;
@@ -245,7 +246,7 @@ impl Hub {
     /// leases are handed back.
     pub(crate) async fn lease_loop(
         self: Arc<Self>,
-        lanes: Vec<mpsc::Sender<Item>>,
+        lanes: Vec<crate::lane::Senders<Item>>,
         mut lanes_done: mpsc::Receiver<()>,
         mut shutdown: Shutdown,
     ) {
@@ -265,13 +266,16 @@ impl Hub {
                     }
                     for (p, epoch) in &round.claimed {
                         self.leases[*p as usize].store(*epoch, Ordering::Release);
-                        let lane = lanes[*p as usize % lanes.len()].clone();
-                        fetchers.spawn(self.clone().fetch_partition(
-                            *p,
-                            *epoch,
-                            lane,
-                            shutdown.clone(),
-                        ));
+                        let lane = &lanes[*p as usize % lanes.len()];
+                        for queue in Queue::ALL {
+                            fetchers.spawn(self.clone().fetch_partition(
+                                *p,
+                                queue,
+                                *epoch,
+                                lane.of(queue),
+                                shutdown.clone(),
+                            ));
+                        }
                     }
                     if !round.claimed.is_empty() {
                         tracing::info!(partitions = ?round.claimed.iter().map(|c| c.0).collect::<Vec<_>>(), "partition leases claimed");

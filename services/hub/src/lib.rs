@@ -11,6 +11,7 @@ pub mod decode;
 pub(crate) mod drift;
 pub(crate) mod inventory;
 pub(crate) mod join;
+pub(crate) mod lane;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod observations;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::jetstream;
+use fleet_bus::Queue;
 use fleet_domain::state::Ttls;
 use fleet_domain::Source;
 use fleet_runtime::config::FreshnessConfig;
@@ -56,8 +58,9 @@ pub struct Hub {
     /// it does not hold it (`lease.rs`).
     pub(crate) leases: Vec<AtomicU64>,
     /// Per partition: its delivery epoch, bumped by `rewind`, and the
-    /// signal that wakes its fetcher.
-    epochs: Vec<(AtomicU64, Notify)>,
+    /// signals that wake its fetchers, one per queue (`notify_one` keeps a
+    /// permit for a fetcher that is not waiting, but wakes one waiter).
+    epochs: Vec<(AtomicU64, [Notify; 2])>,
 }
 
 /// The freshness TTLs the hub derives with; a TTL naming no source is
@@ -95,7 +98,7 @@ impl Hub {
             replica,
             leases: (0..config_partitions).map(|_| AtomicU64::new(0)).collect(),
             epochs: (0..config_partitions)
-                .map(|_| (AtomicU64::new(0), Notify::new()))
+                .map(|_| (AtomicU64::new(0), [Notify::new(), Notify::new()]))
                 .collect(),
         }))
     }
@@ -138,9 +141,11 @@ impl Hub {
     /// newer (JetStream redelivers a nak'd or timed-out message after
     /// messages delivered since). Items of the old epoch are dropped unacked.
     pub fn rewind(&self, partition: u32) {
-        if let Some((e, wake)) = self.epochs.get(partition as usize) {
+        if let Some((e, wakes)) = self.epochs.get(partition as usize) {
             e.fetch_add(1, Ordering::AcqRel);
-            wake.notify_one();
+            for wake in wakes {
+                wake.notify_one();
+            }
         }
     }
 
@@ -157,20 +162,22 @@ impl Hub {
         }
     }
 
-    /// One partition's fetcher: a continuous pull from its durable
-    /// consumer into the lane that owns the partition, so one device's
-    /// messages always go through the same lane in order. The consumer is
-    /// re-created when it vanishes (it can across a reconnect).
+    /// The fetcher of one queue of a partition: a continuous pull from its
+    /// durable consumer into the lane that owns the partition, so one
+    /// device's messages of a source always go through the same lane in
+    /// order. The consumer is re-created when it vanishes (it can across a
+    /// reconnect).
     async fn fetch_partition(
         self: Arc<Self>,
         partition: u32,
+        queue: Queue,
         lease: u64,
         lane: mpsc::Sender<observations::Item>,
         mut shutdown: Shutdown,
     ) {
         let held = |hub: &Hub| hub.lease_epoch(partition) == lease;
-        let durable = format!("hub-p{partition}");
-        let filter = self.deps.subjects.obs_partition(partition);
+        let durable = queue.consumer(partition);
+        let filter = self.deps.subjects.obs_partition(queue, partition);
         let mut backoff = Duration::from_millis(200);
         // At start, what an earlier process held unacked (it may have died
         // with it) comes again first, in stream order, instead of after
@@ -228,7 +235,7 @@ impl Hub {
                     continue;
                 }
             };
-            let wake = &self.epochs[partition as usize].1;
+            let wake = &self.epochs[partition as usize].1[queue as usize];
             loop {
                 let next = tokio::select! {
                     m = messages.next() => m,
@@ -274,35 +281,29 @@ impl Hub {
         }
     }
 
-    /// One lane: takes what its partitions fetched, up to `batch_size`
-    /// messages or `linger` after the first, and applies them in one
-    /// transaction. It stops when its fetchers are gone and its queue is
-    /// empty, so the batch in hand is always finished and acked.
+    /// One lane: takes what its partitions fetched, session queues first,
+    /// up to `batch_size` messages or `linger` after the first, and applies
+    /// them in one transaction. It stops when its fetchers are gone and its
+    /// inputs are empty, so the batch in hand is always finished and acked.
     async fn apply_lane(
         self: Arc<Self>,
-        mut rx: mpsc::Receiver<observations::Item>,
+        mut inputs: lane::Inputs<observations::Item>,
         _running: mpsc::Sender<()>,
     ) {
         let linger = self.config.linger;
         let max = self.config.batch_size;
-        while let Some(first) = rx.recv().await {
+        loop {
             let opened = std::time::Instant::now();
             // Up to `linger` after the first message was fetched: what
             // queued while the previous batch was applied closes at once.
-            let deadline = tokio::time::Instant::from_std(first.fetched + linger);
-            let mut items = vec![first];
-            while items.len() < max {
-                match rx.try_recv() {
-                    Ok(i) => items.push(i),
-                    Err(mpsc::error::TryRecvError::Disconnected) => break,
-                    Err(mpsc::error::TryRecvError::Empty) => {
-                        match tokio::time::timeout_at(deadline, rx.recv()).await {
-                            Ok(Some(i)) => items.push(i),
-                            Ok(None) | Err(_) => break,
-                        }
-                    }
-                }
-            }
+            let Some(items) = inputs
+                .batch(max, |first| {
+                    tokio::time::Instant::from_std(first.fetched + linger)
+                })
+                .await
+            else {
+                return;
+            };
             self.metrics.stage("wait", opened.elapsed());
             if let Some(age) = items.iter().filter_map(|i| stream_age(&i.msg)).max() {
                 self.metrics.stage("age", age);
@@ -348,9 +349,9 @@ pub async fn run_with(hub: Arc<Hub>, shutdown: Shutdown) -> anyhow::Result<()> {
     // after what the lanes held is applied and acked.
     let (running, lanes_done) = mpsc::channel::<()>(1);
     for _ in 0..lanes {
-        let (tx, rx) = mpsc::channel(hub.config.batch_size * 2);
+        let (tx, rx) = lane::channel(hub.config.batch_size * 2);
         senders.push(tx);
-        // A lane ends once its fetchers are gone and its queue is applied.
+        // A lane ends once its fetchers are gone and its inputs are applied.
         shell.spawn(hub.clone().apply_lane(rx, running.clone()));
     }
     drop(running);

@@ -23,7 +23,7 @@ pub use streams::{
     await_hub_streams, await_streams, check_observations, ensure_owned, ensure_streams,
     pull_consumer, Owner, StreamNames,
 };
-pub use subjects::Subjects;
+pub use subjects::{Queue, Subjects};
 
 pub const HEADER_SCHEMA: &str = "Fleet-Schema";
 pub const HEADER_TRACEPARENT: &str = "traceparent";
@@ -130,8 +130,9 @@ pub fn partition(key: &str, partitions: u32) -> u32 {
 }
 
 /// Publishes an observation to `<root>.obs.<source>.<partition>.<device>`
-/// with `Nats-Msg-Id` = source + device key + `observed_at`, and returns
-/// the PubAck future (await it).
+/// (the partition token that of the source's [`Queue`]) with `Nats-Msg-Id`
+/// = source + device key + `observed_at`, and returns the PubAck future
+/// (await it).
 #[allow(clippy::too_many_arguments)]
 pub async fn publish_observation(
     js: &jetstream::Context,

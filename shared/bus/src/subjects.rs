@@ -17,13 +17,14 @@ impl Subjects {
         }
     }
 
-    /// `<root>.obs.<source>.<partition>.<device-key>`
+    /// `<root>.obs.<source>.<partition>.<device-key>`, the partition token
+    /// that of the source's queue (`<n>` or `s<n>`, see [`Queue`]).
     pub fn obs(&self, source: &str, partition: u32, key: &DeviceKey) -> String {
         format!(
             "{}.obs.{}.{}.{}",
             self.root,
             token(source),
-            partition,
+            Queue::of(source).token(partition),
             device_token(key)
         )
     }
@@ -48,14 +49,24 @@ impl Subjects {
         if source.is_empty() || device.is_empty() {
             return Err(SubjectError::Shape);
         }
-        let partition: u32 = partition
+        let (queue, number) = match partition.strip_prefix(SESSIONS_MARK) {
+            Some(n) => (Queue::Sessions, n),
+            None => (Queue::Reads, partition),
+        };
+        let partition: u32 = number
             .parse()
             .ok()
-            .filter(|p: &u32| *p < partitions && partition == p.to_string())
+            .filter(|p: &u32| *p < partitions && number == p.to_string())
             .ok_or(SubjectError::Partition)?;
+        // A source other than the gateway may not jump the reads' queue; a
+        // gateway from before the session queues published to the reads'.
+        if queue == Queue::Sessions && source != SESSIONS_SOURCE {
+            return Err(SubjectError::Queue);
+        }
         Ok(ObsSubject {
             source,
             partition,
+            queue,
             device,
         })
     }
@@ -65,9 +76,10 @@ impl Subjects {
     pub fn obs_source(&self, source: &str) -> String {
         format!("{}.obs.{}.>", self.root, token(source))
     }
-    /// One partition across sources: the filter of one hub consumer.
-    pub fn obs_partition(&self, partition: u32) -> String {
-        format!("{}.obs.*.{}.>", self.root, partition)
+    /// One queue of one partition across sources: the filter of one hub
+    /// consumer.
+    pub fn obs_partition(&self, queue: Queue, partition: u32) -> String {
+        format!("{}.obs.*.{}.>", self.root, queue.token(partition))
     }
     /// `<root>.status.<axis>.<site>.<device>`
     pub fn status(&self, axis: &str, site: &str, device: &str) -> String {
@@ -193,7 +205,68 @@ pub fn command_verb(subject: &str) -> &str {
 pub struct ObsSubject<'a> {
     pub source: &'a str,
     pub partition: u32,
+    pub queue: Queue,
     pub device: &'a str,
+}
+
+/// The source whose observations go to the session queues.
+pub const SESSIONS_SOURCE: &str = "gateway";
+/// What a session queue's partition token starts with.
+const SESSIONS_MARK: &str = "s";
+
+/// The two queues of a partition, each consumed by a hub consumer of its
+/// own (`hub-p<n>`, `hub-s<n>`). The gateway's observations (sessions
+/// opened, heartbeating and closed, its GPU-count check) go to the session
+/// queue, partition token `s<n>`; every connector's to the reads' queue,
+/// token `<n>`. The hub takes a lane's session queues into a batch first,
+/// so connectivity and liveness follow the agents while the connectors'
+/// reads wait in a backlog (when NetBox imports a fleet, six sources' first
+/// reads arrive within a minute; after an outage, everything published
+/// meanwhile). A session's heartbeats go with its opens and closes: behind
+/// a backlog older than `freshness.unreachable_after` they made the sweeper
+/// call live devices `unreachable` (docs/dev-harness.md). Order holds per
+/// device and source, as before: a device's observations of one source are
+/// all in one queue of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queue {
+    Reads,
+    Sessions,
+}
+
+impl Queue {
+    pub const ALL: [Queue; 2] = [Queue::Reads, Queue::Sessions];
+
+    /// The queue a source publishes to.
+    pub fn of(source: &str) -> Queue {
+        if source == SESSIONS_SOURCE {
+            Queue::Sessions
+        } else {
+            Queue::Reads
+        }
+    }
+
+    /// The partition token of partition `n` in this queue.
+    pub fn token(self, n: u32) -> String {
+        match self {
+            Queue::Reads => n.to_string(),
+            Queue::Sessions => format!("{SESSIONS_MARK}{n}"),
+        }
+    }
+
+    /// The durable name of the hub consumer of partition `n` in this queue.
+    pub fn consumer(self, n: u32) -> String {
+        match self {
+            Queue::Reads => format!("hub-p{n}"),
+            Queue::Sessions => format!("hub-s{n}"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Queue::Reads => "reads",
+            Queue::Sessions => "sessions",
+        }
+    }
 }
 
 /// Why a subject is not an observation subject of `spec/mesh.md`.
@@ -205,6 +278,8 @@ pub enum SubjectError {
     Shape,
     #[error("the partition token is not a partition of this mesh")]
     Partition,
+    #[error("only the gateway publishes to a session queue (partition token s<n>)")]
+    Queue,
 }
 
 /// A subject token: anything but `[A-Za-z0-9_-]` becomes `_`, so a host
@@ -250,7 +325,12 @@ mod tests {
             s.status("operational", "lon1", "dev_01"),
             "t1.fleet.status.operational.lon1.dev_01"
         );
-        assert_eq!(s.obs_partition(3), "t1.fleet.obs.*.3.>");
+        assert_eq!(s.obs_partition(Queue::Reads, 3), "t1.fleet.obs.*.3.>");
+        assert_eq!(s.obs_partition(Queue::Sessions, 3), "t1.fleet.obs.*.s3.>");
+        assert_eq!(
+            s.obs("gateway", 3, &key),
+            "t1.fleet.obs.gateway.s3.bmc_address-10_0_0_7"
+        );
         assert_eq!(token("a.b *>"), "a_b___");
         assert_eq!(command_verb(&s.placer_cmd("allocate")), "allocate");
     }
@@ -263,8 +343,37 @@ mod tests {
             Ok(ObsSubject {
                 source: "slurm",
                 partition: 3,
+                queue: Queue::Reads,
                 device: "name-gpu01"
             })
+        );
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.gateway.s3.name-gpu01", 16),
+            Ok(ObsSubject {
+                source: "gateway",
+                partition: 3,
+                queue: Queue::Sessions,
+                device: "name-gpu01"
+            })
+        );
+        // A gateway from before the session queues.
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.gateway.3.name-gpu01", 16)
+                .map(|o| o.queue),
+            Ok(Queue::Reads)
+        );
+        // Only the gateway's observations jump the reads' queue.
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.slurm.s3.name-gpu01", 16),
+            Err(SubjectError::Queue)
+        );
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.gateway.s16.d", 16),
+            Err(SubjectError::Partition)
+        );
+        assert_eq!(
+            s.parse_obs("t1.fleet.obs.gateway.ss3.d", 16),
+            Err(SubjectError::Partition)
         );
         // connector-slurm's permission `obs.slurm.>` let it append another
         // source's subject; the tail no longer decides the source.

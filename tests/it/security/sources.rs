@@ -89,6 +89,15 @@ async fn a_connector_cannot_pose_as_another_source() {
     raw_publish(&slurm_js, own.clone(), posing.clone())
         .await
         .expect("its own subject is allowed");
+    // 2b. Its own source on a session queue (its permission allows the
+    //     token): only the gateway's observations jump the reads' queue,
+    //     the hub dead-letters it as an invalid subject.
+    let jump = format!("fleet.obs.slurm.s{p}.{device}");
+    let mut jumping = openstack_quarantine(&key);
+    jumping.source = "slurm".into();
+    raw_publish(&slurm_js, jump.clone(), jumping.encode_to_vec())
+        .await
+        .expect("the token is within its permission");
     // 3. A publisher with wider rights than a connector has (an older
     //    nats.conf, a misconfigured user): the hub itself refuses the shape.
     raw_publish(&env.js, attack.clone(), posing.clone())
@@ -148,6 +157,10 @@ async fn a_connector_cannot_pose_as_another_source() {
                 "fleet.dlq.observations.invalid_subject".to_string(),
                 attack.clone()
             ),
+            (
+                "fleet.dlq.observations.invalid_subject".to_string(),
+                jump.clone()
+            ),
         ]
     );
     // And counted.
@@ -157,7 +170,7 @@ async fn a_connector_cannot_pose_as_another_source() {
             .get_or_create(&vec![("reason".to_string(), reason.to_string())])
             .get()
     };
-    assert_eq!(count("invalid_subject"), 1);
+    assert_eq!(count("invalid_subject"), 2);
     assert_eq!(count("forbidden_source"), 1);
     trigger.trigger();
     task.await.unwrap().unwrap();

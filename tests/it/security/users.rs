@@ -105,12 +105,14 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.obs.backend-fabric.1.name-a", true),
                 Pub("fleet.obs.nvlink-fabric.1.name-a", true),
                 Pub("fleet.obs.netbox.1.name-a", false),
+                Pub("fleet.obs.gateway.s1.name-a", false),
             ],
         ),
         (
             "gateway",
             vec![
                 Pub("fleet.obs.gateway.0.device_id-d1", true),
+                Pub("fleet.obs.gateway.s0.device_id-d1", true),
                 Pub("fleet.hub.cmd.join", true),
                 Pub("fleet.hub.cmd.adopt", true),
                 Pub("fleet.agent.d1.cmd", true),
@@ -134,6 +136,7 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.agent.d1.close", true),
                 Pub("fleet.agent.d1.cmd", false),
                 Pub("fleet.obs.gateway.0.device_id-d1", false),
+                Pub("fleet.obs.gateway.s0.device_id-d1", false),
                 Pub("fleet.hub.cmd.join", false),
                 Sub("fleet.agent.d1.cmd", true),
                 Sub("_INBOX.agent.x", true),

@@ -9,5 +9,6 @@ mod held;
 mod holds;
 mod join;
 mod outbox;
+mod queues;
 mod restart;
 mod support;
