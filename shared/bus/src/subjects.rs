@@ -227,7 +227,7 @@ const SESSIONS_MARK: &str = "s";
 /// call live devices `unreachable` (docs/dev-harness.md). Order holds per
 /// device and source, as before: a device's observations of one source are
 /// all in one queue of one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
     Reads,
     Sessions,
@@ -258,13 +258,6 @@ impl Queue {
         match self {
             Queue::Reads => format!("hub-p{n}"),
             Queue::Sessions => format!("hub-s{n}"),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Queue::Reads => "reads",
-            Queue::Sessions => "sessions",
         }
     }
 }
