@@ -39,7 +39,11 @@ pub struct NatsConfig {
     pub radar_root: String,
     /// Prefix of every stream name (`<prefix>OBSERVATIONS`).
     pub stream_prefix: String,
-    /// P in `hash(device key) mod P`.
+    /// P in `hash(device key) mod P`. Each partition is two filtered
+    /// consumers of the one `OBSERVATIONS` stream, and nats-server 2.9
+    /// spends more per consumed message the more filtered consumers share
+    /// a stream (`docs/benchmarks.md`, "Partitions"): use the fewest that
+    /// cover the hub replicas you run.
     pub partitions: u32,
     /// How long `OBSERVATIONS` keeps a message nobody consumed.
     #[serde(with = "humantime_serde")]
@@ -79,7 +83,7 @@ impl Default for NatsConfig {
             subject_root: "fleet".into(),
             radar_root: "radar".into(),
             stream_prefix: String::new(),
-            partitions: 16,
+            partitions: 8,
             observations_max_age: Duration::from_secs(24 * 3600),
             observations_max_bytes: 1 << 30,
             num_replicas: 1,
