@@ -201,6 +201,13 @@ impl ShippedNats {
     /// A test environment (fresh database) on this server, with the shipped
     /// subject root and stream names, reading as `test-admin`.
     pub async fn env(&self) -> TestEnv {
+        self.env_with(fleet_bus::NatsConfig::default().partitions)
+            .await
+    }
+
+    /// [`Self::env`] for services configured with `partitions` (Helm pins
+    /// its own count; compose leaves the default).
+    pub async fn env_with(&self, partitions: u32) -> TestEnv {
         let url = self.url();
         let replicas = self.ports.len();
         TestEnv::with_nats_config(move |n| {
@@ -211,7 +218,7 @@ impl ShippedNats {
             n.subject_root = "fleet".into();
             n.radar_root = "radar".into();
             n.stream_prefix = String::new();
-            n.partitions = 16;
+            n.partitions = partitions;
         })
         .await
     }

@@ -65,7 +65,7 @@ async fn a_connector_cannot_pose_as_another_source() {
         kind: "name".into(),
         key: "gpu-pose-01".into(),
     };
-    let p = fleet_bus::partition("s1/name/gpu-pose-01", 16);
+    let p = fleet_bus::partition("s1/name/gpu-pose-01", env.common.nats.partitions);
     let device = fleet_bus::subjects::device_token(&key);
     let attack = format!("fleet.obs.slurm.{p}.openstack.0.{device}");
     let posing = openstack_quarantine(&key).encode_to_vec();

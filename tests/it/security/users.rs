@@ -373,7 +373,7 @@ async fn every_service_starts(
         let mut partitions: Vec<u32> = replicas.iter().flat_map(|h| h.partitions()).collect();
         partitions.sort();
         let spread = replicas.iter().all(|h| !h.partitions().is_empty());
-        if partitions == (0..16).collect::<Vec<u32>>() && spread {
+        if partitions == (0..env.common.nats.partitions).collect::<Vec<u32>>() && spread {
             break;
         }
         assert!(
@@ -570,10 +570,17 @@ async fn every_service_starts_with_the_configuration_compose_gives_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_starts_with_the_configuration_helm_gives_it() {
     let nats = ShippedNats::cluster().await;
-    let env = nats.env().await;
+    let rendered = helm();
+    let partitions: u32 = rendered
+        .values()
+        .find_map(|(_, vars)| vars.get("FLEET__NATS__PARTITIONS"))
+        .expect("helm gives the services nats.partitions")
+        .parse()
+        .expect("a number");
+    let env = nats.env_with(partitions).await;
     let mut hubs = vec![];
     let mut services = std::collections::BTreeMap::new();
-    for (workload, (args, vars)) in helm() {
+    for (workload, (args, vars)) in rendered {
         if workload.starts_with("Job/") {
             continue;
         }
