@@ -11,5 +11,4 @@ mod join;
 mod outbox;
 mod queues;
 mod restart;
-mod store;
 mod support;
