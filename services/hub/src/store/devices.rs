@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use fleet_domain::binding::{BindingRow, Resource};
 use fleet_domain::state::{ConditionRow, DeviceRecord, DeviceState, Freshness, Mirrors, Session};
 use fleet_domain::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
 
@@ -241,65 +241,224 @@ async fn read_states(
     Ok(out)
 }
 
-fn record_json(r: &DeviceRecord) -> Value {
-    json!({
-        "id": r.id, "version": r.version, "infrastructure_ref": r.infrastructure_ref,
-        "provision_state": r.provision_state.as_str(), "failed_from": r.failed_from.map(|s| s.as_str()),
-        "maintenance": r.maintenance, "maintenance_reason": r.maintenance_reason,
-        "cordoned": r.cordoned, "cordon_reason": r.cordon_reason, "draining": r.draining,
-        "power": r.power.as_str(), "connectivity": r.connectivity.as_str(),
-        "inventory_status": r.inventory_status.as_str(), "operational_status": r.operational_status.as_str(),
-        "health_status": r.health_status.as_str(), "capacity_bucket": r.capacity_bucket.as_str(),
-        "in_triage": r.in_triage, "triage_ticket_url": r.triage_ticket_url, "parent_ticket_url": r.parent_ticket_url,
-        "entered_triage_at": r.entered_triage_at, "custody": r.custody, "custody_credential_ref": r.custody_credential_ref,
-        "impairment_hold": r.impairment_hold, "taints": r.taints, "no_schedule_reasons": r.no_schedule_reasons,
-        "observed_generation": r.observed_generation, "identity_generation": r.identity_generation,
-        "enrollment_validated_ref": r.enrollment_validated_ref, "enrollment_proof_source": r.enrollment_proof_source,
-        "enrollment_proof_at": r.enrollment_proof_at, "entered_service_at": r.entered_service_at,
-        "failure_state": r.failure_state, "failed_at": r.failed_at,
-        "ironic_provision_state": r.mirrors.ironic_provision_state, "ironic_maintenance": r.mirrors.ironic_maintenance,
-        "ironic_maintenance_reason": r.mirrors.ironic_maintenance_reason,
-        "ironic_instance_uuid": r.mirrors.ironic_instance_uuid, "ironic_lessee": r.mirrors.ironic_lessee,
-        "slurm_states": r.mirrors.slurm_states, "netbox_tags": r.mirrors.netbox_tags,
-        "chassis_health": r.mirrors.chassis_health.map(|c| c.as_str()),
-        "session_epoch": r.session.epoch, "session_gateway_id": r.session.gateway_id,
-        "session_connected_at": r.session.connected_at, "session_disconnected_at": r.session.disconnected_at,
-        "session_last_seen": r.session.last_seen, "deleted": r.deleted, "inventory_only": r.inventory_only,
-        "serial": r.serial, "rack": r.rack, "netbox_id": r.netbox_id,
-    })
+/// One column of the device rows a batch writes, as one typed array.
+enum Values<'a> {
+    Text(Vec<Option<&'a str>>),
+    Int(Vec<Option<i64>>),
+    Bool(Vec<Option<bool>>),
+    Time(Vec<Option<DateTime<Utc>>>),
+    /// A `text[]` column, each row's array as its literal (see
+    /// [`text_array_literal`]): `UNNEST` cannot take an array of arrays.
+    TextArray(Vec<String>),
 }
 
-const UPDATE_DEVICES: &str = "UPDATE devices d SET version = x.version, infrastructure_ref = x.infrastructure_ref, \
-    provision_state = x.provision_state, failed_from = x.failed_from, maintenance = x.maintenance, \
-    maintenance_reason = x.maintenance_reason, cordoned = x.cordoned, cordon_reason = x.cordon_reason, \
-    draining = x.draining, power = x.power, connectivity = x.connectivity, inventory_status = x.inventory_status, \
-    operational_status = x.operational_status, health_status = x.health_status, capacity_bucket = x.capacity_bucket, \
-    in_triage = x.in_triage, triage_ticket_url = x.triage_ticket_url, parent_ticket_url = x.parent_ticket_url, \
-    entered_triage_at = x.entered_triage_at, custody = x.custody, custody_credential_ref = x.custody_credential_ref, \
-    impairment_hold = x.impairment_hold, taints = x.taints, no_schedule_reasons = x.no_schedule_reasons, \
-    observed_generation = x.observed_generation, identity_generation = x.identity_generation, \
-    enrollment_validated_ref = x.enrollment_validated_ref, enrollment_proof_source = x.enrollment_proof_source, \
-    enrollment_proof_at = x.enrollment_proof_at, entered_service_at = x.entered_service_at, \
-    failure_state = x.failure_state, failed_at = x.failed_at, ironic_provision_state = x.ironic_provision_state, \
-    ironic_maintenance = x.ironic_maintenance, ironic_maintenance_reason = x.ironic_maintenance_reason, \
-    ironic_instance_uuid = x.ironic_instance_uuid, ironic_lessee = x.ironic_lessee, slurm_states = x.slurm_states, \
-    netbox_tags = x.netbox_tags, chassis_health = x.chassis_health, session_epoch = x.session_epoch, \
-    session_gateway_id = x.session_gateway_id, session_connected_at = x.session_connected_at, \
-    session_disconnected_at = x.session_disconnected_at, session_last_seen = x.session_last_seen, \
-    inventory_only = x.inventory_only, serial = x.serial, rack = x.rack, netbox_id = x.netbox_id, deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END, \
-    updated_at = now(), derived_at = now() \
-    FROM jsonb_to_recordset($1::jsonb) AS x(id text, version bigint, infrastructure_ref text, provision_state text, \
-    failed_from text, maintenance boolean, maintenance_reason text, cordoned boolean, cordon_reason text, \
-    draining boolean, power text, connectivity text, inventory_status text, operational_status text, \
-    health_status text, capacity_bucket text, in_triage boolean, triage_ticket_url text, parent_ticket_url text, \
-    entered_triage_at timestamptz, custody text, custody_credential_ref text, impairment_hold text, taints text[], \
-    no_schedule_reasons text[], observed_generation bigint, identity_generation bigint, \
-    enrollment_validated_ref text, enrollment_proof_source text, enrollment_proof_at timestamptz, \
-    entered_service_at timestamptz, failure_state text, failed_at timestamptz, ironic_provision_state text, \
-    ironic_maintenance boolean, ironic_maintenance_reason text, ironic_instance_uuid text, ironic_lessee text, \
-    slurm_states text[], netbox_tags text[], chassis_health text, session_epoch bigint, session_gateway_id text, \
-    session_connected_at timestamptz, session_disconnected_at timestamptz, session_last_seen timestamptz, \
-    deleted boolean, inventory_only boolean, serial text, rack text, netbox_id bigint) WHERE d.id = x.id";
+impl Values<'_> {
+    fn pg_type(&self) -> &'static str {
+        match self {
+            Values::Text(_) | Values::TextArray(_) => "text",
+            Values::Int(_) => "bigint",
+            Values::Bool(_) => "boolean",
+            Values::Time(_) => "timestamptz",
+        }
+    }
+
+    fn bind<'q>(
+        self,
+        q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>
+    where
+        Self: 'q,
+    {
+        match self {
+            Values::Text(v) => q.bind(v),
+            Values::Int(v) => q.bind(v),
+            Values::Bool(v) => q.bind(v),
+            Values::Time(v) => q.bind(v),
+            Values::TextArray(v) => q.bind(v),
+        }
+    }
+}
+
+/// A `text[]` as PostgreSQL's array literal: every element double-quoted,
+/// with `"` and `\` backslash-escaped, so any string reads back as itself.
+fn text_array_literal(items: &[String]) -> String {
+    let mut out = String::from("{");
+    for (k, item) in items.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in item.chars() {
+            if c == '"' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out.push('"');
+    }
+    out.push('}');
+    out
+}
+
+/// Every column of `devices` the hub writes, each named once beside what it
+/// takes from the record, so a name and its values cannot drift apart.
+/// `id` finds the row; `deleted` sets `deleted_at` (see [`update_devices`]).
+fn device_columns<'a>(records: &[&'a DeviceRecord]) -> Vec<(&'static str, Values<'a>)> {
+    let text = |f: fn(&'a DeviceRecord) -> Option<&'a str>| {
+        Values::Text(records.iter().map(|r| f(r)).collect())
+    };
+    let int = |f: fn(&'a DeviceRecord) -> Option<i64>| {
+        Values::Int(records.iter().map(|r| f(r)).collect())
+    };
+    let flag = |f: fn(&'a DeviceRecord) -> Option<bool>| {
+        Values::Bool(records.iter().map(|r| f(r)).collect())
+    };
+    let time = |f: fn(&'a DeviceRecord) -> Option<DateTime<Utc>>| {
+        Values::Time(records.iter().map(|r| f(r)).collect())
+    };
+    let texts = |f: fn(&'a DeviceRecord) -> &'a [String]| {
+        Values::TextArray(records.iter().map(|r| text_array_literal(f(r))).collect())
+    };
+    vec![
+        ("id", text(|r| Some(&r.id))),
+        ("version", int(|r| Some(r.version))),
+        (
+            "infrastructure_ref",
+            text(|r| r.infrastructure_ref.as_deref()),
+        ),
+        (
+            "provision_state",
+            text(|r| Some(r.provision_state.as_str())),
+        ),
+        ("failed_from", text(|r| r.failed_from.map(|s| s.as_str()))),
+        ("maintenance", flag(|r| Some(r.maintenance))),
+        (
+            "maintenance_reason",
+            text(|r| r.maintenance_reason.as_deref()),
+        ),
+        ("cordoned", flag(|r| Some(r.cordoned))),
+        ("cordon_reason", text(|r| r.cordon_reason.as_deref())),
+        ("draining", flag(|r| Some(r.draining))),
+        ("power", text(|r| Some(r.power.as_str()))),
+        ("connectivity", text(|r| Some(r.connectivity.as_str()))),
+        (
+            "inventory_status",
+            text(|r| Some(r.inventory_status.as_str())),
+        ),
+        (
+            "operational_status",
+            text(|r| Some(r.operational_status.as_str())),
+        ),
+        ("health_status", text(|r| Some(r.health_status.as_str()))),
+        (
+            "capacity_bucket",
+            text(|r| Some(r.capacity_bucket.as_str())),
+        ),
+        ("in_triage", flag(|r| Some(r.in_triage))),
+        (
+            "triage_ticket_url",
+            text(|r| r.triage_ticket_url.as_deref()),
+        ),
+        (
+            "parent_ticket_url",
+            text(|r| r.parent_ticket_url.as_deref()),
+        ),
+        ("entered_triage_at", time(|r| r.entered_triage_at)),
+        ("custody", text(|r| r.custody.as_deref())),
+        (
+            "custody_credential_ref",
+            text(|r| r.custody_credential_ref.as_deref()),
+        ),
+        ("impairment_hold", text(|r| r.impairment_hold.as_deref())),
+        ("taints", texts(|r| &r.taints)),
+        ("no_schedule_reasons", texts(|r| &r.no_schedule_reasons)),
+        ("observed_generation", int(|r| Some(r.observed_generation))),
+        ("identity_generation", int(|r| Some(r.identity_generation))),
+        (
+            "enrollment_validated_ref",
+            text(|r| r.enrollment_validated_ref.as_deref()),
+        ),
+        (
+            "enrollment_proof_source",
+            text(|r| r.enrollment_proof_source.as_deref()),
+        ),
+        ("enrollment_proof_at", time(|r| r.enrollment_proof_at)),
+        ("entered_service_at", time(|r| r.entered_service_at)),
+        ("failure_state", text(|r| r.failure_state.as_deref())),
+        ("failed_at", time(|r| r.failed_at)),
+        (
+            "ironic_provision_state",
+            text(|r| r.mirrors.ironic_provision_state.as_deref()),
+        ),
+        ("ironic_maintenance", flag(|r| r.mirrors.ironic_maintenance)),
+        (
+            "ironic_maintenance_reason",
+            text(|r| r.mirrors.ironic_maintenance_reason.as_deref()),
+        ),
+        (
+            "ironic_instance_uuid",
+            text(|r| r.mirrors.ironic_instance_uuid.as_deref()),
+        ),
+        (
+            "ironic_lessee",
+            text(|r| r.mirrors.ironic_lessee.as_deref()),
+        ),
+        ("slurm_states", texts(|r| &r.mirrors.slurm_states)),
+        ("netbox_tags", texts(|r| &r.mirrors.netbox_tags)),
+        (
+            "chassis_health",
+            text(|r| r.mirrors.chassis_health.map(|c| c.as_str())),
+        ),
+        ("session_epoch", int(|r| Some(r.session.epoch))),
+        (
+            "session_gateway_id",
+            text(|r| r.session.gateway_id.as_deref()),
+        ),
+        ("session_connected_at", time(|r| r.session.connected_at)),
+        (
+            "session_disconnected_at",
+            time(|r| r.session.disconnected_at),
+        ),
+        ("session_last_seen", time(|r| r.session.last_seen)),
+        ("deleted", flag(|r| Some(r.deleted))),
+        ("inventory_only", flag(|r| Some(r.inventory_only))),
+        ("serial", text(|r| r.serial.as_deref())),
+        ("rack", text(|r| r.rack.as_deref())),
+        ("netbox_id", int(|r| r.netbox_id)),
+    ]
+}
+
+/// `UPDATE devices` for the columns of [`device_columns`], one typed array
+/// parameter each. Bound as arrays rather than one jsonb document:
+/// building that document was about a tenth of the hub's CPU in `fleet
+/// bench hub`'s initial load, and PostgreSQL parsed it again
+/// (`docs/benchmarks.md`, "The hub's own CPU in the initial load").
+fn update_devices(columns: &[(&'static str, Values<'_>)]) -> String {
+    let mut set = Vec::with_capacity(columns.len() + 2);
+    let mut params = Vec::with_capacity(columns.len());
+    let mut names = Vec::with_capacity(columns.len());
+    for (k, (name, values)) in columns.iter().enumerate() {
+        params.push(format!("${}::{}[]", k + 1, values.pg_type()));
+        names.push(*name);
+        match (*name, values) {
+            ("id", _) => {}
+            ("deleted", _) => set.push(
+                "deleted_at = CASE WHEN x.deleted THEN COALESCE(d.deleted_at, now()) ELSE NULL END"
+                    .to_string(),
+            ),
+            (_, Values::TextArray(_)) => set.push(format!("{name} = x.{name}::text[]")),
+            _ => set.push(format!("{name} = x.{name}")),
+        }
+    }
+    set.push("updated_at = now()".into());
+    set.push("derived_at = now()".into());
+    format!(
+        "UPDATE devices d SET {} FROM UNNEST({}) AS x({}) WHERE d.id = x.id",
+        set.join(", "),
+        params.join(", "),
+        names.join(", ")
+    )
+}
 
 /// The live devices holding any of `ids` as their NetBox id: (site,
 /// NetBox id, device id).
@@ -337,17 +496,27 @@ pub async fn write_diffs(
     now: DateTime<Utc>,
 ) -> Result<Written, StoreError> {
     let mut written = Written::default();
-    let records: Vec<Value> = pairs
+    let records: Vec<&DeviceRecord> = pairs
         .iter()
         .filter(|(b, a)| b.record != a.record)
-        .map(|(_, a)| record_json(&a.record))
+        .map(|(_, a)| &a.record)
         .collect();
     if !records.is_empty() {
         written.devices = records.len() as u64;
-        sqlx::query(UPDATE_DEVICES)
-            .bind(Value::Array(records))
-            .execute(&mut **tx)
-            .await?;
+        let columns = device_columns(&records);
+        let sql = update_devices(&columns);
+        // Planned for each batch (an unnamed statement), never from a
+        // cached generic plan: a generic plan made while `devices` was
+        // small (a fleet imported from NetBox into an empty database) can
+        // be a nested loop over a sequential scan of `devices`, which cost
+        // 1 - 17 s a batch once the table had grown (`docs/benchmarks.md`,
+        // "The hub's own CPU in the initial load"). A custom plan sees the
+        // table's size and the arrays' length every time.
+        let mut q = sqlx::query(&sql).persistent(false);
+        for (_, values) in columns {
+            q = values.bind(q);
+        }
+        q.execute(&mut **tx).await?;
     }
 
     // The devices are locked and `before` is what this transaction read of
@@ -1216,4 +1385,39 @@ pub async fn insert_devices(
     .fetch_all(&mut **tx)
     .await?;
     Ok(inserted.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_array_literal_quotes_and_escapes_every_element() {
+        let s =
+            |v: &[&str]| text_array_literal(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(s(&[]), "{}");
+        assert_eq!(s(&["unreachable"]), r#"{"unreachable"}"#);
+        assert_eq!(s(&["", "NULL", "a,b"]), r#"{"","NULL","a,b"}"#);
+        assert_eq!(
+            s(&[r#"say "hi""#, r"back\slash", "{x}"]),
+            r#"{"say \"hi\"","back\\slash","{x}"}"#
+        );
+    }
+
+    #[test]
+    fn the_update_names_each_column_once_with_its_parameter() {
+        let r = DeviceRecord::new("d1".into(), "s1".into(), "n1".into());
+        let columns = device_columns(&[&r]);
+        let sql = update_devices(&columns);
+        let mut names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a column named twice");
+        assert!(sql.contains(&format!("${n}::bigint[]")));
+        assert!(!sql.contains(&format!("${}::", n + 1)));
+        assert!(sql.contains("taints = x.taints::text[]"));
+        assert!(sql.contains("deleted_at = CASE WHEN x.deleted"));
+        assert!(!sql.contains(" id = x.id,"), "the key is not set");
+    }
 }

@@ -11,4 +11,5 @@ mod join;
 mod outbox;
 mod queues;
 mod restart;
+mod store;
 mod support;

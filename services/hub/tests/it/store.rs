@@ -1,0 +1,126 @@
+//! The hub's device write reads back as written: every column
+//! `write_diffs` sets, the `text[]` ones with elements that need quoting in
+//! PostgreSQL's array literals.
+
+use chrono::{TimeZone, Utc};
+use fleet_hub::store::devices;
+
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_device_column_the_hub_writes_reads_back_as_written() {
+    let (env, hub) = start().await;
+    let ids = [
+        env.create_device("s1", "gpu-store-01").await,
+        env.create_device("s1", "gpu-store-02").await,
+    ];
+    let at = Utc.with_ymd_and_hms(2026, 12, 6, 23, 0, 0).unwrap();
+    let mut tx = env.pool.begin().await.unwrap();
+    let before = devices::lock_states(&mut tx, &ids).await.unwrap();
+    let mut after = before.clone();
+    let first = after.get_mut(&ids[0]).unwrap();
+    let r = &mut first.record;
+    r.version += 1;
+    r.infrastructure_ref = Some("ironic-node-1".into());
+    r.maintenance = true;
+    r.maintenance_reason = Some(r#"a "quoted" reason \ with a backslash"#.into());
+    r.cordoned = true;
+    r.cordon_reason = Some("cordon, with a comma".into());
+    r.draining = true;
+    r.triage_ticket_url = Some("https://tickets.example/1".into());
+    r.entered_triage_at = Some(at);
+    r.taints = vec![
+        "a,b".into(),
+        r#"q"uote"#.into(),
+        r"back\slash".into(),
+        String::new(),
+        "NULL".into(),
+        "{brace}".into(),
+        " spaced ".into(),
+    ];
+    r.no_schedule_reasons = vec!["unreachable".into(), "maintenance".into()];
+    r.observed_generation = 7;
+    r.identity_generation = 3;
+    r.enrollment_proof_at = Some(at);
+    r.failed_at = Some(at);
+    r.mirrors.ironic_maintenance = Some(false);
+    r.mirrors.ironic_lessee = Some("tenant-a".into());
+    r.mirrors.slurm_states = vec!["IDLE".into(), "DRAIN".into()];
+    r.mirrors.netbox_tags = vec!["gpu".into(), "rack 7".into()];
+    r.session.epoch = 4;
+    r.session.gateway_id = Some("gw-1".into());
+    r.session.last_seen = Some(at);
+    r.serial = Some("SN-1".into());
+    r.rack = Some("r1".into());
+    r.netbox_id = Some(42);
+    // The second device's arrays emptied, its options left as they were.
+    let second = after.get_mut(&ids[1]).unwrap();
+    second.record.version += 1;
+    second.record.no_schedule_reasons = vec![];
+    let pairs: Vec<_> = ids.iter().map(|id| (&before[id], &after[id])).collect();
+    let written = devices::write_diffs(&mut tx, &pairs, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(written.devices, 2);
+    tx.commit().await.unwrap();
+
+    let mut tx = env.pool.begin().await.unwrap();
+    let read = devices::locked_states(&mut tx, &ids).await.unwrap();
+    for id in &ids {
+        assert_eq!(
+            read[id].record, after[id].record,
+            "{id} reads back as written"
+        );
+    }
+    assert_ne!(read[&ids[0]].record, before[&ids[0]].record);
+    tx.rollback().await.unwrap();
+    hub.stop(env).await;
+}
+
+/// The device `UPDATE` is planned for each batch and never kept as a
+/// prepared statement, whose generic plan, made while `devices` was small,
+/// could later scan the whole table for every row (`write_diffs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_device_update_is_never_a_prepared_statement() {
+    use sqlx::Acquire;
+    let (env, hub) = start().await;
+    let id = env.create_device("s1", "gpu-store-03").await;
+    let mut conn = env.pool.acquire().await.unwrap();
+    // More than the five executions after which PostgreSQL may switch a
+    // prepared statement to its generic plan.
+    for _ in 0..8 {
+        let mut tx = conn.begin().await.unwrap();
+        let before = devices::lock_states(&mut tx, std::slice::from_ref(&id))
+            .await
+            .unwrap();
+        let mut after = before.clone();
+        let d = after.get_mut(&id).unwrap();
+        d.record.version += 1;
+        d.record.cordoned = !d.record.cordoned;
+        let written = devices::write_diffs(&mut tx, &[(&before[&id], &after[&id])], Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(written.devices, 1);
+        tx.commit().await.unwrap();
+    }
+    let prepared: Vec<String> = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    let heads: Vec<String> = prepared
+        .iter()
+        .map(|s| s.chars().take(60).collect())
+        .collect();
+    assert!(
+        prepared.iter().any(|s| s.contains("FOR NO KEY UPDATE")),
+        "the lock read is prepared on this connection, so the check sees prepared statements: {heads:#?}"
+    );
+    assert!(
+        !prepared
+            .iter()
+            .any(|s| s.starts_with("UPDATE devices d SET version")),
+        "the device UPDATE was kept prepared: {heads:#?}"
+    );
+    drop(conn);
+    hub.stop(env).await;
+}
