@@ -43,7 +43,7 @@ fn the_hub_benchmark_runs() {
             "--naive-conditions",
             "60",
         ],
-        "| freshness-only snapshots/s |",
+        "| freshness-only snapshots/s: whole phase; steady |",
     );
 }
 
