@@ -301,155 +301,211 @@ fn text_array_literal(items: &[String]) -> String {
     out
 }
 
+/// How one column of `devices` the hub writes is read from a record.
+enum Column {
+    Text(for<'r> fn(&'r DeviceRecord) -> Option<&'r str>),
+    Int(fn(&DeviceRecord) -> Option<i64>),
+    Bool(fn(&DeviceRecord) -> Option<bool>),
+    Time(fn(&DeviceRecord) -> Option<DateTime<Utc>>),
+    TextArray(for<'r> fn(&'r DeviceRecord) -> &'r [String]),
+}
+
+impl Column {
+    /// Whether the column's value differs between the two records.
+    fn differs(&self, a: &DeviceRecord, b: &DeviceRecord) -> bool {
+        match self {
+            Column::Text(f) => f(a) != f(b),
+            Column::Int(f) => f(a) != f(b),
+            Column::Bool(f) => f(a) != f(b),
+            Column::Time(f) => f(a) != f(b),
+            Column::TextArray(f) => f(a) != f(b),
+        }
+    }
+
+    /// The column of `records`, one typed array.
+    fn values<'a>(&self, records: &[&'a DeviceRecord]) -> Values<'a> {
+        match self {
+            Column::Text(f) => Values::Text(records.iter().map(|r| f(r)).collect()),
+            Column::Int(f) => Values::Int(records.iter().map(|r| f(r)).collect()),
+            Column::Bool(f) => Values::Bool(records.iter().map(|r| f(r)).collect()),
+            Column::Time(f) => Values::Time(records.iter().map(|r| f(r)).collect()),
+            Column::TextArray(f) => {
+                Values::TextArray(records.iter().map(|r| text_array_literal(f(r))).collect())
+            }
+        }
+    }
+}
+
 /// Every column of `devices` the hub writes, each named once beside what it
 /// takes from the record, so a name and its values cannot drift apart.
 /// `id` finds the row; `deleted` sets `deleted_at` (see [`update_devices`]).
-fn device_columns<'a>(records: &[&'a DeviceRecord]) -> Vec<(&'static str, Values<'a>)> {
-    let text = |f: fn(&'a DeviceRecord) -> Option<&'a str>| {
-        Values::Text(records.iter().map(|r| f(r)).collect())
-    };
-    let int = |f: fn(&'a DeviceRecord) -> Option<i64>| {
-        Values::Int(records.iter().map(|r| f(r)).collect())
-    };
-    let flag = |f: fn(&'a DeviceRecord) -> Option<bool>| {
-        Values::Bool(records.iter().map(|r| f(r)).collect())
-    };
-    let time = |f: fn(&'a DeviceRecord) -> Option<DateTime<Utc>>| {
-        Values::Time(records.iter().map(|r| f(r)).collect())
-    };
-    let texts = |f: fn(&'a DeviceRecord) -> &'a [String]| {
-        Values::TextArray(records.iter().map(|r| text_array_literal(f(r))).collect())
-    };
-    vec![
-        ("id", text(|r| Some(&r.id))),
-        ("version", int(|r| Some(r.version))),
-        (
-            "infrastructure_ref",
-            text(|r| r.infrastructure_ref.as_deref()),
-        ),
-        (
-            "provision_state",
-            text(|r| Some(r.provision_state.as_str())),
-        ),
-        ("failed_from", text(|r| r.failed_from.map(|s| s.as_str()))),
-        ("maintenance", flag(|r| Some(r.maintenance))),
-        (
-            "maintenance_reason",
-            text(|r| r.maintenance_reason.as_deref()),
-        ),
-        ("cordoned", flag(|r| Some(r.cordoned))),
-        ("cordon_reason", text(|r| r.cordon_reason.as_deref())),
-        ("draining", flag(|r| Some(r.draining))),
-        ("power", text(|r| Some(r.power.as_str()))),
-        ("connectivity", text(|r| Some(r.connectivity.as_str()))),
-        (
-            "inventory_status",
-            text(|r| Some(r.inventory_status.as_str())),
-        ),
-        (
-            "operational_status",
-            text(|r| Some(r.operational_status.as_str())),
-        ),
-        ("health_status", text(|r| Some(r.health_status.as_str()))),
-        (
-            "capacity_bucket",
-            text(|r| Some(r.capacity_bucket.as_str())),
-        ),
-        ("in_triage", flag(|r| Some(r.in_triage))),
-        (
-            "triage_ticket_url",
-            text(|r| r.triage_ticket_url.as_deref()),
-        ),
-        (
-            "parent_ticket_url",
-            text(|r| r.parent_ticket_url.as_deref()),
-        ),
-        ("entered_triage_at", time(|r| r.entered_triage_at)),
-        ("custody", text(|r| r.custody.as_deref())),
-        (
-            "custody_credential_ref",
-            text(|r| r.custody_credential_ref.as_deref()),
-        ),
-        ("impairment_hold", text(|r| r.impairment_hold.as_deref())),
-        ("taints", texts(|r| &r.taints)),
-        ("no_schedule_reasons", texts(|r| &r.no_schedule_reasons)),
-        ("observed_generation", int(|r| Some(r.observed_generation))),
-        ("identity_generation", int(|r| Some(r.identity_generation))),
-        (
-            "enrollment_validated_ref",
-            text(|r| r.enrollment_validated_ref.as_deref()),
-        ),
-        (
-            "enrollment_proof_source",
-            text(|r| r.enrollment_proof_source.as_deref()),
-        ),
-        ("enrollment_proof_at", time(|r| r.enrollment_proof_at)),
-        ("entered_service_at", time(|r| r.entered_service_at)),
-        ("failure_state", text(|r| r.failure_state.as_deref())),
-        ("failed_at", time(|r| r.failed_at)),
-        (
-            "ironic_provision_state",
-            text(|r| r.mirrors.ironic_provision_state.as_deref()),
-        ),
-        ("ironic_maintenance", flag(|r| r.mirrors.ironic_maintenance)),
-        (
-            "ironic_maintenance_reason",
-            text(|r| r.mirrors.ironic_maintenance_reason.as_deref()),
-        ),
-        (
-            "ironic_instance_uuid",
-            text(|r| r.mirrors.ironic_instance_uuid.as_deref()),
-        ),
-        (
-            "ironic_lessee",
-            text(|r| r.mirrors.ironic_lessee.as_deref()),
-        ),
-        ("slurm_states", texts(|r| &r.mirrors.slurm_states)),
-        ("netbox_tags", texts(|r| &r.mirrors.netbox_tags)),
-        (
-            "chassis_health",
-            text(|r| r.mirrors.chassis_health.map(|c| c.as_str())),
-        ),
-        ("session_epoch", int(|r| Some(r.session.epoch))),
-        (
-            "session_gateway_id",
-            text(|r| r.session.gateway_id.as_deref()),
-        ),
-        ("session_connected_at", time(|r| r.session.connected_at)),
-        (
-            "session_disconnected_at",
-            time(|r| r.session.disconnected_at),
-        ),
-        ("session_last_seen", time(|r| r.session.last_seen)),
-        ("deleted", flag(|r| Some(r.deleted))),
-        ("inventory_only", flag(|r| Some(r.inventory_only))),
-        ("serial", text(|r| r.serial.as_deref())),
-        ("rack", text(|r| r.rack.as_deref())),
-        ("netbox_id", int(|r| r.netbox_id)),
-    ]
-}
+const DEVICE_COLUMNS_WRITTEN: &[(&str, Column)] = &[
+    ("id", Column::Text(|r| Some(&r.id))),
+    ("version", Column::Int(|r| Some(r.version))),
+    (
+        "infrastructure_ref",
+        Column::Text(|r| r.infrastructure_ref.as_deref()),
+    ),
+    (
+        "provision_state",
+        Column::Text(|r| Some(r.provision_state.as_str())),
+    ),
+    (
+        "failed_from",
+        Column::Text(|r| r.failed_from.map(|s| s.as_str())),
+    ),
+    ("maintenance", Column::Bool(|r| Some(r.maintenance))),
+    (
+        "maintenance_reason",
+        Column::Text(|r| r.maintenance_reason.as_deref()),
+    ),
+    ("cordoned", Column::Bool(|r| Some(r.cordoned))),
+    (
+        "cordon_reason",
+        Column::Text(|r| r.cordon_reason.as_deref()),
+    ),
+    ("draining", Column::Bool(|r| Some(r.draining))),
+    ("power", Column::Text(|r| Some(r.power.as_str()))),
+    (
+        "connectivity",
+        Column::Text(|r| Some(r.connectivity.as_str())),
+    ),
+    (
+        "inventory_status",
+        Column::Text(|r| Some(r.inventory_status.as_str())),
+    ),
+    (
+        "operational_status",
+        Column::Text(|r| Some(r.operational_status.as_str())),
+    ),
+    (
+        "health_status",
+        Column::Text(|r| Some(r.health_status.as_str())),
+    ),
+    (
+        "capacity_bucket",
+        Column::Text(|r| Some(r.capacity_bucket.as_str())),
+    ),
+    ("in_triage", Column::Bool(|r| Some(r.in_triage))),
+    (
+        "triage_ticket_url",
+        Column::Text(|r| r.triage_ticket_url.as_deref()),
+    ),
+    (
+        "parent_ticket_url",
+        Column::Text(|r| r.parent_ticket_url.as_deref()),
+    ),
+    ("entered_triage_at", Column::Time(|r| r.entered_triage_at)),
+    ("custody", Column::Text(|r| r.custody.as_deref())),
+    (
+        "custody_credential_ref",
+        Column::Text(|r| r.custody_credential_ref.as_deref()),
+    ),
+    (
+        "impairment_hold",
+        Column::Text(|r| r.impairment_hold.as_deref()),
+    ),
+    ("taints", Column::TextArray(|r| &r.taints)),
+    (
+        "no_schedule_reasons",
+        Column::TextArray(|r| &r.no_schedule_reasons),
+    ),
+    (
+        "observed_generation",
+        Column::Int(|r| Some(r.observed_generation)),
+    ),
+    (
+        "identity_generation",
+        Column::Int(|r| Some(r.identity_generation)),
+    ),
+    (
+        "enrollment_validated_ref",
+        Column::Text(|r| r.enrollment_validated_ref.as_deref()),
+    ),
+    (
+        "enrollment_proof_source",
+        Column::Text(|r| r.enrollment_proof_source.as_deref()),
+    ),
+    (
+        "enrollment_proof_at",
+        Column::Time(|r| r.enrollment_proof_at),
+    ),
+    ("entered_service_at", Column::Time(|r| r.entered_service_at)),
+    (
+        "failure_state",
+        Column::Text(|r| r.failure_state.as_deref()),
+    ),
+    ("failed_at", Column::Time(|r| r.failed_at)),
+    (
+        "ironic_provision_state",
+        Column::Text(|r| r.mirrors.ironic_provision_state.as_deref()),
+    ),
+    (
+        "ironic_maintenance",
+        Column::Bool(|r| r.mirrors.ironic_maintenance),
+    ),
+    (
+        "ironic_maintenance_reason",
+        Column::Text(|r| r.mirrors.ironic_maintenance_reason.as_deref()),
+    ),
+    (
+        "ironic_instance_uuid",
+        Column::Text(|r| r.mirrors.ironic_instance_uuid.as_deref()),
+    ),
+    (
+        "ironic_lessee",
+        Column::Text(|r| r.mirrors.ironic_lessee.as_deref()),
+    ),
+    (
+        "slurm_states",
+        Column::TextArray(|r| &r.mirrors.slurm_states),
+    ),
+    ("netbox_tags", Column::TextArray(|r| &r.mirrors.netbox_tags)),
+    (
+        "chassis_health",
+        Column::Text(|r| r.mirrors.chassis_health.map(|c| c.as_str())),
+    ),
+    ("session_epoch", Column::Int(|r| Some(r.session.epoch))),
+    (
+        "session_gateway_id",
+        Column::Text(|r| r.session.gateway_id.as_deref()),
+    ),
+    (
+        "session_connected_at",
+        Column::Time(|r| r.session.connected_at),
+    ),
+    (
+        "session_disconnected_at",
+        Column::Time(|r| r.session.disconnected_at),
+    ),
+    ("session_last_seen", Column::Time(|r| r.session.last_seen)),
+    ("deleted", Column::Bool(|r| Some(r.deleted))),
+    ("inventory_only", Column::Bool(|r| Some(r.inventory_only))),
+    ("serial", Column::Text(|r| r.serial.as_deref())),
+    ("rack", Column::Text(|r| r.rack.as_deref())),
+    ("netbox_id", Column::Int(|r| r.netbox_id)),
+];
 
-/// The columns of [`device_columns`] that differ for any of the `(before,
-/// after)` record pairs, with their `after` values, and `id`. The rest are
-/// left out of the `UPDATE`: `before` is what this transaction read under
-/// the device's lock, so the row already holds those values. A status
-/// change moves about ten of the 51 columns; binding only those saves the
-/// hub building, and PostgreSQL decoding, arrays that rewrite a value with
-/// itself.
+/// The columns of [`DEVICE_COLUMNS_WRITTEN`] that differ for any of the
+/// `(before, after)` record pairs, with their `after` values, and `id`.
+/// The rest are left out of the `UPDATE`: `before` is what this
+/// transaction read under the device's lock, so the row already holds
+/// those values. A status change moves about ten of the 51 columns;
+/// binding only those saves the hub building, and PostgreSQL decoding,
+/// arrays that rewrite a value with itself. Columns are compared on the
+/// records and built only when written.
 fn changed_columns<'a>(
     records: &[(&'a DeviceRecord, &'a DeviceRecord)],
 ) -> Vec<(&'static str, Values<'a>)> {
-    let before: Vec<&DeviceRecord> = records.iter().map(|r| r.0).collect();
     let after: Vec<&DeviceRecord> = records.iter().map(|r| r.1).collect();
-    device_columns(&after)
-        .into_iter()
-        .zip(device_columns(&before))
-        .filter(|((name, new), (_, old))| *name == "id" || new != old)
-        .map(|(column, _)| column)
+    DEVICE_COLUMNS_WRITTEN
+        .iter()
+        .filter(|(name, column)| *name == "id" || records.iter().any(|(b, a)| column.differs(b, a)))
+        .map(|(name, column)| (*name, column.values(&after)))
         .collect()
 }
 
-/// `UPDATE devices` for `columns` (of [`device_columns`]), one typed array
+/// `UPDATE devices` for `columns` (of [`DEVICE_COLUMNS_WRITTEN`]), one typed array
 /// parameter each. Bound as arrays rather than one jsonb document:
 /// building that document was about a tenth of the hub's CPU in `fleet
 /// bench hub`'s initial load, and PostgreSQL parsed it again
@@ -1458,7 +1514,10 @@ mod tests {
     #[test]
     fn the_update_names_each_column_once_with_its_parameter() {
         let r = DeviceRecord::new("d1".into(), "s1".into(), "n1".into());
-        let columns = device_columns(&[&r]);
+        let columns: Vec<_> = DEVICE_COLUMNS_WRITTEN
+            .iter()
+            .map(|(name, column)| (*name, column.values(&[&r])))
+            .collect();
         let sql = update_devices(&columns);
         let mut names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
         let n = names.len();
