@@ -33,6 +33,7 @@ fn bench(args: &[&str], expect: &str) {
 
 #[test]
 fn the_hub_benchmark_runs() {
+    let trace = std::env::temp_dir().join(format!("fleet-bench-trace-{}.csv", std::process::id()));
     bench(
         &[
             "hub",
@@ -42,9 +43,33 @@ fn the_hub_benchmark_runs() {
             "30",
             "--naive-conditions",
             "60",
+            "--latency-trace",
+            trace.to_str().expect("a UTF-8 temp path"),
         ],
-        "| freshness-only snapshots/s: whole phase; steady |",
+        "| publish -> StatusChanged, the changing mix at half its rate:",
     );
+    // One line a flip of each latency phase, in publish order.
+    let csv = std::fs::read_to_string(&trace).expect("the latency trace is written");
+    let _ = std::fs::remove_file(&trace);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "phase,sent_ms,device_id,latency_ms");
+    for phase in ["mixed", "flips"] {
+        let sent: Vec<f64> = lines[1..]
+            .iter()
+            .filter(|l| l.starts_with(&format!("{phase},")))
+            .map(|l| {
+                l.split(',')
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .expect("sent_ms")
+            })
+            .collect();
+        assert_eq!(sent.len(), 30, "{phase} flips in the trace:\n{csv}");
+        assert!(
+            sent.windows(2).all(|w| w[0] <= w[1]),
+            "{phase} in publish order:\n{csv}"
+        );
+    }
 }
 
 #[test]
