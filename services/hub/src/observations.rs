@@ -290,23 +290,15 @@ impl Hub {
             let k = o.key();
             by_kind.entry(k.kind).or_default().insert((k.site, k.key));
         }
-        let mut resolved: BTreeMap<Key, String> = BTreeMap::new();
-        for (kind, keys) in by_kind {
-            let keys: Vec<(String, String)> = keys.into_iter().collect();
-            for ((site, key), id) in devices::resolve(&mut tx, kind, &keys).await? {
-                resolved.insert(Key { site, kind, key }, id);
-            }
-        }
-
-        let mut ids: Vec<String> = resolved.values().cloned().collect();
-        ids.sort();
-        ids.dedup();
         let mut sources: Vec<&str> = obs.iter().map(|(_, o)| o.source().as_str()).collect();
         sources.sort();
         sources.dedup();
         // Every device of the batch is locked here, in id order; only the
         // ones the fast path cannot confirm are loaded in full.
-        let heads = devices::lock_heads(&mut tx, &ids, &sources, held).await?;
+        let (resolved, heads) = resolve_and_lock(&mut tx, by_kind, &sources, held).await?;
+        let mut ids: Vec<String> = resolved.values().cloned().collect();
+        ids.sort();
+        ids.dedup();
         // A device left out was held elsewhere: none of its items is
         // touched here (the caller applies them after this commit).
         let mut left = BTreeSet::new();
@@ -455,6 +447,61 @@ impl Hub {
             held: left,
         }))
     }
+}
+
+/// Resolves the batch's keys to devices and locks those devices in id
+/// order, reading their heads; with [`HeldRows::Skip`] a device another
+/// transaction holds is resolved but has no head.
+async fn resolve_and_lock(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    mut by_kind: BTreeMap<KeyKind, HashSet<(String, String)>>,
+    sources: &[&str],
+    held: HeldRows,
+) -> Result<(BTreeMap<Key, String>, BTreeMap<String, devices::Head>), StoreError> {
+    let mut resolved: BTreeMap<Key, String> = BTreeMap::new();
+    let heads = match by_kind.pop_first() {
+        // The common batch: one key kind that names one device; the
+        // keys resolve and their devices lock in one statement.
+        Some((kind, keys)) if by_kind.is_empty() && devices::names_one_device(kind) => {
+            let keys: Vec<(String, String)> = keys.into_iter().collect();
+            let (found, heads) =
+                devices::resolve_and_lock_heads(tx, kind, &keys, sources, held).await?;
+            for ((site, key), id) in found {
+                resolved.insert(Key { site, kind, key }, id);
+            }
+            if held == HeldRows::Skip && resolved.len() < keys.len() {
+                // A key left out names no device, or one another
+                // transaction holds: the latter's items wait for it.
+                let missing: Vec<(String, String)> = keys
+                    .into_iter()
+                    .filter(|(site, key)| {
+                        !resolved.contains_key(&Key {
+                            site: site.clone(),
+                            kind,
+                            key: key.clone(),
+                        })
+                    })
+                    .collect();
+                for ((site, key), id) in devices::resolve(tx, kind, &missing).await? {
+                    resolved.insert(Key { site, kind, key }, id);
+                }
+            }
+            heads
+        }
+        first => {
+            for (kind, keys) in first.into_iter().chain(by_kind) {
+                let keys: Vec<(String, String)> = keys.into_iter().collect();
+                for ((site, key), id) in devices::resolve(tx, kind, &keys).await? {
+                    resolved.insert(Key { site, kind, key }, id);
+                }
+            }
+            let mut ids: Vec<String> = resolved.values().cloned().collect();
+            ids.sort();
+            ids.dedup();
+            devices::lock_heads(tx, &ids, sources, held).await?
+        }
+    };
+    Ok((resolved, heads))
 }
 
 /// What [`Hub::apply`] committed.

@@ -872,7 +872,7 @@ fn write_trace(path: &std::path::Path, phases: &[(&str, &Latency)]) -> anyhow::R
 /// The report row of a latency phase's hub batches by stage.
 fn stage_row(label: &str, l: &Latency) -> String {
     let names: Vec<&str> = l.stages.iter().map(|s| s.0.as_str()).collect();
-    let of = |f: &dyn Fn(&(String, f64, u64, f64)) -> f64| {
+    let of = |f: &dyn Fn(&Stage) -> f64| {
         l.stages
             .iter()
             .map(|s| format!("{:.1}", f(s)))
@@ -888,6 +888,9 @@ fn stage_row(label: &str, l: &Latency) -> String {
     )
 }
 
+/// A stage of the hub's batches: name, mean ms, batches, p99 bucket ms.
+type Stage = (String, f64, u64, f64);
+
 struct Latency {
     /// Snapshots/s and flips/s sent, over the sending.
     rate: f64,
@@ -898,7 +901,7 @@ struct Latency {
     rss_kib: u64,
     /// Per stage of the hub's `batch_seconds` over the phase: mean ms a
     /// batch, batches, and the bucket bound (ms) of 99 % of them.
-    stages: Vec<(String, f64, u64, f64)>,
+    stages: Vec<Stage>,
     /// Per flip: ms after the first publish, device, latency ms.
     trace: Vec<(f64, String, f64)>,
 }

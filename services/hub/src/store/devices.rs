@@ -766,6 +766,12 @@ impl HeldRows {
     }
 }
 
+/// The columns of a [`Head`], from `devices d` and the freshness rows
+/// `f` of the batch's sources.
+const HEAD_COLUMNS: &str = "d.id, d.version, d.deleted_at IS NOT NULL AS deleted, d.connectivity, d.observed_generation, \
+    d.identity_generation, d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
+    d.session_last_seen, f.source, f.observed_at, f.digest, f.settled_version";
+
 /// Locks the devices in id order (as [`lock_states`] does) and reads only
 /// their heads; with [`HeldRows::Skip`] a device held elsewhere is left out.
 pub async fn lock_heads(
@@ -780,10 +786,7 @@ pub async fn lock_heads(
     }
     let lock = held.lock();
     let sql = format!(
-        "SELECT d.id, d.version, d.deleted_at IS NOT NULL AS deleted, d.connectivity, d.observed_generation, \
-         d.identity_generation, d.session_epoch, d.session_gateway_id, d.session_connected_at, d.session_disconnected_at, \
-         d.session_last_seen, f.source, f.observed_at, f.digest, \
-         f.settled_version FROM devices d LEFT JOIN device_source_freshness f \
+        "SELECT {HEAD_COLUMNS} FROM devices d LEFT JOIN device_source_freshness f \
          ON f.device_id = d.id AND f.source = ANY($2) \
          WHERE d.id = ANY($1) ORDER BY d.id{lock}"
     );
@@ -793,34 +796,85 @@ pub async fn lock_heads(
         .fetch_all(&mut **tx)
         .await?;
     for row in rows {
-        let id: String = row.try_get("id")?;
-        let head = out.entry(id).or_default();
-        head.version = row.try_get("version")?;
-        head.deleted = row.try_get("deleted")?;
-        head.connectivity = Some(parse(&row, "connectivity", Connectivity::parse)?);
-        head.observed_generation = row.try_get("observed_generation")?;
-        head.identity_generation = row.try_get("identity_generation")?;
-        head.session = Session {
-            epoch: row.try_get("session_epoch")?,
-            gateway_id: row.try_get("session_gateway_id")?,
-            connected_at: row.try_get("session_connected_at")?,
-            disconnected_at: row.try_get("session_disconnected_at")?,
-            last_seen: row.try_get("session_last_seen")?,
-        };
-        let Some(source): Option<&str> = row.try_get("source")? else {
-            continue;
-        };
-        let source = Source::parse(source).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        head.freshness.insert(
-            source,
-            Freshness {
-                observed_at: row.try_get("observed_at")?,
-                digest: row.try_get("digest")?,
-                settled_version: row.try_get("settled_version")?,
-            },
-        );
+        read_head(&row, &mut out)?;
     }
     Ok(out)
+}
+
+/// [`resolve`] and [`lock_heads`] in one statement, for keys of a kind
+/// that [`names_one_device`]: each device is found through its key's
+/// unique index and locked, in id order, without a second look-up by id.
+/// With [`HeldRows::Skip`] a key whose device another transaction holds
+/// is missing from the answer, as a key that names no device is.
+pub async fn resolve_and_lock_heads(
+    tx: &mut Tx<'_>,
+    kind: KeyKind,
+    keys: &[(String, String)],
+    sources: &[&str],
+    held: HeldRows,
+) -> Result<(Vec<((String, String), String)>, BTreeMap<String, Head>), StoreError> {
+    let mut heads: BTreeMap<String, Head> = BTreeMap::new();
+    let mut resolved = vec![];
+    if keys.is_empty() {
+        return Ok((resolved, heads));
+    }
+    let sites: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+    let values: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+    let sql = format!(
+        "SELECT k.site AS key_site, k.key AS key_value, {HEAD_COLUMNS} \
+         FROM UNNEST($1::text[], $2::text[]) AS k(site, key) JOIN devices d ON {} \
+         LEFT JOIN device_source_freshness f ON f.device_id = d.id AND f.source = ANY($3) \
+         ORDER BY d.id{}",
+        key_match(kind),
+        held.lock()
+    );
+    let rows = sqlx::query(&sql)
+        .bind(&sites)
+        .bind(&values)
+        .bind(sources)
+        .fetch_all(&mut **tx)
+        .await?;
+    for row in rows {
+        let id = read_head(&row, &mut heads)?;
+        let key: (String, String) = (row.try_get("key_site")?, row.try_get("key_value")?);
+        // One row a freshness row of the device: its key once.
+        if resolved.last().map(|(k, _)| k) != Some(&key) {
+            resolved.push((key, id));
+        }
+    }
+    Ok((resolved, heads))
+}
+
+/// Adds one row of [`HEAD_COLUMNS`] to its device's head; returns the
+/// device id.
+fn read_head(row: &PgRow, out: &mut BTreeMap<String, Head>) -> Result<String, StoreError> {
+    let id: String = row.try_get("id")?;
+    let head = out.entry(id.clone()).or_default();
+    head.version = row.try_get("version")?;
+    head.deleted = row.try_get("deleted")?;
+    head.connectivity = Some(parse(row, "connectivity", Connectivity::parse)?);
+    head.observed_generation = row.try_get("observed_generation")?;
+    head.identity_generation = row.try_get("identity_generation")?;
+    head.session = Session {
+        epoch: row.try_get("session_epoch")?,
+        gateway_id: row.try_get("session_gateway_id")?,
+        connected_at: row.try_get("session_connected_at")?,
+        disconnected_at: row.try_get("session_disconnected_at")?,
+        last_seen: row.try_get("session_last_seen")?,
+    };
+    let Some(source): Option<&str> = row.try_get("source")? else {
+        return Ok(id);
+    };
+    let source = Source::parse(source).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    head.freshness.insert(
+        source,
+        Freshness {
+            observed_at: row.try_get("observed_at")?,
+            digest: row.try_get("digest")?,
+            settled_version: row.try_get("settled_version")?,
+        },
+    );
+    Ok(id)
 }
 
 /// The heartbeat fast path's only write: a confirmed heartbeat moves
@@ -1035,17 +1089,9 @@ pub async fn due_for_sweep(
     .await
 }
 
-/// The device key kinds resolved in one query each.
-pub async fn resolve(
-    tx: &mut Tx<'_>,
-    kind: KeyKind,
-    keys: &[(String, String)],
-) -> Result<Vec<((String, String), String)>, sqlx::Error> {
-    if keys.is_empty() {
-        return Ok(vec![]);
-    }
-    let sites: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
-    let values: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+/// The join condition of `devices d` with a key `k(site, key)` of `kind`,
+/// live devices only.
+fn key_match(kind: KeyKind) -> String {
     let (column, site_scoped) = match kind {
         KeyKind::DeviceId => ("d.id", false),
         KeyKind::NetboxId => ("d.netbox_id::text", true),
@@ -1059,9 +1105,32 @@ pub async fn resolve(
     } else {
         ""
     };
+    format!("{column} = k.key {site_clause} AND d.deleted_at IS NULL")
+}
+
+/// Whether a key of `kind` names at most one live device (a unique index
+/// says so: `devices_pkey`, `devices_site_name`), so that resolving it
+/// and locking its device can be one statement
+/// ([`resolve_and_lock_heads`]).
+pub fn names_one_device(kind: KeyKind) -> bool {
+    matches!(kind, KeyKind::DeviceId | KeyKind::Name)
+}
+
+/// The device key kinds resolved in one query each.
+pub async fn resolve(
+    tx: &mut Tx<'_>,
+    kind: KeyKind,
+    keys: &[(String, String)],
+) -> Result<Vec<((String, String), String)>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(vec![]);
+    }
+    let sites: Vec<&str> = keys.iter().map(|(s, _)| s.as_str()).collect();
+    let values: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
     let sql = format!(
         "SELECT k.site, k.key, d.id FROM UNNEST($1::text[], $2::text[]) AS k(site, key) \
-         JOIN devices d ON {column} = k.key {site_clause} AND d.deleted_at IS NULL"
+         JOIN devices d ON {}",
+        key_match(kind)
     );
     let rows: Vec<(String, String, String)> = sqlx::query_as(&sql)
         .bind(&sites)

@@ -51,6 +51,11 @@ async fn a_held_device_waits_alone_and_keeps_its_order() {
         .await;
     env.publish_snapshot(&slurm("gpu-free-01", t0, "True", "Idle"))
         .await;
+    // A key that names no device, in the same batch: the batch's one
+    // statement that resolves and locks (issue 20) leaves it out as it
+    // leaves out the held device, and only the held one waits.
+    env.publish_snapshot(&slurm("gpu-ghost-01", t0, "True", "Idle"))
+        .await;
 
     let hub = RunningHub::start(&env).await;
     eventually(
@@ -59,6 +64,19 @@ async fn a_held_device_waits_alone_and_keeps_its_order() {
     )
     .await;
     assert_eq!(observed_at(&env, &held, "slurm").await, None);
+    let ghost = || async {
+        optional_row::<(i64,)>(
+            &env,
+            "SELECT seen_count FROM unresolved_observations WHERE source = 'slurm' AND key = $1",
+            "gpu-ghost-01",
+        )
+        .await
+    };
+    eventually(
+        "the unknown key recorded while the device is held",
+        || async { ghost().await.filter(|c| c.0 == 1) },
+    )
+    .await;
 
     holder.commit().await.unwrap();
     eventually("the held device applied once it is let go", || async {
@@ -72,6 +90,11 @@ async fn a_held_device_waits_alone_and_keeps_its_order() {
     )
     .await;
     assert_eq!(healthy, ("True".to_string(), "Idle".to_string()));
+    assert_eq!(
+        ghost().await,
+        Some((1,)),
+        "the unknown key is recorded once"
+    );
     // Counted once their batch is done.
     assert!(
         hub.metrics.deferred.get() >= 2,
