@@ -182,8 +182,8 @@ impl Work {
         if changing.is_empty() {
             return Ok(BTreeSet::new());
         }
-        let ids: Vec<i64> = changing.iter().map(|c| c.2).collect();
-        let holders = devices::netbox_id_holders(tx, &ids).await?;
+        let claimed: Vec<(&str, i64)> = changing.iter().map(|c| (c.1, c.2)).collect();
+        let holders = devices::netbox_id_holders(tx, &claimed).await?;
         let mut refused = BTreeSet::new();
         for &(id, site, n) in &changing {
             let holder = holders

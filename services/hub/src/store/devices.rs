@@ -537,16 +537,23 @@ fn update_devices(columns: &[(&'static str, Values<'_>)]) -> String {
     )
 }
 
-/// The live devices holding any of `ids` as their NetBox id: (site,
-/// NetBox id, device id).
+/// The live devices holding any of the `claimed` (site, NetBox id) pairs:
+/// (site, NetBox id, device id).
 pub async fn netbox_id_holders(
     tx: &mut Transaction<'_, Postgres>,
-    ids: &[i64],
+    claimed: &[(&str, i64)],
 ) -> Result<Vec<(String, i64, String)>, StoreError> {
+    let sites: Vec<&str> = claimed.iter().map(|c| c.0).collect();
+    let ids: Vec<i64> = claimed.iter().map(|c| c.1).collect();
+    // By site and id, as `devices_netbox_id` is ordered: by id alone the
+    // whole index was read (515 ms for 256 claims at 100,000 devices, 1 ms
+    // this way).
     Ok(sqlx::query_as(
-        "SELECT site_id, netbox_id, id FROM devices WHERE deleted_at IS NULL AND netbox_id = ANY($1)",
+        "SELECT d.site_id, d.netbox_id, d.id FROM UNNEST($1::text[], $2::bigint[]) AS c(site, netbox_id) \
+         JOIN devices d ON d.site_id = c.site AND d.netbox_id = c.netbox_id AND d.deleted_at IS NULL",
     )
-    .bind(ids)
+    .bind(&sites)
+    .bind(&ids)
     .fetch_all(&mut **tx)
     .await?)
 }
