@@ -200,6 +200,7 @@ impl Hub {
                     Err(e) => tracing::debug!(partition, error = %e, "no consumer to rewind"),
                 }
             }
+            tracing::debug!(partition, ?queue, "binding the consumer");
             let consumer = match fleet_bus::pull_consumer(
                 &self.deps.js,
                 &self.deps.streams.observations(),
@@ -217,6 +218,7 @@ impl Hub {
                     continue;
                 }
             };
+            tracing::debug!(partition, ?queue, "consumer bound");
             let messages = consumer
                 .stream()
                 .max_messages_per_batch(self.config.batch_size)
@@ -308,7 +310,9 @@ impl Hub {
             if let Some(age) = items.iter().filter_map(|i| stream_age(&i.msg)).max() {
                 self.metrics.stage("age", age);
             }
+            let n = items.len();
             self.handle_batch(items).await;
+            tracing::trace!(messages = n, "batch done");
         }
     }
 }

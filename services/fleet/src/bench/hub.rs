@@ -171,7 +171,10 @@ impl Bench {
             // re-claims the killed one's leases at once.
             .env("FLEET__HUB__REPLICA", "bench-hub")
             .env("FLEET__FRESHNESS__DEFAULT_TTL", "1day")
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("FLEET_BENCH_HUB_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
