@@ -393,29 +393,40 @@ impl Bench {
             .map(|(_, n)| n.clone())
             .collect();
         let k = args.latency_samples;
-        if in_use.len() < 3 * k {
+        // Per flip, the changing phase's unchanged snapshots; the devices
+        // sent unchanged are then the only-flips phase's samples.
+        let per_flip = every - 1;
+        let fillers = (k * per_flip).max(k);
+        if in_use.len() < k + fillers {
             bail!(
-                "--latency-samples {k} needs {} devices the changing phase leaves in_use; {} has {}",
-                3 * k,
-                n,
+                "--latency-samples {k} needs {} devices the changing phase leaves in_use; {n} devices leave {}",
+                k + fillers,
                 in_use.len()
             );
         }
+        let (samples, fillers) = in_use.split_at(k);
         let at = t0 + chrono::Duration::seconds(180);
         eprintln!(
             "bench: latency, the changing workload ({:.0}% flip) at half its rate",
             100.0 / every as f64
         );
         // The changing phase's mix at half its rate: one flip, then
-        // every-1 fillers. Only the flips produce a `StatusChanged`.
+        // `per_flip` unchanged. Only the flips produce a `StatusChanged`.
         let mixed = self
-            .latency(&in_use[..k], &in_use[k..2 * k], every - 1, rate, at)
+            .latency(samples, &fillers[..k * per_flip], per_flip, rate, at)
             .await?;
         eprintln!("bench: latency, only flips at half the changing rate");
         // The phase as it ran until 2026-12-07: every message a flip, so
         // the hub handles as many flips a second as in the changing phase.
+        // Its devices were sent unchanged at `at` just before.
         let flips = self
-            .latency(&in_use[2 * k..3 * k], &[], 0, rate, at)
+            .latency(
+                &fillers[..k],
+                &[],
+                0,
+                rate,
+                at + chrono::Duration::seconds(1),
+            )
             .await?;
         if let Some(path) = args.latency_trace.as_deref() {
             write_trace(path, &[("mixed", &mixed), ("flips", &flips)])?;
