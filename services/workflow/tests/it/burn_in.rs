@@ -166,9 +166,10 @@ async fn a_cancelled_burn_in_cancels_its_slurm_job() {
         .expect("cancel accepted");
     let done = job_terminal(&b.env, &job.id, WITHIN).await;
     assert_eq!(done.status, "cancelled", "{:?}", done.devices);
-    // The job is COMPLETING until slurmd has ended its processes and
-    // reported back: seconds on a loaded machine (CI once saw it still
-    // COMPLETING after 10 s).
+    // The job is COMPLETING until slurmd has ended its processes: when
+    // the script's `sleep` outlives the SIGTERM, that is SLURM's KillWait
+    // (30 s) before the SIGKILL (slurmd's log in one CI run: cancelled at
+    // 04:46:27, done at 04:46:57).
     let state = b.slurm_state(id, "CANCELLED", 600).await;
     assert_eq!(state, vec!["CANCELLED"], "SLURM job {id}");
     b.stop().await;
