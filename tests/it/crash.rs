@@ -209,11 +209,7 @@ pub(crate) fn publish_all(
         tokio::spawn(async move {
             for (i, s) in order.iter().enumerate() {
                 let key = s.device.clone().unwrap();
-                let at = s
-                    .observed_at
-                    .as_ref()
-                    .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
-                    .unwrap();
+                let at = fleet_connector::snapshot::observed_nanos(s);
                 // As a connector does: a publish that fails (a NATS server
                 // lost, a stream leader being elected) is sent again under
                 // the same Nats-Msg-Id, which the stream deduplicates.

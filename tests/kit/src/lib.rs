@@ -333,11 +333,7 @@ impl TestEnv {
 
     pub async fn publish_snapshot(&self, snap: &v1::ConditionSnapshot) {
         let key = snap.device.clone().unwrap();
-        let at = snap
-            .observed_at
-            .as_ref()
-            .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
-            .unwrap_or(0);
+        let at = fleet_connector::snapshot::observed_nanos(snap);
         self.publish_observation(&snap.source, &key, at, snap).await;
     }
 

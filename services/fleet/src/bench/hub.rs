@@ -208,11 +208,7 @@ impl Bench {
         s: &v1::ConditionSnapshot,
     ) -> anyhow::Result<async_nats::jetstream::context::PublishAckFuture> {
         let key = s.device.clone().unwrap_or_default();
-        let at = s
-            .observed_at
-            .as_ref()
-            .map(|t| t.seconds * 1_000_000_000 + t.nanos as i64)
-            .unwrap_or(0);
+        let at = fleet_connector::snapshot::observed_nanos(s);
         Ok(fleet_bus::publish_observation(
             &self.js,
             &self.subjects,

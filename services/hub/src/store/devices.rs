@@ -202,17 +202,9 @@ async fn read_states(
         .await?;
     for row in rows {
         let id: String = row.try_get("device_id")?;
-        let source = Source::parse(row.try_get::<&str, _>("source")?)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (source, freshness) = freshness_from_row(&row, row.try_get("source")?)?;
         if let Some(s) = out.get_mut(&id) {
-            s.freshness.insert(
-                source,
-                Freshness {
-                    observed_at: row.try_get("observed_at")?,
-                    digest: row.try_get("digest")?,
-                    settled_version: row.try_get("settled_version")?,
-                },
-            );
+            s.freshness.insert(source, freshness);
         }
     }
     let rows = sqlx::query(
@@ -869,19 +861,25 @@ fn read_head(row: &PgRow, out: &mut BTreeMap<String, Head>) -> Result<String, St
         disconnected_at: row.try_get("session_disconnected_at")?,
         last_seen: row.try_get("session_last_seen")?,
     };
-    let Some(source): Option<&str> = row.try_get("source")? else {
-        return Ok(id);
-    };
+    if let Some(source) = row.try_get("source")? {
+        let (source, freshness) = freshness_from_row(row, source)?;
+        head.freshness.insert(source, freshness);
+    }
+    Ok(id)
+}
+
+/// A `device_source_freshness` row (`observed_at`, `digest`,
+/// `settled_version`) of `source`.
+fn freshness_from_row(row: &PgRow, source: &str) -> Result<(Source, Freshness), StoreError> {
     let source = Source::parse(source).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    head.freshness.insert(
+    Ok((
         source,
         Freshness {
             observed_at: row.try_get("observed_at")?,
             digest: row.try_get("digest")?,
             settled_version: row.try_get("settled_version")?,
         },
-    );
-    Ok(id)
+    ))
 }
 
 /// The heartbeat fast path's only write: a confirmed heartbeat moves
