@@ -84,7 +84,7 @@ impl Hub {
             .conditions
             .values()
             .filter(|row| row.source == snap.source)
-            .map(|row| reply::condition(&id, row, t.after.is_stale(row, now, &self.ttls)))
+            .map(|row| reply::condition(&id, row, t.after.is_stale(row, now, &self.deadlines.ttls)))
             .collect();
         let outcome = match outcome {
             Outcome::Applied => "applied",

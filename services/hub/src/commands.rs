@@ -240,7 +240,7 @@ impl Hub {
                 let t = &work.devices[&id];
                 // The stored row: different from what was sent means stale-rejected.
                 let row = &t.after.conditions[&write.input.condition_type];
-                let stale = t.after.is_stale(row, now, &self.ttls);
+                let stale = t.after.is_stale(row, now, &self.deadlines.ttls);
                 Ok(reply::ok(
                     Record::Condition(reply::condition(&id, row, stale)),
                     t.after.record.version,

@@ -18,12 +18,18 @@ type Labels = Vec<(String, String)>;
 impl Hub {
     /// The drift counts now.
     pub async fn drift_counts(&self) -> Result<Vec<DriftCount>, sqlx::Error> {
-        let per_source: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
+        let per_source: Vec<_> = self
+            .deadlines
+            .ttls
+            .per_source
+            .iter()
+            .map(|(s, d)| (*s, *d))
+            .collect();
         counts(
             &self.deps.pool,
             &Freshness {
                 per_source: &per_source,
-                default: self.ttls.default,
+                default: self.deadlines.ttls.default,
             },
         )
         .await

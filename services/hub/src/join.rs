@@ -155,7 +155,7 @@ impl Hub {
                 s.record.identity_generation += 1;
                 adopt_with(&mut s.record, j)?;
                 let (_, mut work) = work
-                    .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+                    .finish(&mut tx, now, &self.deadlines, &self.deps.subjects)
                     .await?;
                 devices::set_gpu_counts(&mut tx, &[(&id, j.gpu_count)]).await?;
                 self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
@@ -275,7 +275,7 @@ impl Hub {
             return Ok(None);
         }
         let (_, mut work) = work
-            .finish(tx, now, &self.ttls, &self.deps.subjects)
+            .finish(tx, now, &self.deadlines, &self.deps.subjects)
             .await?;
         let outbox = std::mem::take(&mut work.outbox);
         let t = &work.devices[&id];
@@ -484,7 +484,7 @@ impl Hub {
             }
         }
         let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+            .finish(&mut tx, now, &self.deadlines, &self.deps.subjects)
             .await?;
         devices::set_gpu_counts(
             &mut tx,

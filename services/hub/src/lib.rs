@@ -28,7 +28,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_nats::jetstream;
 use fleet_bus::Queue;
-use fleet_domain::state::Ttls;
+use fleet_domain::state::{Deadlines, Ttls};
 use fleet_domain::Source;
 use fleet_runtime::config::FreshnessConfig;
 use fleet_runtime::{Common, Shutdown};
@@ -43,7 +43,9 @@ pub struct Hub {
     pub config: Config,
     /// PostgreSQL, NATS, JetStream, the subjects and stream names.
     pub deps: fleet_store::Deps,
-    pub ttls: Ttls,
+    /// The freshness TTLs and liveness timeouts the hub derives and
+    /// sweeps with.
+    pub deadlines: Deadlines,
     pub metrics: HubMetrics,
     pub relay_wake: Notify,
     /// Outbox ids a lane is publishing itself.
@@ -66,15 +68,29 @@ pub struct Hub {
 /// The freshness TTLs the hub derives with; a TTL naming no source is
 /// refused by its key.
 pub fn ttls(freshness: &FreshnessConfig) -> anyhow::Result<Ttls> {
-    let chrono =
-        |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36_500));
-    let mut t = Ttls::uniform(chrono(freshness.default_ttl));
+    let mut t = Ttls::uniform(chrono_duration(freshness.default_ttl));
     for (source, ttl) in &freshness.ttl {
         let s = Source::parse(source)
             .with_context(|| format!("configuration key freshness.ttl.{source}"))?;
-        t.per_source.insert(s, chrono(*ttl));
+        t.per_source.insert(s, chrono_duration(*ttl));
     }
     Ok(t)
+}
+
+/// [`ttls`] and the liveness timeouts: what the hub derives and sweeps
+/// with.
+pub fn deadlines(freshness: &FreshnessConfig) -> anyhow::Result<Deadlines> {
+    Ok(Deadlines {
+        ttls: ttls(freshness)?,
+        unreachable_after: chrono_duration(freshness.unreachable_after),
+        lost_after: chrono_duration(freshness.lost_after),
+    })
+}
+
+/// A configured duration for date arithmetic; one too long for it is a
+/// century.
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::days(36_500))
 }
 
 impl Hub {
@@ -82,14 +98,14 @@ impl Hub {
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Hub>> {
         let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Hub).await?;
         fleet_bus::ensure_owned(&deps.js, &common.nats, fleet_bus::Owner::Hub).await?;
-        let ttls = ttls(&common.freshness)?;
+        let deadlines = deadlines(&common.freshness)?;
         let config_partitions = common.nats.partitions;
         let replica = config.replica_name();
         Ok(Arc::new(Hub {
             common,
             config,
             deps,
-            ttls,
+            deadlines,
             metrics: HubMetrics::new(),
             relay_wake: Notify::new(),
             outbox_claims: Default::default(),

@@ -22,6 +22,8 @@ pub struct HubMetrics {
     pub batch_size: Histogram,
     pub batch_seconds: Histograms,
     pub swept: Counter,
+    pub sweep_looked: Counter,
+    pub sweep_behind: Gauge,
     pub confirmed: Counter,
     pub deferred: Counter,
     pub observations_pending: Gauge,
@@ -62,6 +64,14 @@ impl HubMetrics {
                 || Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
             ),
             swept: m.counter("swept", "Devices re-derived by the sweeper"),
+            sweep_looked: m.counter(
+                "sweep_looked",
+                "Devices the sweeper looked at because their sweep_at had passed; swept counts those a deadline had passed for",
+            ),
+            sweep_behind: m.gauge(
+                "sweep_behind_seconds",
+                "After a sweep, how long ago the earliest sweep_at still waiting passed (0: none): how late a silent source or a late heartbeat is noticed",
+            ),
             confirmed: m.counter(
                 "snapshots_confirmed",
                 "Observations the fast path applied without loading the device (a snapshot with the same content: only freshness moved; a heartbeat of the live session: only session_last_seen moved); a subset of applied",

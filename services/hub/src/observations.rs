@@ -314,7 +314,7 @@ impl Hub {
             }
             obs = kept;
         }
-        let plan = plan(&obs, &resolved, &heads, now, &self.ttls);
+        let plan = plan(&obs, &resolved, &heads, now, &self.deadlines.ttls);
         stats.stale += plan.stale;
         stats.duplicate += plan.duplicate;
         stats.applied += plan.applied;
@@ -364,7 +364,7 @@ impl Hub {
                 &cause,
                 item.trace.as_ref(),
                 now,
-                &self.ttls,
+                &self.deadlines.ttls,
                 &self.deps.subjects,
             ) else {
                 stats.unresolved += 1;
@@ -431,7 +431,7 @@ impl Hub {
             }
         }
         let (mut summary, work) = work
-            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+            .finish(&mut tx, now, &self.deadlines, &self.deps.subjects)
             .await?;
         summary.written.freshness += refreshed;
         summary.written.devices += seen;

@@ -55,7 +55,7 @@ impl Hub {
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<crate::work::Work, fleet_store::StoreError> {
         let (_, mut work) = work
-            .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+            .finish(&mut tx, now, &self.deadlines, &self.deps.subjects)
             .await?;
         self.commit_and_publish(tx, std::mem::take(&mut work.outbox))
             .await?;

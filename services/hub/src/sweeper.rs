@@ -12,48 +12,72 @@ use fleet_runtime::Shutdown;
 use crate::work::Work;
 use crate::Hub;
 
+/// Devices a sweep looks at in one statement.
+const SWEEP_BATCH: usize = 500;
+/// Batches one sweep runs at most before it pauses: after a change of the
+/// TTLs every live device is due once, and lanes need the database too.
+const SWEEP_MAX_BATCHES: usize = 200;
+
 impl Hub {
-    /// One sweep; returns the number of devices re-derived.
+    /// One sweep: looks at the devices whose `sweep_at` has passed (and
+    /// only those: `device_sweep_at` finds them), sets again the `sweep_at`
+    /// of those nothing is due for, and re-derives the others under their
+    /// locks. Returns the number of devices re-derived.
     pub async fn sweep_once(&self) -> anyhow::Result<usize> {
-        let h = &self.common.freshness;
-        let ttls: Vec<_> = self.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
-        let unreachable = chrono::Duration::from_std(h.unreachable_after)
-            .unwrap_or(chrono::Duration::days(36_500));
-        let lost =
-            chrono::Duration::from_std(h.lost_after).unwrap_or(chrono::Duration::days(36_500));
+        let params = devices::SweepParams::new(&self.deadlines);
         let mut total = 0;
-        loop {
-            let due = devices::due_for_sweep(
-                &self.deps.pool,
-                &ttls,
-                self.ttls.default,
-                unreachable,
-                lost,
-                500,
-            )
-            .await?;
-            if due.is_empty() {
-                return Ok(total);
+        for _ in 0..SWEEP_MAX_BATCHES {
+            let looked =
+                devices::look_for_sweep(&self.deps.pool, SWEEP_BATCH as i64, &params).await?;
+            self.metrics.sweep_looked.inc_by(looked.len() as u64);
+            let mut due: Vec<String> = looked
+                .iter()
+                .filter(|(_, due)| *due)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if !due.is_empty() {
+                due.sort();
+                total += self.sweep_due(&due, &params).await?;
             }
+            if looked.len() < SWEEP_BATCH {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Re-derives the devices of `ids` still due once locked, and sets the
+    /// `sweep_at` of all of them; returns how many were re-derived.
+    async fn sweep_due(
+        &self,
+        ids: &[String],
+        params: &devices::SweepParams,
+    ) -> anyhow::Result<usize> {
+        let mut tx = self.deps.pool.begin().await?;
+        // Locked first, read after: a write of these devices that
+        // committed while this waited is seen by the reads below.
+        devices::lock_heads(&mut tx, ids, &[], devices::HeldRows::Wait).await?;
+        let due = devices::due_among(&mut tx, ids, params).await?;
+        let mut outbox = vec![];
+        if !due.is_empty() {
             let now = Utc::now();
-            let mut tx = self.deps.pool.begin().await?;
-            let mut work = Work::lock(&mut tx, &due).await?;
+            let (unreachable, lost) = (self.deadlines.unreachable_after, self.deadlines.lost_after);
+            let mut work = Work::load_locked(&mut tx, &due).await?;
             for id in &due {
                 if let Some(state) = work.device(id, "sweep", None) {
                     state.apply_liveness(now, unreachable, lost);
                 }
             }
             let (_, work) = work
-                .finish(&mut tx, now, &self.ttls, &self.deps.subjects)
+                .finish(&mut tx, now, &self.deadlines, &self.deps.subjects)
                 .await?;
             devices::touch_derived(&mut tx, &due).await?;
-            self.commit_and_publish(tx, work.outbox).await?;
-            self.metrics.swept.inc_by(due.len() as u64);
-            total += due.len();
-            if due.len() < 500 {
-                return Ok(total);
-            }
+            outbox = work.outbox;
         }
+        devices::set_sweep(&mut tx, ids, params).await?;
+        self.commit_and_publish(tx, outbox).await?;
+        self.metrics.swept.inc_by(due.len() as u64);
+        Ok(due.len())
     }
 
     /// Bounds `unresolved_observations` (`hub.unresolved_retention`,
@@ -73,19 +97,36 @@ impl Hub {
 
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = self.config.sweep_interval.max(Duration::from_millis(100));
-        let mut pause = every;
+        let fingerprint = self.deadlines.fingerprint();
+        let mut settings_checked = false;
         loop {
-            tokio::select! { _ = tokio::time::sleep(pause) => {}, _ = shutdown.wait() => return }
-            let started = std::time::Instant::now();
+            tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
+            if !settings_checked {
+                match devices::reset_sweep_if_changed(&self.deps.pool, &fingerprint).await {
+                    Ok(marked) => {
+                        settings_checked = true;
+                        if let Some(marked) = marked {
+                            tracing::info!(marked, "the freshness TTLs or liveness timeouts are new: every live device is swept once");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot compare the sweep settings; retrying before the sweep");
+                        continue;
+                    }
+                }
+            }
             if let Err(e) = self.sweep_once().await {
                 tracing::warn!(error = %e, "sweep failed; next interval retries");
+            }
+            match devices::sweep_behind(&self.deps.pool).await {
+                Ok(secs) => {
+                    self.metrics.sweep_behind.set(secs);
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot read how far the sweep is behind"),
             }
             if let Err(e) = self.expire_unresolved().await {
                 tracing::warn!(error = %e, "expiring unresolved observations failed; next interval retries");
             }
-            // Finding what is due reads every freshness row of the fleet,
-            // which grows with it: at most a tenth of the time.
-            pause = fleet_runtime::pace::pause_after(every, started.elapsed(), 10);
         }
     }
 }

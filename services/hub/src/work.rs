@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::store::devices::{self, LifecycleRow, Written};
 use chrono::{DateTime, Utc};
 use fleet_bus::Subjects;
-use fleet_domain::state::{DeviceState, Ttls, TRACKED_AXES};
+use fleet_domain::state::{Deadlines, DeviceState, Ttls, TRACKED_AXES};
 use fleet_domain::Axis;
 use fleet_outbox::{Pending, Row as OutboxRow, HUB};
 use fleet_proto::{timestamp, v1, Message};
@@ -209,14 +209,14 @@ impl Work {
         mut self,
         tx: &mut Transaction<'_, Postgres>,
         now: DateTime<Utc>,
-        ttls: &Ttls,
+        deadlines: &Deadlines,
         subjects: &Subjects,
     ) -> Result<(Summary, Work), StoreError> {
         let mut lifecycle = std::mem::take(&mut self.lifecycle);
         let mut outbox_rows = std::mem::take(&mut self.events);
         for t in self.devices.values_mut() {
             // A device is born at version 1, derived axes included.
-            t.after.finish(&t.before, t.born, now, ttls);
+            t.after.finish(&t.before, t.born, now, &deadlines.ttls);
             events(t, now, subjects, &mut lifecycle, &mut outbox_rows);
         }
         let pairs: Vec<(&DeviceState, &DeviceState)> = self
@@ -224,7 +224,7 @@ impl Work {
             .values()
             .map(|t| (&t.stored, &t.after))
             .collect();
-        let written = devices::write_diffs(tx, &pairs, now).await?;
+        let written = devices::write_diffs(tx, &pairs, now, deadlines).await?;
         devices::insert_lifecycle(tx, &lifecycle, now).await?;
         let events = outbox_rows.len() as u64;
         self.outbox = HUB.insert(tx, outbox_rows).await?;

@@ -47,10 +47,11 @@ impl Deps {
     }
 
     async fn connect_once(common: &Common, role: Role) -> anyhow::Result<Deps> {
-        let pool = crate::connect_as(
+        let pool = crate::connect_service(
             &common.database.url,
             common.database.max_connections,
-            common.database.set_role.then_some(role),
+            role,
+            common.database.set_role,
         )
         .await?;
         crate::check_schema(&pool).await?;

@@ -140,11 +140,43 @@ pub async fn connect_as(
     max_connections: u32,
     role: Option<Role>,
 ) -> Result<PgPool, StoreError> {
-    let options = PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect {
+    let options = parse_url(url)?;
+    pool(url, as_role(options, role), max_connections).await
+}
+
+/// The pool of `service`: its sessions work as its role when `set_role`
+/// (see [`as_role`]). The hub's sessions also run without JIT
+/// compilation: its statements are short, and compiling one cost more
+/// than running it (the sweeper's look at due devices, 0.05 ms to run,
+/// was compiled for 0.4 - 2.7 s when stale statistics put its estimate
+/// above `jit_above_cost`; `docs/benchmarks.md`, "The sweeper reads only
+/// what is due").
+pub async fn connect_service(
+    url: &str,
+    max_connections: u32,
+    service: Role,
+    set_role: bool,
+) -> Result<PgPool, StoreError> {
+    let options = as_role(parse_url(url)?, set_role.then_some(service));
+    let options = match service {
+        Role::Hub => options.options([("jit", "off")]),
+        _ => options,
+    };
+    pool(url, options, max_connections).await
+}
+
+fn parse_url(url: &str) -> Result<PgConnectOptions, StoreError> {
+    PgConnectOptions::from_str(url).map_err(|source| StoreError::Connect {
         url: redact(url),
         source,
-    })?;
-    let options = as_role(options, role);
+    })
+}
+
+async fn pool(
+    url: &str,
+    options: PgConnectOptions,
+    max_connections: u32,
+) -> Result<PgPool, StoreError> {
     let database = options.get_database().unwrap_or_default().to_string();
     PgPoolOptions::new()
         .max_connections(max_connections)

@@ -251,7 +251,7 @@ impl Bench {
         // Untimed, as autovacuum would between phases in production (this
         // machine's PostgreSQL runs with autovacuum off): without it every
         // phase reads the dead rows of all the phases before.
-        sqlx::query("VACUUM (ANALYZE) devices, device_conditions, device_source_freshness, outbox")
+        sqlx::query("VACUUM (ANALYZE) devices, device_conditions, device_source_freshness, device_sweep, outbox")
             .execute(&self.pool)
             .await
             .context("VACUUM before the phase")?;

@@ -868,7 +868,8 @@ pub fn sweep_interval(resync_secs: f64) -> Duration {
 }
 
 /// The tables whose statistics and dead rows matter while a fleet converges.
-const MAINTAINED: &str = "devices, device_conditions, device_source_freshness, outbox, \
+const MAINTAINED: &str =
+    "devices, device_conditions, device_source_freshness, device_sweep, outbox, \
     unresolved_observations, device_lifecycle_events";
 
 /// With `autovacuum = off` (as on this project's test machines) a fresh

@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use fleet_domain::binding::{BindingRow, Resource};
-use fleet_domain::state::{ConditionRow, DeviceRecord, DeviceState, Freshness, Mirrors, Session};
+use fleet_domain::state::{
+    ConditionRow, Deadlines, DeviceRecord, DeviceState, Freshness, Mirrors, Session,
+};
 use fleet_domain::*;
 use serde_json::Value;
 use sqlx::postgres::PgRow;
@@ -564,12 +566,15 @@ impl Written {
     }
 }
 
-/// Writes what changed between each `(before, after)` pair. The caller has
-/// already bumped `after.record.version` where the record changed.
+/// Writes what changed between each `(before, after)` pair, and brings
+/// the `sweep_at` of a device forward to a deadline it did not have. The
+/// caller has already bumped `after.record.version` where the record
+/// changed.
 pub async fn write_diffs(
     tx: &mut Tx<'_>,
     pairs: &[(&DeviceState, &DeviceState)],
     now: DateTime<Utc>,
+    deadlines: &Deadlines,
 ) -> Result<Written, StoreError> {
     let mut written = Written::default();
     let records: Vec<(&DeviceRecord, &DeviceRecord)> = pairs
@@ -620,6 +625,14 @@ pub async fn write_diffs(
     new.write(tx, INSERT_FRESHNESS, now).await?;
     changed.write(tx, UPDATE_FRESHNESS, now).await?;
     write_bindings(tx, pairs).await?;
+    let lowered: Vec<(&str, DateTime<Utc>)> = pairs
+        .iter()
+        .filter_map(|(before, after)| {
+            let at = after.sweep_lowered(before, deadlines)?;
+            Some((after.record.id.as_str(), at))
+        })
+        .collect();
+    lower_sweep(tx, &lowered).await?;
     Ok(written)
 }
 
@@ -1058,40 +1071,220 @@ pub async fn touch_derived(tx: &mut Tx<'_>, ids: &[String]) -> Result<(), sqlx::
     Ok(())
 }
 
-/// Devices a source-silence deadline passed for since they were last
-/// derived, and connected devices past a liveness timeout.
-pub async fn due_for_sweep(
-    pool: &sqlx::PgPool,
-    ttls: &[(Source, chrono::Duration)],
-    default_ttl: chrono::Duration,
-    unreachable_after: chrono::Duration,
-    lost_after: chrono::Duration,
-    limit: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    let secs = |d: chrono::Duration| d.num_milliseconds() as f64 / 1000.0;
-    let sources: Vec<&str> = ttls.iter().map(|(s, _)| s.as_str()).collect();
-    let ttl_secs: Vec<f64> = ttls.iter().map(|(_, d)| secs(*d)).collect();
-    sqlx::query_scalar(
-        "WITH ttl AS (SELECT * FROM UNNEST($1::text[], $2::float8[]) AS t(source, secs)) \
-         SELECT id FROM ( \
-           SELECT f.device_id AS id FROM device_source_freshness f \
-           JOIN devices d ON d.id = f.device_id AND d.deleted_at IS NULL \
-           LEFT JOIN ttl ON ttl.source = f.source \
-           WHERE f.observed_at + make_interval(secs => COALESCE(ttl.secs, $3)) BETWEEN d.derived_at AND now() \
-           UNION \
-           SELECT id FROM devices WHERE deleted_at IS NULL AND ( \
-             (connectivity = 'connected' AND session_last_seen + make_interval(secs => $4) < now()) \
-             OR (connectivity IN ('connected', 'unreachable') AND session_last_seen + make_interval(secs => $5) < now())) \
-         ) due ORDER BY id LIMIT $6",
+/// The sweeper's deadlines as query parameters `$2` - `$6` of the
+/// statements below (`$1` is the devices' ids, or how many to look at):
+/// each source's TTL and the default one, in seconds, and the two liveness
+/// timeouts.
+pub struct SweepParams {
+    sources: Vec<&'static str>,
+    ttl_secs: Vec<f64>,
+    default_secs: f64,
+    unreachable_secs: f64,
+    lost_secs: f64,
+}
+
+impl SweepParams {
+    pub fn new(d: &Deadlines) -> Self {
+        let secs = |d: chrono::Duration| d.num_milliseconds() as f64 / 1000.0;
+        SweepParams {
+            sources: d.ttls.per_source.keys().map(|s| s.as_str()).collect(),
+            ttl_secs: d.ttls.per_source.values().map(|d| secs(*d)).collect(),
+            default_secs: secs(d.ttls.default),
+            unreachable_secs: secs(d.unreachable_after),
+            lost_secs: secs(d.lost_after),
+        }
+    }
+
+    fn bind<'q>(
+        &'q self,
+        q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        q.bind(&self.sources)
+            .bind(&self.ttl_secs)
+            .bind(self.default_secs)
+            .bind(self.unreachable_secs)
+            .bind(self.lost_secs)
+    }
+}
+
+/// The terms of [`SweepParams`]: the TTLs as a table, when freshness row
+/// `f` goes silent, and the liveness deadlines of device `d`.
+const SWEEP_TTL: &str =
+    "WITH ttl AS (SELECT * FROM UNNEST($2::text[], $3::float8[]) AS t(source, secs))";
+const SILENT_AT: &str = "f.observed_at + make_interval(secs => COALESCE(ttl.secs, $4))";
+const UNREACHABLE_AT: &str =
+    "CASE WHEN d.connectivity = 'connected' THEN d.session_last_seen + make_interval(secs => $5) END";
+const LOST_AT: &str = "CASE WHEN d.connectivity IN ('connected', 'unreachable') \
+    THEN d.session_last_seen + make_interval(secs => $6) END";
+
+/// Whether device `d` (of a `LEFT JOIN`: `d.id` may be NULL) is live and
+/// due now: a source-silence deadline passed since it was last derived,
+/// or its session is past a liveness timeout.
+fn due_now() -> String {
+    format!(
+        "COALESCE(d.id IS NOT NULL AND d.deleted_at IS NULL AND ( \
+           EXISTS (SELECT 1 FROM device_source_freshness f LEFT JOIN ttl ON ttl.source = f.source \
+                   WHERE f.device_id = d.id AND {SILENT_AT} BETWEEN d.derived_at AND now()) \
+           OR {UNREACHABLE_AT} < now() OR {LOST_AT} < now()), false)"
     )
-    .bind(&sources)
-    .bind(&ttl_secs)
-    .bind(secs(default_ttl))
-    .bind(secs(unreachable_after))
-    .bind(secs(lost_after))
-    .bind(limit)
-    .fetch_all(pool)
+}
+
+/// Device `d`'s earliest deadline still to come since its last
+/// derivation; NULL for none, and for a deleted or missing device.
+fn next_sweep() -> String {
+    format!(
+        "CASE WHEN d.id IS NOT NULL AND d.deleted_at IS NULL THEN LEAST( \
+           (SELECT min({SILENT_AT}) FROM device_source_freshness f LEFT JOIN ttl ON ttl.source = f.source \
+            WHERE f.device_id = d.id AND {SILENT_AT} >= d.derived_at), \
+           {UNREACHABLE_AT}, {LOST_AT}) END"
+    )
+}
+
+/// Looks at up to `limit` devices whose `sweep_at` has passed, earliest
+/// first (`device_sweep_at` finds them), in one statement and without
+/// locking them: returns each with whether it is due now, and sets the
+/// `sweep_at` of each one not due to its next deadline, unless a write
+/// brought it forward meanwhile (`lowered` moved: it is looked at again).
+/// A due device is left to [`due_among`] and [`set_sweep`] under its lock.
+pub async fn look_for_sweep(
+    pool: &sqlx::PgPool,
+    limit: i64,
+    p: &SweepParams,
+) -> Result<Vec<(String, bool)>, sqlx::Error> {
+    let sql = format!(
+        "{SWEEP_TTL}, \
+         c AS (SELECT device_id, lowered FROM device_sweep WHERE sweep_at <= now() \
+               ORDER BY sweep_at LIMIT $1), \
+         n AS (SELECT c.device_id, c.lowered, {} AS due, {} AS next \
+               FROM c LEFT JOIN devices d ON d.id = c.device_id), \
+         u AS (UPDATE device_sweep s SET sweep_at = n.next FROM n \
+               WHERE s.device_id = n.device_id AND s.lowered = n.lowered AND NOT n.due) \
+         SELECT device_id, due FROM n",
+        due_now(),
+        next_sweep()
+    );
+    let rows = p
+        .bind(sqlx::query(&sql).bind(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("device_id")?, r.try_get("due")?)))
+        .collect()
+}
+
+/// How many whole seconds ago the earliest `sweep_at` still waiting
+/// passed; 0 when none has.
+pub async fn sweep_behind(pool: &sqlx::PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT COALESCE(floor(extract(epoch FROM now() - min(sweep_at))), 0)::bigint \
+         FROM device_sweep WHERE sweep_at <= now()",
+    )
+    .fetch_one(pool)
     .await
+}
+
+/// Of `ids` (locked by this transaction), the live devices due now.
+pub async fn due_among(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+    p: &SweepParams,
+) -> Result<Vec<String>, sqlx::Error> {
+    let sql = format!(
+        "{SWEEP_TTL} SELECT d.id FROM devices d WHERE d.id = ANY($1) AND {} ORDER BY d.id",
+        due_now()
+    );
+    let rows = p
+        .bind(sqlx::query(&sql).bind(ids))
+        .fetch_all(&mut **tx)
+        .await?;
+    rows.iter().map(|r| r.try_get("id")).collect()
+}
+
+/// Sets `sweep_at` of `ids` (locked by this transaction, and read after
+/// the lock, so no write of theirs is missed) to their next deadline.
+pub async fn set_sweep(
+    tx: &mut Tx<'_>,
+    ids: &[String],
+    p: &SweepParams,
+) -> Result<(), sqlx::Error> {
+    let sql = format!(
+        "{SWEEP_TTL} INSERT INTO device_sweep (device_id, sweep_at) \
+         SELECT i.id, {} FROM UNNEST($1::text[]) AS i(id) LEFT JOIN devices d ON d.id = i.id \
+         ON CONFLICT (device_id) DO UPDATE SET sweep_at = EXCLUDED.sweep_at",
+        next_sweep()
+    );
+    p.bind(sqlx::query(&sql).bind(ids))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Brings `sweep_at` forward to a deadline a write brought
+/// ([`DeviceState::sweep_lowered`]), one row a device, and counts
+/// `lowered` up, so that a sweep that read the device before this write
+/// does not set a later one.
+pub async fn lower_sweep(
+    tx: &mut Tx<'_>,
+    rows: &[(&str, DateTime<Utc>)],
+) -> Result<(), sqlx::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    let at: Vec<DateTime<Utc>> = rows.iter().map(|r| r.1).collect();
+    sqlx::query(
+        "INSERT INTO device_sweep (device_id, sweep_at) \
+         SELECT * FROM UNNEST($1::text[], $2::timestamptz[]) \
+         ON CONFLICT (device_id) DO UPDATE SET \
+         sweep_at = LEAST(device_sweep.sweep_at, EXCLUDED.sweep_at), lowered = device_sweep.lowered + 1",
+    )
+    .bind(&ids)
+    .bind(&at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// When `fingerprint` ([`Deadlines::fingerprint`]) is not the one the
+/// stored `sweep_at` values were computed with, records it and marks every
+/// live device due, so the sweeper computes them all again; returns how
+/// many were marked. The first fingerprint is only recorded: every
+/// `sweep_at` until then was set with it (migration 0023 marked the
+/// devices it found due).
+pub async fn reset_sweep_if_changed(
+    pool: &sqlx::PgPool,
+    fingerprint: &str,
+) -> Result<Option<u64>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT deadlines FROM hub_sweep_settings FOR UPDATE")
+            .fetch_optional(&mut *tx)
+            .await?;
+    if stored.as_deref() == Some(fingerprint) {
+        return Ok(None);
+    }
+    sqlx::query(
+        "INSERT INTO hub_sweep_settings (deadlines) VALUES ($1) \
+         ON CONFLICT (singleton) DO UPDATE SET deadlines = EXCLUDED.deadlines",
+    )
+    .bind(fingerprint)
+    .execute(&mut *tx)
+    .await?;
+    let marked = match stored {
+        None => None,
+        Some(_) => Some(
+            sqlx::query(
+                "INSERT INTO device_sweep (device_id, sweep_at) \
+                 SELECT id, now() FROM devices WHERE deleted_at IS NULL \
+                 ON CONFLICT (device_id) DO UPDATE SET sweep_at = now(), lowered = device_sweep.lowered + 1",
+            )
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+        ),
+    };
+    tx.commit().await?;
+    Ok(marked)
 }
 
 /// The join condition of `devices d` with a key `k(site, key)` of `kind`,

@@ -529,6 +529,79 @@ async fn a_silent_source_is_swept_to_unknown() {
     hub.stop(env).await;
 }
 
+/// `device_sweep.sweep_at` of a device.
+async fn sweep_at(env: &TestEnv, id: &str) -> Option<chrono::DateTime<Utc>> {
+    sqlx::query_scalar("SELECT sweep_at FROM device_sweep WHERE device_id = $1")
+        .bind(id)
+        .fetch_optional(&env.pool)
+        .await
+        .unwrap()
+        .flatten()
+}
+
+/// The sweeper reads only devices whose `sweep_at` has passed: a source's
+/// first snapshot brings it to that source's silence, a sweep of a device
+/// nothing is due for sets it again without re-deriving, and a hub
+/// restarted with a shorter TTL sweeps by the new one (it marks every
+/// device due once) instead of waiting for the deadline the old TTL set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
+    let mut env = TestEnv::new().await;
+    let hour = Duration::from_secs(3600);
+    env.common.freshness.ttl.insert("openstack".into(), hour);
+    let (hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-sw-01").await;
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&openstack_as("s1", "gpu-sw-01", t0, Node::Maintenance))
+        .await;
+    eventually_field(&env, &id, "operational_status", "quarantine").await;
+    let silent = t0 + chrono::Duration::from_std(hour).unwrap();
+    assert_eq!(
+        sweep_at(&env, &id).await,
+        Some(silent),
+        "the source's silence"
+    );
+
+    // Due by its sweep_at, not by its rows: looked at, not re-derived.
+    let version: i64 = scalar(&env, "SELECT version FROM devices WHERE id = $1", &id).await;
+    sqlx::query(
+        "UPDATE device_sweep SET sweep_at = now() - interval '1 second' WHERE device_id = $1",
+    )
+    .bind(&id)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    eventually("sweep_at set again", || async {
+        (sweep_at(&env, &id).await == Some(silent)).then_some(())
+    })
+    .await;
+    let after: i64 = scalar(&env, "SELECT version FROM devices WHERE id = $1", &id).await;
+    assert_eq!(after, version, "nothing was due");
+    stop(trigger, task).await;
+    drop(hub);
+
+    // A TTL whose deadline comes 2 s after the device was derived: a
+    // deadline before that would have been accounted for already.
+    let derived: chrono::DateTime<Utc> =
+        scalar(&env, "SELECT derived_at FROM devices WHERE id = $1", &id).await;
+    let short = (derived - t0 + chrono::Duration::seconds(2))
+        .to_std()
+        .unwrap();
+    env.common.freshness.ttl.insert("openstack".into(), short);
+    let hub = RunningHub::start(&env).await;
+    eventually_field(&env, &id, "operational_status", "unknown").await;
+    let cause: String = scalar(
+        &env,
+        "SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1",
+        &id,
+    )
+    .await;
+    assert_eq!(cause, "sweep");
+    // Swept: no deadline of the source is still to come.
+    assert_eq!(sweep_at(&env, &id).await, None);
+    hub.stop(env).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_refuses_a_schema_that_is_behind() {
     let env = TestEnv::new().await;

@@ -58,7 +58,7 @@ async fn every_device_column_the_hub_writes_reads_back_as_written() {
     second.record.version += 1;
     second.record.no_schedule_reasons = vec![];
     let pairs: Vec<_> = ids.iter().map(|id| (&before[id], &after[id])).collect();
-    let written = devices::write_diffs(&mut tx, &pairs, Utc::now())
+    let written = devices::write_diffs(&mut tx, &pairs, Utc::now(), &hub.deadlines)
         .await
         .unwrap();
     assert_eq!(written.devices, 2);
@@ -97,9 +97,14 @@ async fn the_device_update_is_never_a_prepared_statement() {
         let d = after.get_mut(&id).unwrap();
         d.record.version += 1;
         d.record.cordoned = !d.record.cordoned;
-        let written = devices::write_diffs(&mut tx, &[(&before[&id], &after[&id])], Utc::now())
-            .await
-            .unwrap();
+        let written = devices::write_diffs(
+            &mut tx,
+            &[(&before[&id], &after[&id])],
+            Utc::now(),
+            &hub.deadlines,
+        )
+        .await
+        .unwrap();
         assert_eq!(written.devices, 1);
         tx.commit().await.unwrap();
     }
@@ -177,5 +182,108 @@ async fn a_netbox_id_key_names_the_device_with_that_id_and_nothing_else() {
     assert_eq!(locked, found);
     assert_eq!(heads.keys().collect::<Vec<_>>(), vec![&id]);
     tx.rollback().await.unwrap();
+    hub.stop(env).await;
+}
+
+/// A sweep looks at a device whose `sweep_at` passed without locking it.
+/// A write that brought a deadline while the look read the device's rows
+/// (a source's first snapshot, in a lane's transaction) counts `lowered`
+/// up, and the look then leaves the row alone instead of setting the later
+/// deadline it computed without that write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_never_sets_a_sweep_at_later_than_a_concurrent_write_brought() {
+    let mut env = TestEnv::new().await;
+    let ttl = |m: u64| std::time::Duration::from_secs(60 * m);
+    env.common.freshness.ttl.insert("netbox".into(), ttl(60));
+    env.common.freshness.ttl.insert("slurm".into(), ttl(10));
+    let (hub, trigger, task) = start_hub(&env).await;
+    let id = env.create_device("s1", "gpu-look-01").await;
+    // The sweeper is stopped: this test is the only one that looks.
+    stop(trigger, task).await;
+    let t0 = micros(Utc::now());
+    let fresh = |source: &'static str| {
+        sqlx::query(
+            "INSERT INTO device_source_freshness (device_id, source, observed_at, digest, received_at) \
+             VALUES ($1, $2, $3, '\\x00', $3)",
+        )
+        .bind(id.clone())
+        .bind(source)
+        .bind(t0)
+    };
+    fresh("netbox").execute(&env.pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO device_sweep (device_id, sweep_at) VALUES ($1, now() - interval '1 second')",
+    )
+    .bind(&id)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let slurm_silent = hub.deadlines.silence(fleet_domain::Source::Slurm, t0);
+    let netbox_silent = hub.deadlines.silence(fleet_domain::Source::Netbox, t0);
+
+    // The lane: SLURM's first row and the deadline it brings, not yet
+    // committed.
+    let mut lane = env.pool.begin().await.unwrap();
+    fresh("slurm").execute(&mut *lane).await.unwrap();
+    devices::lower_sweep(&mut lane, &[(id.as_str(), slurm_silent)])
+        .await
+        .unwrap();
+    let pool = env.pool.clone();
+    let deadlines = hub.deadlines.clone();
+    let look = tokio::spawn(async move {
+        devices::look_for_sweep(&pool, 500, &devices::SweepParams::new(&deadlines)).await
+    });
+    // The look has read the rows (without SLURM's) and waits for the
+    // lane's row lock on device_sweep.
+    eventually("the look waits for the lane", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+        (waiting == 1).then_some(())
+    })
+    .await;
+    lane.commit().await.unwrap();
+    let looked = look.await.unwrap().unwrap();
+    assert_eq!(looked, vec![(id.clone(), false)], "looked at, nothing due");
+    let at: chrono::DateTime<Utc> = scalar(
+        &env,
+        "SELECT sweep_at FROM device_sweep WHERE device_id = $1",
+        &id,
+    )
+    .await;
+    assert!(
+        at <= slurm_silent,
+        "sweep_at {at} is later than SLURM's silence at {slurm_silent} (NetBox's: {netbox_silent})"
+    );
+    // The next look sees both rows.
+    let looked =
+        devices::look_for_sweep(&env.pool, 500, &devices::SweepParams::new(&hub.deadlines))
+            .await
+            .unwrap();
+    assert_eq!(looked, vec![(id.clone(), false)]);
+    let at: chrono::DateTime<Utc> = scalar(
+        &env,
+        "SELECT sweep_at FROM device_sweep WHERE device_id = $1",
+        &id,
+    )
+    .await;
+    assert_eq!(at, slurm_silent);
+    env.cleanup().await;
+}
+
+/// The hub's sessions run without JIT compilation (`connect_service`): a
+/// short statement with a high estimate was compiled for seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_sessions_run_without_jit() {
+    let (env, hub) = start().await;
+    let jit: String = sqlx::query_scalar("SELECT current_setting('jit')")
+        .fetch_one(&hub.deps.pool)
+        .await
+        .unwrap();
+    assert_eq!(jit, "off");
     hub.stop(env).await;
 }

@@ -21,12 +21,14 @@ mod freshness;
 mod reconcile;
 mod record;
 mod snapshot;
+mod sweep;
 mod writes;
 
 pub use delegate::*;
 pub use freshness::*;
 pub use record::*;
 pub use snapshot::*;
+pub use sweep::*;
 
 /// "One more than 5 minutes in the future is rejected".
 pub const FUTURE_LIMIT: Duration = Duration::minutes(5);
