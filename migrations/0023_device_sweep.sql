@@ -21,11 +21,15 @@
 -- write that brings sweep_at forward also counts up `lowered`, so a
 -- deadline a lane brought while the sweeper read the device's rows is
 -- never overwritten by a later one computed without it.
+--
+-- Room on each page (fillfactor 80) for a row's next version: a write
+-- that counts `lowered` up without moving sweep_at stays a heap-only
+-- update.
 CREATE TABLE device_sweep (
     device_id text PRIMARY KEY,
     sweep_at  timestamptz,
     lowered   bigint NOT NULL DEFAULT 0
-);
+) WITH (fillfactor = 80);
 CREATE INDEX device_sweep_at ON device_sweep (sweep_at) WHERE sweep_at IS NOT NULL;
 
 -- The TTLs and liveness timeouts the sweep_at values were computed with.

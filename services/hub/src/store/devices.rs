@@ -1107,61 +1107,72 @@ impl SweepParams {
     }
 }
 
-/// The terms of [`SweepParams`]: the TTLs as a table, when freshness row
-/// `f` goes silent, and the liveness deadlines of device `d`.
-const SWEEP_TTL: &str =
-    "WITH ttl AS (SELECT * FROM UNNEST($2::text[], $3::float8[]) AS t(source, secs))";
-const SILENT_AT: &str = "f.observed_at + make_interval(secs => COALESCE(ttl.secs, $4))";
+/// When freshness row `f` goes silent: its source's TTL from the arrays
+/// of [`SweepParams`] (`$2` the sources, `$3` their seconds), else the
+/// default (`$4`).
+const SILENT_AT: &str = "f.observed_at + make_interval(secs => \
+    COALESCE(($3::float8[])[array_position($2::text[], f.source)], $4))";
+/// Device `d`'s liveness deadlines (`$5`, `$6`).
 const UNREACHABLE_AT: &str =
     "CASE WHEN d.connectivity = 'connected' THEN d.session_last_seen + make_interval(secs => $5) END";
 const LOST_AT: &str = "CASE WHEN d.connectivity IN ('connected', 'unreachable') \
     THEN d.session_last_seen + make_interval(secs => $6) END";
+/// Device `d` (of a `LEFT JOIN`: `d.id` may be NULL) exists and is not
+/// deleted.
+const LIVE: &str = "(d.id IS NOT NULL AND d.deleted_at IS NULL)";
 
-/// Whether device `d` (of a `LEFT JOIN`: `d.id` may be NULL) is live and
-/// due now: a source-silence deadline passed since it was last derived,
-/// or its session is past a liveness timeout.
-fn due_now() -> String {
+/// `nf.at`: the earliest silence of device `d` still to come since it was
+/// last derived (or passed since then), one read of its freshness rows.
+fn next_silence() -> String {
     format!(
-        "COALESCE(d.id IS NOT NULL AND d.deleted_at IS NULL AND ( \
-           EXISTS (SELECT 1 FROM device_source_freshness f LEFT JOIN ttl ON ttl.source = f.source \
-                   WHERE f.device_id = d.id AND {SILENT_AT} BETWEEN d.derived_at AND now()) \
-           OR {UNREACHABLE_AT} < now() OR {LOST_AT} < now()), false)"
+        "LEFT JOIN LATERAL (SELECT min({SILENT_AT}) AS at FROM device_source_freshness f \
+         WHERE f.device_id = d.id AND {SILENT_AT} >= d.derived_at) nf ON true"
     )
 }
 
-/// Device `d`'s earliest deadline still to come since its last
-/// derivation; NULL for none, and for a deleted or missing device.
+/// Whether device `d` is live and due now: a source's silence passed since
+/// it was last derived, or its session is past a liveness timeout.
+fn due_now() -> String {
+    format!("COALESCE({LIVE} AND (nf.at <= now() OR {UNREACHABLE_AT} < now() OR {LOST_AT} < now()), false)")
+}
+
+/// Device `d`'s earliest deadline since its last derivation; NULL for
+/// none, and for a deleted or missing device.
 fn next_sweep() -> String {
-    format!(
-        "CASE WHEN d.id IS NOT NULL AND d.deleted_at IS NULL THEN LEAST( \
-           (SELECT min({SILENT_AT}) FROM device_source_freshness f LEFT JOIN ttl ON ttl.source = f.source \
-            WHERE f.device_id = d.id AND {SILENT_AT} >= d.derived_at), \
-           {UNREACHABLE_AT}, {LOST_AT}) END"
-    )
+    format!("CASE WHEN {LIVE} THEN LEAST(nf.at, {UNREACHABLE_AT}, {LOST_AT}) END")
 }
 
 /// Looks at up to `limit` devices whose `sweep_at` has passed, earliest
 /// first (`device_sweep_at` finds them), in one statement and without
-/// locking them: returns each with whether it is due now, and sets the
-/// `sweep_at` of each one not due to its next deadline, unless a write
-/// brought it forward meanwhile (`lowered` moved: it is looked at again).
-/// A due device is left to [`due_among`] and [`set_sweep`] under its lock.
+/// locking the devices: returns each with whether it is due now, and sets
+/// the `sweep_at` of each one not due to its next deadline. A due device
+/// is left to [`due_among`] and [`set_sweep`] under its lock.
+///
+/// The statement never waits for a writer: a `device_sweep` row another
+/// transaction holds (a lane bringing `sweep_at` forward) is passed over
+/// until the next sweep, so a lane never queues behind a look that queues
+/// behind another lane. A row it locks may still have been brought forward
+/// by a write that committed after this statement's snapshot, whose rows
+/// the computed deadline lacks: `lowered` as of the snapshot (read apart
+/// from the locking read, which sees the latest) then differs from the
+/// row's, and the row is left alone, to be looked at again.
 pub async fn look_for_sweep(
     pool: &sqlx::PgPool,
     limit: i64,
     p: &SweepParams,
 ) -> Result<Vec<(String, bool)>, sqlx::Error> {
     let sql = format!(
-        "{SWEEP_TTL}, \
-         c AS (SELECT device_id, lowered FROM device_sweep WHERE sweep_at <= now() \
-               ORDER BY sweep_at LIMIT $1), \
-         n AS (SELECT c.device_id, c.lowered, {} AS due, {} AS next \
-               FROM c LEFT JOIN devices d ON d.id = c.device_id), \
+        "WITH c AS (SELECT device_id FROM device_sweep WHERE sweep_at <= now() \
+               ORDER BY sweep_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
+         n AS (SELECT c.device_id, w.lowered, {} AS due, {} AS next \
+               FROM c JOIN device_sweep w ON w.device_id = c.device_id \
+               LEFT JOIN devices d ON d.id = c.device_id {}), \
          u AS (UPDATE device_sweep s SET sweep_at = n.next FROM n \
                WHERE s.device_id = n.device_id AND s.lowered = n.lowered AND NOT n.due) \
          SELECT device_id, due FROM n",
         due_now(),
-        next_sweep()
+        next_sweep(),
+        next_silence()
     );
     let rows = p
         .bind(sqlx::query(&sql).bind(limit))
@@ -1190,7 +1201,8 @@ pub async fn due_among(
     p: &SweepParams,
 ) -> Result<Vec<String>, sqlx::Error> {
     let sql = format!(
-        "{SWEEP_TTL} SELECT d.id FROM devices d WHERE d.id = ANY($1) AND {} ORDER BY d.id",
+        "SELECT d.id FROM devices d {} WHERE d.id = ANY($1) AND {} ORDER BY d.id",
+        next_silence(),
         due_now()
     );
     let rows = p
@@ -1208,10 +1220,11 @@ pub async fn set_sweep(
     p: &SweepParams,
 ) -> Result<(), sqlx::Error> {
     let sql = format!(
-        "{SWEEP_TTL} INSERT INTO device_sweep (device_id, sweep_at) \
-         SELECT i.id, {} FROM UNNEST($1::text[]) AS i(id) LEFT JOIN devices d ON d.id = i.id \
+        "INSERT INTO device_sweep (device_id, sweep_at) \
+         SELECT i.id, {} FROM UNNEST($1::text[]) AS i(id) LEFT JOIN devices d ON d.id = i.id {} \
          ON CONFLICT (device_id) DO UPDATE SET sweep_at = EXCLUDED.sweep_at",
-        next_sweep()
+        next_sweep(),
+        next_silence()
     );
     p.bind(sqlx::query(&sql).bind(ids))
         .execute(&mut **tx)
