@@ -338,10 +338,16 @@ async fn fabric_observations_through_the_hub_drift_counted_never_repaired_and_ou
     assert!(!metrics(hub_port)
         .await
         .contains("NvLinkGpusInRepairPartition"));
-    let per_source: Vec<_> = hub.ttls.per_source.iter().map(|(s, d)| (*s, *d)).collect();
+    let per_source: Vec<_> = hub
+        .deadlines
+        .ttls
+        .per_source
+        .iter()
+        .map(|(s, d)| (*s, *d))
+        .collect();
     let fresh = Freshness {
         per_source: &per_source,
-        default: hub.ttls.default,
+        default: hub.deadlines.ttls.default,
     };
     let listed = fleet_store::drift::list(&env.pool, &fresh, &DriftFilter::default(), 100)
         .await
