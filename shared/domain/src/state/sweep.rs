@@ -146,8 +146,18 @@ mod tests {
         s.record.session.last_seen = Some(at(last_seen));
     }
 
+    /// A case: its name, the device as stored, the write, and the
+    /// `sweep_at` it must bring forward to (`None`: what the device had
+    /// covers it).
+    type Case = (
+        &'static str,
+        DeviceState,
+        Box<dyn Fn(&mut DeviceState)>,
+        Option<&'static str>,
+    );
+
     /// Each case: what the write brings, and the `sweep_at` it must bring
-    /// forward to (`None`: what the device had covers it).
+    /// forward to.
     #[test]
     fn a_write_lowers_sweep_at_only_for_a_deadline_the_device_did_not_have() {
         let d = deadlines();
@@ -155,12 +165,7 @@ mod tests {
         seen(&mut known, Source::Slurm, "12:00:00");
         connected(&mut known, "12:00:00");
 
-        let cases: Vec<(
-            &str,
-            DeviceState,
-            Box<dyn Fn(&mut DeviceState)>,
-            Option<&str>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "a source's first snapshot: its silence, by its own TTL",
                 device(),
