@@ -500,6 +500,16 @@ async fn inventory_only_devices_are_never_derived() {
     hub.stop(env).await;
 }
 
+/// The cause of the device's latest operational transition.
+async fn last_operational_cause(env: &TestEnv, id: &str) -> String {
+    scalar(
+        env,
+        "SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1",
+        id,
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_source_is_swept_to_unknown() {
     let mut env = TestEnv::new().await;
@@ -519,13 +529,7 @@ async fn a_silent_source_is_swept_to_unknown() {
     eventually_field(&env, &id, "operational_status", "quarantine").await;
     // No new snapshot: the sweeper re-derives once the TTL passes.
     eventually_field(&env, &id, "operational_status", "unknown").await;
-    let cause: String = scalar(
-        &env,
-        "SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1",
-        &id,
-    )
-    .await;
-    assert_eq!(cause, "sweep");
+    assert_eq!(last_operational_cause(&env, &id).await, "sweep");
     hub.stop(env).await;
 }
 
@@ -590,13 +594,7 @@ async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
     env.common.freshness.ttl.insert("openstack".into(), short);
     let hub = RunningHub::start(&env).await;
     eventually_field(&env, &id, "operational_status", "unknown").await;
-    let cause: String = scalar(
-        &env,
-        "SELECT cause FROM device_lifecycle_events WHERE device_id = $1 AND kind = 'operational' ORDER BY id DESC LIMIT 1",
-        &id,
-    )
-    .await;
-    assert_eq!(cause, "sweep");
+    assert_eq!(last_operational_cause(&env, &id).await, "sweep");
     // Swept: no deadline of the source is still to come.
     assert_eq!(sweep_at(&env, &id).await, None);
     hub.stop(env).await;
