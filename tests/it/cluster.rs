@@ -2,7 +2,8 @@
 //! cluster on loopback ports with every stream at three replicas, and
 //! three hub replicas sharing the partitions through their leases
 //! (docs/scaling.md). Snapshots stream in while a hub replica is killed
-//! with SIGKILL and then a NATS server (the `OBSERVATIONS` leader); at the
+//! with SIGKILL and then a NATS server (the leader of partition 0's reads
+//! stream); at the
 //! end every observation is applied exactly once, no `StatusChanged` is
 //! published twice, and the lifecycle log equals in-order application.
 
@@ -25,13 +26,11 @@ async fn three_hubs_on_a_three_node_cluster_lose_a_replica_and_a_server_and_appl
         n.partitions = 6;
     })
     .await;
-    let mut observations = env
-        .js
-        .get_stream(env.streams.observations())
-        .await
-        .expect("OBSERVATIONS");
-    let info = observations.info().await.expect("stream info");
-    assert_eq!(info.config.num_replicas, 3, "streams run at R3");
+    for (_, _, name) in env.streams.observations_all(env.common.nats.partitions) {
+        let mut observations = env.js.get_stream(&name).await.expect("observation stream");
+        let info = observations.info().await.expect("stream info");
+        assert_eq!(info.config.num_replicas, 3, "{name} runs at R3");
+    }
 
     let log = std::env::temp_dir().join(format!("{}-cluster-hubs.log", env.db_name));
     let mut hubs: Vec<Reaped> = ["replica-a", "replica-b", "replica-c"]
@@ -90,21 +89,27 @@ async fn three_hubs_on_a_three_node_cluster_lose_a_replica_and_a_server_and_appl
         takeover.as_secs_f64()
     );
 
-    // Then the NATS server that leads OBSERVATIONS: a new leader is
-    // elected among the other two, and publishers and hubs carry on.
+    // Then the NATS server that leads partition 0's reads stream: a new
+    // leader is elected among the other two, and publishers and hubs carry
+    // on.
+    let mut observations = env
+        .js
+        .get_stream(env.streams.observations(fleet_bus::Queue::Reads, 0))
+        .await
+        .expect("partition 0's reads stream");
     let leader = observations
         .info()
         .await
         .ok()
         .and_then(|i| i.cluster.as_ref().and_then(|c| c.leader.clone()))
-        .expect("OBSERVATIONS has a leader");
+        .expect("the stream has a leader");
     let server = cluster.index_of(&leader).expect("a server of the cluster");
     assert!(
         !publisher.is_finished(),
         "the NATS server is lost mid-stream, not after it"
     );
     cluster.kill(server);
-    println!("killed NATS server {leader} (the OBSERVATIONS leader)");
+    println!("killed NATS server {leader} (the leader of partition 0's reads stream)");
 
     tokio::time::timeout(Duration::from_secs(120), publisher)
         .await

@@ -49,11 +49,11 @@ pub(crate) fn spawn_hub(env: &TestEnv, log: &std::path::Path, replica: &str) -> 
 /// (nats-io/nats-server#3953, #5148), so the stream's count going to zero
 /// is not waited for.
 async fn drained(env: &TestEnv) -> bool {
-    let Ok(stream) = env.js.get_stream(env.streams.observations()).await else {
-        return false;
-    };
     for p in 0..env.common.nats.partitions {
         for queue in fleet_bus::Queue::ALL {
+            let Ok(stream) = env.js.get_stream(env.streams.observations(queue, p)).await else {
+                return false;
+            };
             let Ok(mut c) = stream
                 .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&queue.consumer(p))
                 .await
@@ -80,14 +80,11 @@ async fn until_drained(env: &TestEnv, log: &std::path::Path, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while tokio::time::Instant::now() < deadline {
         if drained(env).await {
-            if let Ok(mut stream) = env.js.get_stream(env.streams.observations()).await {
-                if let Ok(i) = stream.info().await {
-                    if i.state.messages > 0 {
-                        println!(
-                            "{what}: every consumer acked all; the stream still counts {} messages",
-                            i.state.messages
-                        );
-                    }
+            if let Ok(held) = fleet_bus::observations_held(&env.js, &env.common.nats).await {
+                if held > 0 {
+                    println!(
+                        "{what}: every consumer acked all; the streams still count {held} messages"
+                    );
                 }
             }
             return;
@@ -95,35 +92,36 @@ async fn until_drained(env: &TestEnv, log: &std::path::Path, what: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut state = vec![];
-    if let Ok(mut stream) = env.js.get_stream(env.streams.observations()).await {
+    for (queue, p, name) in env.streams.observations_all(env.common.nats.partitions) {
+        let Ok(mut stream) = env.js.get_stream(&name).await else {
+            state.push(format!("{name}: no stream"));
+            continue;
+        };
         if let Ok(info) = stream.info().await {
             state.push(format!(
-                "stream: {} messages, first seq {}, last seq {}",
+                "{name}: {} messages, first seq {}, last seq {}",
                 info.state.messages, info.state.first_sequence, info.state.last_sequence
             ));
         }
-        for name in (0..env.common.nats.partitions)
-            .flat_map(|p| fleet_bus::Queue::ALL.map(|q| q.consumer(p)))
+        let consumer = queue.consumer(p);
+        match stream
+            .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&consumer)
+            .await
         {
-            match stream
-                .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&name)
-                .await
-            {
-                Ok(mut c) => match c.info().await {
-                    Ok(i) => state.push(format!(
-                        "{name}: pending {}, ack pending {}, redelivered {}, waiting {}, delivered {}, ack floor {}, leader {:?}",
-                        i.num_pending,
-                        i.num_ack_pending,
-                        i.num_redelivered,
-                        i.num_waiting,
-                        i.delivered.stream_sequence,
-                        i.ack_floor.stream_sequence,
-                        i.cluster.as_ref().and_then(|c| c.leader.clone()),
-                    )),
-                    Err(e) => state.push(format!("{name}: info failed: {e}")),
-                },
-                Err(e) => state.push(format!("{name}: {e}")),
-            }
+            Ok(mut c) => match c.info().await {
+                Ok(i) => state.push(format!(
+                    "{consumer}: pending {}, ack pending {}, redelivered {}, waiting {}, delivered {}, ack floor {}, leader {:?}",
+                    i.num_pending,
+                    i.num_ack_pending,
+                    i.num_redelivered,
+                    i.num_waiting,
+                    i.delivered.stream_sequence,
+                    i.ack_floor.stream_sequence,
+                    i.cluster.as_ref().and_then(|c| c.leader.clone()),
+                )),
+                Err(e) => state.push(format!("{consumer}: info failed: {e}")),
+            },
+            Err(e) => state.push(format!("{consumer}: {e}")),
         }
     }
     let outbox: Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM outbox")

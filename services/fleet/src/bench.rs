@@ -69,7 +69,7 @@ impl Fresh {
         if let Ok(nats) = fleet_bus::connect_now(&self.config.nats, "fleet-bench").await {
             let js = async_nats::jetstream::new(nats);
             let names = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
-            for s in mesh_streams(&names).iter().chain(extra) {
+            for s in names.mesh(self.config.nats.partitions).iter().chain(extra) {
                 let _ = js.delete_stream(s).await;
             }
         }
@@ -87,17 +87,6 @@ impl Fresh {
             .await;
         }
     }
-}
-
-/// The mesh's streams.
-pub(crate) fn mesh_streams(names: &fleet_bus::StreamNames) -> [String; 5] {
-    [
-        names.observations(),
-        names.status(),
-        names.radar(),
-        names.jobs(),
-        names.dlq(),
-    ]
 }
 
 pub async fn run(config: FleetConfig, what: BenchCommand) -> anyhow::Result<()> {

@@ -5,7 +5,7 @@
 //! re-join it in place, issues a credential bound to the identity
 //! generation, and runs acceptance against the pool's hardware profile.
 //! Sessions get a new epoch on every open; opens, heartbeats and closes
-//! become `ConnectivityObservation`s on `OBSERVATIONS` (the hub writes
+//! become `ConnectivityObservation`s on the session streams (the hub writes
 //! `connectivity` and applies the liveness timeouts). Commands are relayed
 //! to the agent with a deadline and a typed result; a tenant-controlled
 //! device never receives platform secrets or destructive commands. Live
@@ -119,7 +119,8 @@ pub struct Gateway {
 impl Gateway {
     pub async fn connect(common: Common, config: Config) -> anyhow::Result<Arc<Gateway>> {
         let deps = fleet_store::Deps::connect(&common, fleet_store::Role::Gateway).await?;
-        // OBSERVATIONS is the hub's: wait for it and check the partition count.
+        // The observation streams are the hub's: wait for them and check the
+        // partition count.
         fleet_bus::check_observations(&deps.js, &common.nats, std::future::pending()).await?;
         let gateway_id = if config.gateway_id.trim().is_empty() {
             format!(

@@ -295,7 +295,7 @@ pub fn connectivity(
     })
 }
 
-/// Decodes one message from `OBSERVATIONS`. `subject_source` is the source
+/// Decodes one message from an observation stream. `subject_source` is the source
 /// token of the subject: the subject is what NATS permissions guard, so a
 /// payload naming another source is `FORBIDDEN_SOURCE`.
 pub fn observation(

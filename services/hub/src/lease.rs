@@ -1,5 +1,5 @@
 //! Partition leases (migrations 0017 and 0018, docs/scaling.md "Partition leases"):
-//! hub replicas share the OBSERVATIONS partitions without static
+//! hub replicas share the observation partitions without static
 //! assignment. Every round (a third of `hub.lease_ttl`) a replica
 //! heartbeats (which renews every lease it holds), checks which it still
 //! holds, and follows `fleet_domain::lease::plan`

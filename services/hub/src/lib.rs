@@ -1,7 +1,7 @@
 #![recursion_limit = "256"]
 //! The hub: the only writer of device status. It consumes condition
-//! observations from `OBSERVATIONS`, applies them in batched transactions,
-//! re-derives every derived axis, answers commands over request/reply, and
+//! observations from the observation streams (one per partition and
+//! queue), applies them in batched transactions, re-derives every derived axis, answers commands over request/reply, and
 //! publishes status changes through a transactional outbox.
 
 pub(crate) mod backlog;
@@ -193,7 +193,7 @@ impl Hub {
     ) {
         let held = |hub: &Hub| hub.lease_epoch(partition) == lease;
         let durable = queue.consumer(partition);
-        let filter = self.deps.subjects.obs_partition(queue, partition);
+        let stream = self.deps.streams.observations(queue, partition);
         let mut backoff = Duration::from_millis(200);
         // At start, what an earlier process held unacked (it may have died
         // with it) comes again first, in stream order, instead of after
@@ -207,7 +207,7 @@ impl Hub {
                 match self
                     .deps
                     .js
-                    .delete_consumer_from_stream(&durable, self.deps.streams.observations())
+                    .delete_consumer_from_stream(&durable, &stream)
                     .await
                 {
                     Ok(_) => {
@@ -217,11 +217,15 @@ impl Hub {
                 }
             }
             tracing::debug!(partition, ?queue, "binding the consumer");
+            // The stream holds only this queue of this partition, so the
+            // consumer needs no filter: nats-server then finds its next
+            // message without matching subjects (`docs/benchmarks.md`,
+            // "Streams per partition").
             let consumer = match fleet_bus::pull_consumer(
                 &self.deps.js,
-                &self.deps.streams.observations(),
+                &stream,
                 &durable,
-                filter.clone(),
+                String::new(),
                 self.config.ack_wait,
             )
             .await

@@ -82,15 +82,15 @@ impl HubMetrics {
             ),
             observations_pending: m.gauge(
                 "observations_pending",
-                "OBSERVATIONS messages pending for a hub consumer or in a hub's hands",
+                "Observation stream messages pending for a hub consumer or in a hub's hands",
             ),
             observations_unconsumed: m.gauge(
                 "observations_unconsumed",
-                "OBSERVATIONS messages on subjects no hub consumer filters (alert when above 0)",
+                "Observation stream messages that have waited 30 s or more in a stream no hub consumes (alert when above 0)",
             ),
             lease_held: m.gauge(
                 "partition_leases_held",
-                "OBSERVATIONS partitions this replica holds a lease on and consumes",
+                "Observation partitions this replica holds a lease on and consumes",
             ),
             lease_lost: m.counter(
                 "partition_leases_lost",

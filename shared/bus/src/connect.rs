@@ -37,18 +37,20 @@ pub struct NatsConfig {
     pub subject_root: String,
     /// Root of the Radar projection subjects.
     pub radar_root: String,
-    /// Prefix of every stream name (`<prefix>OBSERVATIONS`).
+    /// Prefix of every stream name (`<prefix>STATUS`,
+    /// `<prefix>OBSERVATIONS_P0`).
     pub stream_prefix: String,
-    /// P in `hash(device key) mod P`. Each partition is two filtered
-    /// consumers of the one `OBSERVATIONS` stream, and nats-server 2.9
-    /// spends more per consumed message the more filtered consumers share
-    /// a stream (`docs/benchmarks.md`, "Partitions"): use the fewest that
-    /// cover the hub replicas you run.
+    /// P in `hash(device key) mod P`. Each partition is two streams (its
+    /// reads and its sessions), each with one unfiltered hub consumer, so
+    /// nats-server's cost per message does not grow with P (`docs/
+    /// benchmarks.md`, "Streams per partition"); at most P hub replicas
+    /// consume.
     pub partitions: u32,
-    /// How long `OBSERVATIONS` keeps a message nobody consumed.
+    /// How long an observation stream keeps a message nobody consumed.
     #[serde(with = "humantime_serde")]
     pub observations_max_age: Duration,
-    /// How many bytes `OBSERVATIONS` may hold; past it publishes are
+    /// How many bytes the observation streams may hold together (each of
+    /// the 2P streams a 2P-th); past it publishes are
     /// refused (and retried by the publishers).
     pub observations_max_bytes: i64,
     /// Copies of every stream on a NATS cluster (JetStream's

@@ -21,7 +21,7 @@ pub use secret::{redact_url, Secret};
 pub use serve::{serve, Limits, Refusal, Responder, ResponderMetrics, Route};
 pub use streams::{
     await_hub_streams, await_streams, check_observations, ensure_owned, ensure_streams,
-    pull_consumer, Owner, StreamNames,
+    observation_streams, observations_held, pull_consumer, ObservationStream, Owner, StreamNames,
 };
 pub use subjects::{Queue, Subjects};
 
@@ -56,6 +56,8 @@ pub enum BusError {
         configured: u32,
         recorded: u32,
     },
+    #[error("stream {stream} (one stream of every observation, from before the streams per partition) still holds {messages} messages: stop the connectors and the gateway, let the previous hub version drain it, then start this hub, which removes it. Nothing was changed")]
+    LegacyObservations { stream: String, messages: u64 },
     #[error("jetstream {what}: {source}")]
     JetStream {
         what: String,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 
-use crate::{BusError, Subjects};
+use crate::{BusError, Queue, Subjects};
 
 /// Stream names with the configured prefix.
 #[derive(Debug, Clone)]
@@ -19,7 +19,29 @@ impl StreamNames {
             prefix: prefix.to_string(),
         }
     }
-    pub fn observations(&self) -> String {
+    /// The stream of one queue of one partition: `OBSERVATIONS_P<N>`
+    /// (the reads) and `OBSERVATIONS_S<N>` (the sessions), each holding
+    /// exactly the subjects its hub consumer takes.
+    pub fn observations(&self, queue: Queue, partition: u32) -> String {
+        let mark = match queue {
+            Queue::Reads => 'P',
+            Queue::Sessions => 'S',
+        };
+        format!("{}OBSERVATIONS_{mark}{partition}", self.prefix)
+    }
+    /// Every observation stream of `partitions` partitions, with its queue
+    /// and partition, reads first.
+    pub fn observations_all(&self, partitions: u32) -> Vec<(Queue, u32, String)> {
+        Queue::ALL
+            .iter()
+            .flat_map(|q| (0..partitions).map(move |p| (*q, p)))
+            .map(|(q, p)| (q, p, self.observations(q, p)))
+            .collect()
+    }
+    /// The one stream of every observation until 2026-12-07: its filtered
+    /// consumers cost nats-server 2.9 a scan of the others' messages
+    /// (`docs/benchmarks.md`, "Streams per partition").
+    pub fn legacy_observations(&self) -> String {
         format!("{}OBSERVATIONS", self.prefix)
     }
     pub fn status(&self) -> String {
@@ -34,20 +56,34 @@ impl StreamNames {
     pub fn dlq(&self) -> String {
         format!("{}DLQ", self.prefix)
     }
+    /// Every stream of the mesh's core (not the placer's): the observation
+    /// streams of `partitions` partitions, `STATUS`, `RADAR`, `JOBS`, `DLQ`.
+    pub fn mesh(&self, partitions: u32) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .observations_all(partitions)
+            .into_iter()
+            .map(|(_, _, n)| n)
+            .collect();
+        names.extend([self.status(), self.radar(), self.jobs(), self.dlq()]);
+        names
+    }
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
-/// How much `OBSERVATIONS` may hold, and how many copies every stream
-/// keeps. Past either limit a publish is refused (the connector retries and
-/// its publish-failure metric rises): nothing already in the stream is
-/// dropped to make room.
+/// How much the observation streams may hold, and how many copies every
+/// stream keeps. Past either limit a publish is refused (the connector
+/// retries and its publish-failure metric rises): nothing already in a
+/// stream is dropped to make room.
 #[derive(Debug, Clone, Copy)]
 pub struct ObservationLimits {
     pub max_age: Duration,
+    /// For all observation streams together: each of the 2P streams may
+    /// hold a 2P-th of it (partitions are balanced by the hash).
     pub max_bytes: i64,
-    /// The partition count P, recorded in the stream's description so
-    /// every publisher can check it agrees with the hub; 0 records none.
+    /// The partition count P: one stream per queue and partition, each
+    /// recording P in its description so every publisher can check it
+    /// agrees with the hub.
     pub partitions: u32,
     /// `nats.num_replicas`, for every stream (consumers inherit it).
     pub num_replicas: usize,
@@ -58,7 +94,7 @@ impl ObservationLimits {
         ObservationLimits {
             max_age: config.observations_max_age.max(Duration::from_secs(60)),
             max_bytes: config.observations_max_bytes,
-            partitions: config.partitions,
+            partitions: config.partitions.max(1),
             num_replicas: config.num_replicas.max(1),
         }
     }
@@ -90,69 +126,83 @@ pub enum Owner {
 }
 
 /// The stream configurations of `spec/mesh.md`, with the configured limits
-/// of `OBSERVATIONS` and every stream's replicas.
+/// of the observation streams and every stream's replicas.
 pub fn stream_configs_with(
     names: &StreamNames,
     subjects: &Subjects,
     limits: ObservationLimits,
 ) -> Vec<stream::Config> {
-    vec![
-        stream::Config {
-            name: names.observations(),
-            description: (limits.partitions > 0)
-                .then(|| observations_description(limits.partitions)),
-            subjects: vec![subjects.obs_all()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: limits.num_replicas,
-            duplicate_window: Duration::from_secs(120),
-            max_age: limits.max_age,
-            max_bytes: limits.max_bytes,
-            discard: stream::DiscardPolicy::New,
-            ..Default::default()
-        },
-        stream::Config {
-            name: names.status(),
-            subjects: vec![subjects.status_all()],
-            retention: stream::RetentionPolicy::Limits,
-            storage: stream::StorageType::File,
-            num_replicas: limits.num_replicas,
-            max_age: 7 * DAY,
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        },
-        stream::Config {
-            name: names.radar(),
-            subjects: vec![subjects.radar_all()],
-            retention: stream::RetentionPolicy::Limits,
-            storage: stream::StorageType::File,
-            num_replicas: limits.num_replicas,
-            max_messages_per_subject: 1,
-            ..Default::default()
-        },
-        stream::Config {
-            name: names.jobs(),
-            subjects: vec![subjects.job_all()],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: limits.num_replicas,
-            ..Default::default()
-        },
-        stream::Config {
-            name: names.dlq(),
-            subjects: vec![subjects.dlq_all()],
-            retention: stream::RetentionPolicy::Limits,
-            storage: stream::StorageType::File,
-            num_replicas: limits.num_replicas,
-            max_age: 14 * DAY,
-            ..Default::default()
-        },
-    ]
+    let streams = 2 * i64::from(limits.partitions);
+    let max_bytes = if limits.max_bytes > 0 {
+        (limits.max_bytes / streams).max(1)
+    } else {
+        limits.max_bytes
+    };
+    let observations =
+        names
+            .observations_all(limits.partitions)
+            .into_iter()
+            .map(|(queue, partition, name)| stream::Config {
+                name,
+                description: Some(observations_description(limits.partitions)),
+                subjects: vec![subjects.obs_partition(queue, partition)],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                num_replicas: limits.num_replicas,
+                duplicate_window: Duration::from_secs(120),
+                max_age: limits.max_age,
+                max_bytes,
+                discard: stream::DiscardPolicy::New,
+                ..Default::default()
+            });
+    observations
+        .chain([
+            stream::Config {
+                name: names.status(),
+                subjects: vec![subjects.status_all()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                num_replicas: limits.num_replicas,
+                max_age: 7 * DAY,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            },
+            stream::Config {
+                name: names.radar(),
+                subjects: vec![subjects.radar_all()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                num_replicas: limits.num_replicas,
+                max_messages_per_subject: 1,
+                ..Default::default()
+            },
+            stream::Config {
+                name: names.jobs(),
+                subjects: vec![subjects.job_all()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                num_replicas: limits.num_replicas,
+                ..Default::default()
+            },
+            stream::Config {
+                name: names.dlq(),
+                subjects: vec![subjects.dlq_all()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: stream::StorageType::File,
+                num_replicas: limits.num_replicas,
+                max_age: 14 * DAY,
+                ..Default::default()
+            },
+        ])
+        .collect()
 }
 
 /// Creates or updates the streams `owner` owns, with the configured
-/// limits. The hub first checks that an existing `OBSERVATIONS` was made
-/// for the same partition count.
+/// limits. The hub first checks that existing observation streams were
+/// made for the same partition count, and removes the one stream of every
+/// observation of earlier versions once it is empty (it refuses to start
+/// while that stream holds messages: their order comes before anything
+/// the new streams would take).
 pub async fn ensure_owned(
     js: &jetstream::Context,
     config: &crate::NatsConfig,
@@ -160,29 +210,33 @@ pub async fn ensure_owned(
 ) -> Result<(), BusError> {
     let names = StreamNames::new(&config.stream_prefix);
     let subjects = Subjects::new(&config.subject_root, &config.radar_root);
-    let mine: Vec<String> = match owner {
-        Owner::Hub => vec![
-            names.observations(),
-            names.status(),
-            names.jobs(),
-            names.dlq(),
-        ],
+    let limits = ObservationLimits::of(config);
+    let mut mine: Vec<String> = match owner {
+        Owner::Hub => vec![names.status(), names.jobs(), names.dlq()],
         Owner::Radar => vec![names.radar()],
     };
     if owner == Owner::Hub {
-        if let Ok(mut s) = js.get_stream(names.observations()).await {
+        retire_legacy(js, &names).await?;
+        let first = names.observations(Queue::Reads, 0);
+        if let Ok(mut s) = js.get_stream(&first).await {
             let info = s
                 .info()
                 .await
-                .map_err(|e| BusError::js(format!("stream info {}", names.observations()), e))?;
+                .map_err(|e| BusError::js(format!("stream info {first}"), e))?;
             check_partitions(
-                &names.observations(),
+                &first,
                 info.config.description.as_deref(),
                 config.partitions,
             )?;
         }
+        mine.extend(
+            names
+                .observations_all(limits.partitions)
+                .into_iter()
+                .map(|(_, _, n)| n),
+        );
     }
-    for c in stream_configs_with(&names, &subjects, ObservationLimits::of(config)) {
+    for c in stream_configs_with(&names, &subjects, limits) {
         if !mine.contains(&c.name) {
             continue;
         }
@@ -192,6 +246,101 @@ pub async fn ensure_owned(
             .map_err(|e| BusError::js(format!("create stream {name}"), e))?;
     }
     Ok(())
+}
+
+/// Removes the single observation stream of earlier versions when it is
+/// empty; its subjects overlap every new stream's, so none could be made
+/// beside it. Holding messages, it is left as it is and the start refused.
+async fn retire_legacy(js: &jetstream::Context, names: &StreamNames) -> Result<(), BusError> {
+    let legacy = names.legacy_observations();
+    let Ok(mut s) = js.get_stream(&legacy).await else {
+        return Ok(());
+    };
+    let info = s
+        .info()
+        .await
+        .map_err(|e| BusError::js(format!("stream info {legacy}"), e))?;
+    if info.state.messages > 0 {
+        return Err(BusError::LegacyObservations {
+            stream: legacy,
+            messages: info.state.messages,
+        });
+    }
+    js.delete_stream(&legacy)
+        .await
+        .map_err(|e| BusError::js(format!("delete stream {legacy}"), e))?;
+    tracing::info!(stream = %legacy, "removed the empty single observation stream of an earlier version");
+    Ok(())
+}
+
+/// One observation stream's state, as its info tells it.
+#[derive(Debug, Clone)]
+pub struct ObservationStream {
+    pub name: String,
+    pub queue: Queue,
+    pub partition: u32,
+    pub messages: u64,
+    /// Consumers bound to it: 0 means no hub has ever taken it, or its
+    /// consumer is being re-created.
+    pub consumers: usize,
+    /// How long its oldest message has waited; zero when it is empty.
+    pub oldest: Duration,
+}
+
+/// The state of every observation stream of `config.partitions`
+/// partitions (one cheap info request each; a stream not made yet counts
+/// as empty).
+pub async fn observation_streams(
+    js: &jetstream::Context,
+    config: &crate::NatsConfig,
+) -> Result<Vec<ObservationStream>, BusError> {
+    let names = StreamNames::new(&config.stream_prefix);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    let mut out = vec![];
+    for (queue, partition, name) in names.observations_all(config.partitions.max(1)) {
+        let (messages, consumers, oldest) = match js.get_stream(&name).await {
+            Err(_) => (0, 0, Duration::ZERO),
+            Ok(mut s) => {
+                let state = s
+                    .info()
+                    .await
+                    .map_err(|e| BusError::js(format!("stream info {name}"), e))?
+                    .state
+                    .clone();
+                let age = now - state.first_timestamp.unix_timestamp_nanos();
+                let oldest = if state.messages == 0 {
+                    Duration::ZERO
+                } else {
+                    Duration::from_nanos(u64::try_from(age).unwrap_or(0))
+                };
+                (state.messages, state.consumer_count, oldest)
+            }
+        };
+        out.push(ObservationStream {
+            name,
+            queue,
+            partition,
+            messages,
+            consumers,
+            oldest,
+        });
+    }
+    Ok(out)
+}
+
+/// How many observations every observation stream holds together.
+pub async fn observations_held(
+    js: &jetstream::Context,
+    config: &crate::NatsConfig,
+) -> Result<u64, BusError> {
+    Ok(observation_streams(js, config)
+        .await?
+        .iter()
+        .map(|s| s.messages)
+        .sum())
 }
 
 fn check_partitions(
@@ -248,15 +397,16 @@ pub async fn await_streams(
     true
 }
 
-/// Waits for `OBSERVATIONS` and checks that it was made for this
-/// publisher's partition count: a publisher with another P would put
+/// Waits for the observation streams and checks that they were made for
+/// this publisher's partition count: a publisher with another P would put
 /// messages on partitions no hub consumes. `Ok(false)`: `stop` fired.
 pub async fn check_observations(
     js: &jetstream::Context,
     config: &crate::NatsConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<bool, BusError> {
-    let name = StreamNames::new(&config.stream_prefix).observations();
+    // Every observation stream records P; the first stands for them all.
+    let name = StreamNames::new(&config.stream_prefix).observations(Queue::Reads, 0);
     if !await_streams(js, std::slice::from_ref(&name), stop).await {
         return Ok(false);
     }
@@ -289,7 +439,8 @@ pub async fn ensure_streams(
     Ok(())
 }
 
-/// Creates (or binds to) a durable pull consumer with one filter subject.
+/// Creates (or binds to) a durable pull consumer with one filter subject
+/// (empty: every message of the stream).
 pub async fn pull_consumer(
     js: &jetstream::Context,
     stream: &str,
@@ -327,5 +478,37 @@ mod tests {
         assert!(check_partitions("O", Some(&observations_description(16)), 16).is_ok());
         // A stream made before the description existed is not refused.
         assert!(check_partitions("O", None, 16).is_ok());
+    }
+
+    #[test]
+    fn each_queue_of_each_partition_is_a_stream_of_its_own() {
+        let names = StreamNames::new("t1");
+        let subjects = Subjects::new("t1.fleet", "t1.radar");
+        let limits = ObservationLimits {
+            max_age: DAY,
+            max_bytes: 1600,
+            partitions: 4,
+            num_replicas: 1,
+        };
+        let configs = stream_configs_with(&names, &subjects, limits);
+        let observations: Vec<&stream::Config> = configs
+            .iter()
+            .filter(|c| c.name.starts_with("t1OBSERVATIONS_"))
+            .collect();
+        assert_eq!(observations.len(), 8);
+        for (queue, p, name) in names.observations_all(4) {
+            let c = observations.iter().find(|c| c.name == name).expect("made");
+            // Exactly what its one consumer takes: no filter needed.
+            assert_eq!(c.subjects, vec![subjects.obs_partition(queue, p)]);
+            assert_eq!(partitions_in(c.description.as_deref()), Some(4));
+            assert_eq!(c.max_bytes, 200, "a 2P-th of the whole");
+        }
+        assert_eq!(names.observations(Queue::Reads, 3), "t1OBSERVATIONS_P3");
+        assert_eq!(names.observations(Queue::Sessions, 0), "t1OBSERVATIONS_S0");
+        // No two streams share a subject, and no stream takes everything.
+        assert!(configs
+            .iter()
+            .all(|c| c.subjects != vec![subjects.obs_all()]));
+        assert_eq!(names.mesh(4).len(), 8 + 4);
     }
 }

@@ -36,9 +36,6 @@ pub use poll::{PollContext, Scope, Target, Tracker};
 pub use publish::Bus;
 pub use recurring::Recurring;
 
-/// Creates or updates `OBSERVATIONS`, the one stream a connector writes
-/// (the others belong to the services that use them, and one of them
-/// failing must not stop a connector).
 /// A started connector: connected to NATS, streams ensured, `/healthz`,
 /// `/readyz` and `/metrics` served.
 pub struct Runtime {
@@ -130,13 +127,14 @@ impl Runtime {
         let nats = fleet_bus::connect_now(&common.nats, &format!("fleet-connector-{name}")).await?;
         let js = jetstream::new(nats.clone());
         let subjects = Subjects::new(&common.nats.subject_root, &common.nats.radar_root);
-        // OBSERVATIONS is the hub's: wait for it (or shutdown) and check it
-        // was made for this connector's partition count.
+        // The observation streams are the hub's: wait for them (or
+        // shutdown) and check they were made for this connector's
+        // partition count.
         let mut stop = shutdown.clone();
         if !fleet_bus::check_observations(&js, &common.nats, async move { stop.wait().await })
             .await?
         {
-            anyhow::bail!("shut down while waiting for the OBSERVATIONS stream");
+            anyhow::bail!("shut down while waiting for the observation streams");
         }
         let metrics = ConnectorMetrics::new();
         let ready_nats = nats.clone();

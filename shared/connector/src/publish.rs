@@ -1,4 +1,4 @@
-//! Partitioned publishing to `OBSERVATIONS`: every PubAck is awaited (a
+//! Partitioned publishing to the observation streams (one per partition): every PubAck is awaited (a
 //! dropped ack future loses the ack silently), a failed publish is retried
 //! with the same `Nats-Msg-Id`, so JetStream drops a duplicate within its
 //! two-minute window.

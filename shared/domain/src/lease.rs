@@ -1,4 +1,4 @@
-//! Hub partition leases: how many of the OBSERVATIONS partitions one hub
+//! Hub partition leases: how many of the observation partitions one hub
 //! replica should hold, and which to take or hand back, given what the
 //! lease table says. Pure: the hub reads the table, asks [`plan`], and
 //! writes the claims and releases (docs/scaling.md, "Partition leases").

@@ -25,11 +25,17 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
             vec![
                 Pub("fleet.status.operational.s1.d1", true),
                 Pub("fleet.dlq.observations.invalid_subject", true),
-                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", true),
-                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", true),
-                Pub("$JS.ACK.OBSERVATIONS.hub-p0.1.2.3.4.5", true),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS_P0", true),
+                Pub("$JS.API.STREAM.CREATE.OBSERVATIONS_S15", true),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS_P15.hub-p15", true),
+                Pub("$JS.API.CONSUMER.MSG.NEXT.OBSERVATIONS_S3.hub-s3", true),
+                Pub("$JS.ACK.OBSERVATIONS_P0.hub-p0.1.2.3.4.5", true),
+                // The single stream of earlier versions, removed once empty.
+                Pub("$JS.API.STREAM.DELETE.OBSERVATIONS", true),
                 Pub("fleet.obs.slurm.0.d1", false),
-                Pub("$JS.API.STREAM.DELETE.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.DELETE.OBSERVATIONS_P0", false),
+                Pub("$JS.API.STREAM.PURGE.OBSERVATIONS_P0", false),
+                Pub("$JS.API.STREAM.CREATE.OBSERVATIONS_P16", false),
                 Pub("$JS.API.STREAM.UPDATE.RADAR", false),
                 Pub("$JS.API.CONSUMER.DELETE.STATUS.placer-schedulable", false),
                 Pub("_INBOX.api.abc", false),
@@ -45,13 +51,13 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
             "connector-slurm",
             vec![
                 Pub("fleet.obs.slurm.3.name-gpu01", true),
-                Pub("$JS.API.STREAM.INFO.OBSERVATIONS", true),
+                Pub("$JS.API.STREAM.INFO.OBSERVATIONS_P0", true),
                 Pub("fleet.obs.slurm.3.openstack.0.name-gpu01", false),
                 Pub("fleet.obs.openstack.3.name-gpu01", false),
                 Pub("fleet.status.operational.s1.d1", false),
-                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-                Pub("$JS.API.STREAM.CREATE.OBSERVATIONS", false),
-                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS_P0", false),
+                Pub("$JS.API.STREAM.CREATE.OBSERVATIONS_P0", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS_P15.hub-p15", false),
                 Pub("fleet.hub.cmd.create_device", false),
                 Pub("_INBOX.api.abc", false),
                 Sub("_INBOX.connector-slurm.abc", true),
@@ -80,7 +86,7 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
             vec![
                 Pub("fleet.obs.openstack.1.name-a", true),
                 Pub("fleet.obs.netbox.1.name-a", false),
-                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS_P0", false),
             ],
         ),
         (
@@ -118,7 +124,7 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.agent.d1.cmd", true),
                 Pub("fleet.hub.cmd.cordon", false),
                 Pub("fleet.obs.slurm.0.name-a", false),
-                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS_P0", false),
                 Sub("fleet.agent.join", true),
                 Sub("fleet.agent.*.heartbeat", true),
                 Sub("fleet.gateway.cmd.relay", true),
@@ -154,8 +160,8 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", true),
                 Pub("$JS.ACK.STATUS.placer-operational.1.2.3.4.5", true),
                 Pub("$JS.API.STREAM.UPDATE.STATUS", false),
-                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS", false),
-                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("$JS.API.STREAM.UPDATE.OBSERVATIONS_P0", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS_P15.hub-p15", false),
                 Pub("$JS.API.CONSUMER.DURABLE.CREATE.STATUS.radar-health", false),
                 Pub("fleet.status.operational.s1.d1", false),
                 Pub("fleet.dlq.observations.x", false),
@@ -171,7 +177,7 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("$JS.API.STREAM.UPDATE.RADAR", true),
                 Pub("$JS.API.CONSUMER.INFO.STATUS.radar-health", true),
                 Pub("$JS.API.STREAM.UPDATE.STATUS", false),
-                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS.hub-p15", false),
+                Pub("$JS.API.CONSUMER.DELETE.OBSERVATIONS_P15.hub-p15", false),
                 Pub("$JS.API.CONSUMER.INFO.STATUS.placer-schedulable", false),
                 Pub("fleet.placer.event.allocated.p1.a1", false),
                 Sub("fleet.radar.cmd.resync", true),
@@ -223,7 +229,7 @@ fn matrix() -> Vec<(&'static str, Vec<Check>)> {
                 Pub("fleet.radar.cmd.resync", true),
                 Pub("fleet.obs.slurm.0.name-a", false),
                 Pub("fleet.status.operational.s1.d1", false),
-                Pub("$JS.API.STREAM.INFO.OBSERVATIONS", false),
+                Pub("$JS.API.STREAM.INFO.OBSERVATIONS_P0", false),
                 Sub("_INBOX.api.x", true),
                 // The console's live feed (GET /api/v1/events/status/).
                 Sub("fleet.status.operational.s1.d1", true),
@@ -346,7 +352,7 @@ async fn responders_answer_and_nobody_reads_another_users_replies() {
 /// Starts every service from its configuration and shows each did its
 /// real start-up under the shipped permissions: the hubs create the
 /// streams and answer the API, the placer, radar and gateway answer, each
-/// connector finds OBSERVATIONS with its partition count and publishes an
+/// connector finds the observation streams with its partition count and publishes an
 /// observation a hub applies.
 async fn every_service_starts(
     nats: &ShippedNats,
@@ -458,7 +464,7 @@ async fn every_service_starts(
     })
     .await;
 
-    // Each connector's start-up: log in, find OBSERVATIONS and check its
+    // Each connector's start-up: log in, find the observation streams and check its
     // partition count, then publish an observation a hub applies.
     let key = v1::DeviceKey {
         site: "s1".into(),

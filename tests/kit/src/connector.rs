@@ -345,44 +345,64 @@ impl HubTask {
     }
 }
 
-/// Reads the observations a connector publishes, straight from the
-/// `OBSERVATIONS` stream (only for tests that run no hub: the stream is a
-/// work queue).
+/// Reads the observations a connector publishes, straight from the reads'
+/// observation streams, one consumer a partition (only for tests that run
+/// no hub: the streams are work queues).
 pub struct ObsReader {
-    consumer:
+    consumers: Vec<
         async_nats::jetstream::consumer::Consumer<async_nats::jetstream::consumer::pull::Config>,
+    >,
 }
 
 impl ObsReader {
     pub async fn new(env: &TestEnv, source: &str) -> ObsReader {
-        let stream = env.js.get_stream(env.streams.observations()).await.unwrap();
-        let consumer = stream
-            .create_consumer(async_nats::jetstream::consumer::pull::Config {
-                durable_name: Some(format!("test-{source}")),
-                filter_subject: env.subjects.obs_source(source),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        ObsReader { consumer }
+        let mut consumers = vec![];
+        for p in 0..env.common.nats.partitions {
+            let queue = fleet_bus::Queue::Reads;
+            let stream = env
+                .js
+                .get_stream(env.streams.observations(queue, p))
+                .await
+                .unwrap();
+            let consumer = stream
+                .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                    durable_name: Some(format!("test-{source}")),
+                    filter_subject: format!(
+                        "{}.obs.{source}.{}.>",
+                        env.common.nats.subject_root,
+                        queue.token(p)
+                    ),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            consumers.push(consumer);
+        }
+        ObsReader { consumers }
     }
 
     /// Every snapshot available now (waits up to 300 ms for the first).
     pub async fn drain(&self) -> Vec<v1::ConditionSnapshot> {
-        let mut out = vec![];
-        let mut batch = self
-            .consumer
-            .fetch()
-            .max_messages(1000)
-            .expires(Duration::from_millis(300))
-            .messages()
+        let fetches = self.consumers.iter().map(|c| async move {
+            let mut out = vec![];
+            let mut batch = c
+                .fetch()
+                .max_messages(1000)
+                .expires(Duration::from_millis(300))
+                .messages()
+                .await
+                .unwrap();
+            while let Some(Ok(m)) = batch.next().await {
+                out.push(v1::ConditionSnapshot::decode(m.payload.as_ref()).unwrap());
+                m.ack().await.unwrap();
+            }
+            out
+        });
+        futures::future::join_all(fetches)
             .await
-            .unwrap();
-        while let Some(Ok(m)) = batch.next().await {
-            out.push(v1::ConditionSnapshot::decode(m.payload.as_ref()).unwrap());
-            m.ack().await.unwrap();
-        }
-        out
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Waits until a snapshot matches `pred`; returns it.

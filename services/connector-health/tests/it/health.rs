@@ -358,6 +358,8 @@ async fn health_outages_of_every_kind_publish_unknown_with_the_composite_emptied
         r#"fleet_connector_published_total{source="health-status",site="s1",kind="outage"}"#
     ));
     connector.stop().await;
+    // What it published after the read above is not the next one's.
+    reader.drain().await;
 
     // The wrong tenant: Mimir's 401 is an auth outage.
     let (connector, port) = run_health_on_a_port(&env, health_config(&url, "someone-else"));

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench::{mesh_streams, Fresh};
+use crate::bench::Fresh;
 use crate::config::FleetConfig;
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
@@ -148,7 +148,7 @@ impl Bench {
     }
 
     async fn teardown(&self) {
-        for s in mesh_streams(&self.streams) {
+        for s in self.streams.mesh(self.fresh.config.nats.partitions) {
             let _ = self.js.delete_stream(&s).await;
         }
         self.pool.close().await;
@@ -242,8 +242,7 @@ impl Bench {
     }
 
     async fn pending(&self) -> anyhow::Result<u64> {
-        let mut s = self.js.get_stream(self.streams.observations()).await?;
-        Ok(s.info().await?.state.messages)
+        Ok(fleet_bus::observations_held(&self.js, &self.fresh.config.nats).await?)
     }
 
     /// Starts the hub on a pre-loaded stream and times the drain.

@@ -740,13 +740,7 @@ impl DevMesh {
         if let Ok(nats) = fleet_bus::connect_now(&self.config.nats, "fleet-dev-cleanup").await {
             let js = async_nats::jetstream::new(nats);
             let streams = fleet_bus::StreamNames::new(&self.config.nats.stream_prefix);
-            let mut names = vec![
-                streams.observations(),
-                streams.status(),
-                streams.radar(),
-                streams.jobs(),
-                streams.dlq(),
-            ];
+            let mut names = streams.mesh(self.config.nats.partitions);
             names.push(format!("{}PLACER", self.config.nats.stream_prefix));
             for name in names {
                 let _ = js.delete_stream(&name).await;

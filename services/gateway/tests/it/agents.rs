@@ -464,8 +464,10 @@ async fn a_revoke_through_the_api_ends_the_session_before_it_answers() {
     .unwrap();
     // Applied or refused, it leaves the work queue once the hub is done.
     eventually("the hub took the old heartbeat", || async {
-        let mut s = env.js.get_stream(env.streams.observations()).await.ok()?;
-        (s.info().await.ok()?.state.messages == 0).then_some(())
+        let held = fleet_bus::observations_held(&env.js, &env.common.nats)
+            .await
+            .ok()?;
+        (held == 0).then_some(())
     })
     .await;
     assert_eq!(env.device_field(&id, "connectivity").await, "disconnected");
