@@ -42,16 +42,16 @@ pub struct NatsConfig {
     pub stream_prefix: String,
     /// P in `hash(device key) mod P`. Each partition is two streams (its
     /// reads and its sessions), each with one unfiltered hub consumer, so
-    /// nats-server's cost per message does not grow with P (`docs/
-    /// benchmarks.md`, "Streams per partition"); at most P hub replicas
-    /// consume.
+    /// nats-server's cost per message does not grow with P
+    /// (`docs/benchmarks.md`, "Streams per partition"); at most P hub
+    /// replicas consume.
     pub partitions: u32,
     /// How long an observation stream keeps a message nobody consumed.
     #[serde(with = "humantime_serde")]
     pub observations_max_age: Duration,
-    /// How many bytes the observation streams may hold together (each of
-    /// the 2P streams a 2P-th); past it publishes are
-    /// refused (and retried by the publishers).
+    /// How many bytes the reads' observation streams may hold together,
+    /// and the sessions' streams too (each stream a P-th); past it
+    /// publishes are refused (and retried by the publishers).
     pub observations_max_bytes: i64,
     /// Copies of every stream on a NATS cluster (JetStream's
     /// `num_replicas`): 3 survives one server lost; 1 on a single server.

@@ -78,8 +78,9 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, Copy)]
 pub struct ObservationLimits {
     pub max_age: Duration,
-    /// For all observation streams together: each of the 2P streams may
-    /// hold a 2P-th of it (partitions are balanced by the hash).
+    /// For each queue's P streams together: each stream may hold a P-th
+    /// of it (partitions are balanced by the hash), so the reads hold at
+    /// most this much, and so do the sessions.
     pub max_bytes: i64,
     /// The partition count P: one stream per queue and partition, each
     /// recording P in its description so every publisher can check it
@@ -132,9 +133,8 @@ pub fn stream_configs_with(
     subjects: &Subjects,
     limits: ObservationLimits,
 ) -> Vec<stream::Config> {
-    let streams = 2 * i64::from(limits.partitions);
     let max_bytes = if limits.max_bytes > 0 {
-        (limits.max_bytes / streams).max(1)
+        (limits.max_bytes / i64::from(limits.partitions)).max(1)
     } else {
         limits.max_bytes
     };
@@ -501,7 +501,7 @@ mod tests {
             // Exactly what its one consumer takes: no filter needed.
             assert_eq!(c.subjects, vec![subjects.obs_partition(queue, p)]);
             assert_eq!(partitions_in(c.description.as_deref()), Some(4));
-            assert_eq!(c.max_bytes, 200, "a 2P-th of the whole");
+            assert_eq!(c.max_bytes, 400, "a P-th of the queue's whole");
         }
         assert_eq!(names.observations(Queue::Reads, 3), "t1OBSERVATIONS_P3");
         assert_eq!(names.observations(Queue::Sessions, 0), "t1OBSERVATIONS_S0");
