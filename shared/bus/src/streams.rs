@@ -218,11 +218,7 @@ pub async fn ensure_owned(
     if owner == Owner::Hub {
         retire_legacy(js, &names).await?;
         let first = names.observations(Queue::Reads, 0);
-        if let Ok(mut s) = js.get_stream(&first).await {
-            let info = s
-                .info()
-                .await
-                .map_err(|e| BusError::js(format!("stream info {first}"), e))?;
+        if let Some(info) = stream_info(js, &first).await? {
             check_partitions(
                 &first,
                 info.config.description.as_deref(),
@@ -253,13 +249,9 @@ pub async fn ensure_owned(
 /// beside it. Holding messages, it is left as it is and the start refused.
 async fn retire_legacy(js: &jetstream::Context, names: &StreamNames) -> Result<(), BusError> {
     let legacy = names.legacy_observations();
-    let Ok(mut s) = js.get_stream(&legacy).await else {
+    let Some(info) = stream_info(js, &legacy).await? else {
         return Ok(());
     };
-    let info = s
-        .info()
-        .await
-        .map_err(|e| BusError::js(format!("stream info {legacy}"), e))?;
     if info.state.messages > 0 {
         return Err(BusError::LegacyObservations {
             stream: legacy,
@@ -299,36 +291,55 @@ pub async fn observation_streams(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i128)
         .unwrap_or(0);
-    let mut out = vec![];
-    for (queue, partition, name) in names.observations_all(config.partitions.max(1)) {
-        let (messages, consumers, oldest) = match js.get_stream(&name).await {
-            Err(_) => (0, 0, Duration::ZERO),
-            Ok(mut s) => {
-                let state = s
-                    .info()
-                    .await
-                    .map_err(|e| BusError::js(format!("stream info {name}"), e))?
-                    .state
-                    .clone();
-                let age = now - state.first_timestamp.unix_timestamp_nanos();
-                let oldest = if state.messages == 0 {
-                    Duration::ZERO
-                } else {
-                    Duration::from_nanos(u64::try_from(age).unwrap_or(0))
-                };
-                (state.messages, state.consumer_count, oldest)
-            }
-        };
-        out.push(ObservationStream {
-            name,
-            queue,
-            partition,
-            messages,
-            consumers,
-            oldest,
+    // All at once: a poll of the backlog costs one round trip, not 2P.
+    let reads = names
+        .observations_all(config.partitions.max(1))
+        .into_iter()
+        .map(|(queue, partition, name)| async move {
+            let (messages, consumers, oldest) = match stream_info(js, &name).await? {
+                None => (0, 0, Duration::ZERO),
+                Some(info) => {
+                    let state = &info.state;
+                    let age = now - state.first_timestamp.unix_timestamp_nanos();
+                    let oldest = if state.messages == 0 {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_nanos(u64::try_from(age).unwrap_or(0))
+                    };
+                    (state.messages, state.consumer_count, oldest)
+                }
+            };
+            Ok(ObservationStream {
+                name,
+                queue,
+                partition,
+                messages,
+                consumers,
+                oldest,
+            })
         });
+    futures::future::try_join_all(reads).await
+}
+
+/// A stream's info, from the one `STREAM.INFO` request `get_stream`
+/// makes (its `info()` would ask again); `None` when there is no such
+/// stream.
+async fn stream_info(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<Option<stream::Info>, BusError> {
+    use jetstream::context::GetStreamErrorKind;
+    match js.get_stream(name).await {
+        Ok(s) => Ok(Some(s.cached_info().clone())),
+        Err(e) => match e.kind() {
+            GetStreamErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+            {
+                Ok(None)
+            }
+            _ => Err(BusError::js(format!("stream info {name}"), e)),
+        },
     }
-    Ok(out)
 }
 
 /// How many observations every observation stream holds together.
@@ -410,15 +421,15 @@ pub async fn check_observations(
     if !await_streams(js, std::slice::from_ref(&name), stop).await {
         return Ok(false);
     }
-    let mut s = js
+    let s = js
         .get_stream(&name)
         .await
         .map_err(|e| BusError::js(format!("get stream {name}"), e))?;
-    let info = s
-        .info()
-        .await
-        .map_err(|e| BusError::js(format!("stream info {name}"), e))?;
-    check_partitions(&name, info.config.description.as_deref(), config.partitions)?;
+    check_partitions(
+        &name,
+        s.cached_info().config.description.as_deref(),
+        config.partitions,
+    )?;
     Ok(true)
 }
 

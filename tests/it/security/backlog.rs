@@ -79,12 +79,7 @@ async fn unconsumed_observations_are_bounded_refused_at_start_and_counted() {
         .delete_consumer_from_stream(fleet_bus::Queue::Reads.consumer(0), &reads0)
         .await
         .unwrap();
-    env.js
-        .publish(format!("{root}.obs.slurm.0.name-x"), "x".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    publish_to_partition_0(&env).await;
     let b = hub.backlog(std::time::Duration::ZERO).await.unwrap();
     assert_eq!((b.messages, b.unconsumed), (1, 1), "{b:?}");
     // Younger than the period it may be a consumer being re-created.
@@ -113,13 +108,7 @@ async fn a_hub_replaces_the_single_observation_stream_only_once_it_is_empty() {
         })
         .await
         .unwrap();
-    let root = &env.common.nats.subject_root;
-    env.js
-        .publish(format!("{root}.obs.slurm.0.name-x"), "x".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    publish_to_partition_0(&env).await;
 
     let e = fleet_hub::Hub::connect(env.common.clone(), env.hub.clone())
         .await
@@ -146,4 +135,15 @@ async fn a_hub_replaces_the_single_observation_stream_only_once_it_is_empty() {
     }
     drop(hub);
     env.cleanup().await;
+}
+
+/// One observation on partition 0's reads, stored (its PubAck awaited).
+async fn publish_to_partition_0(env: &TestEnv) {
+    let root = &env.common.nats.subject_root;
+    env.js
+        .publish(format!("{root}.obs.slurm.0.name-x"), "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 }
