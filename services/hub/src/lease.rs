@@ -126,13 +126,21 @@ impl Hub {
         let ttl = self.config.lease_ttl.as_secs_f64();
         let partitions = self.common.nats.partitions;
         let mut tx = self.deps.pool.begin().await?;
+        // The heartbeat carries the replica's sweep settings; `started_at`
+        // is when the replica came with the settings it has, so the
+        // sweepers know which settings are the newest (`take_sweep_turn`).
         sqlx::query(
-            "INSERT INTO hub_replicas (replica, expires_at)
-             VALUES ($1, now() + make_interval(secs => $2))
-             ON CONFLICT (replica) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+            "INSERT INTO hub_replicas (replica, expires_at, deadlines)
+             VALUES ($1, now() + make_interval(secs => $2), $3)
+             ON CONFLICT (replica) DO UPDATE SET expires_at = EXCLUDED.expires_at,
+                 deadlines = EXCLUDED.deadlines,
+                 started_at = CASE WHEN hub_replicas.deadlines IS DISTINCT FROM EXCLUDED.deadlines
+                                     OR hub_replicas.expires_at <= now()
+                                   THEN now() ELSE hub_replicas.started_at END",
         )
         .bind(&self.replica)
         .bind(ttl)
+        .bind(self.deadlines.fingerprint())
         .execute(&mut *tx)
         .await?;
         // A lease lives as long as its replica's heartbeat: renewing it

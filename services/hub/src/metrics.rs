@@ -24,6 +24,7 @@ pub struct HubMetrics {
     pub swept: Counter,
     pub sweep_looked: Counter,
     pub sweep_behind: Gauge,
+    pub sweeping: Gauge,
     pub confirmed: Counter,
     pub deferred: Counter,
     pub observations_pending: Gauge,
@@ -71,6 +72,10 @@ impl HubMetrics {
             sweep_behind: m.gauge(
                 "sweep_behind_seconds",
                 "After a sweep, how long ago the earliest sweep_at still waiting passed (0: none): how late a silent source or a late heartbeat is noticed",
+            ),
+            sweeping: m.gauge(
+                "sweeping",
+                "1 while this replica sweeps, 0 while it leaves the sweep to a replica started later with other freshness TTLs or liveness timeouts (a rolling change of them); the sum over replicas is 0 only when none sweeps",
             ),
             confirmed: m.counter(
                 "snapshots_confirmed",

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::store::devices;
 use chrono::Utc;
+use fleet_domain::state::SweepTurn;
 use fleet_runtime::Shutdown;
 
 use crate::work::Work;
@@ -98,25 +99,33 @@ impl Hub {
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = self.config.sweep_interval.max(Duration::from_millis(100));
         let fingerprint = self.deadlines.fingerprint();
-        let mut settings_checked = false;
+        // The newer settings this replica leaves the sweep to, while it does.
+        let mut leaving: Option<String> = None;
         loop {
             tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
-            if !settings_checked {
-                match devices::reset_sweep_if_changed(&self.deps.pool, &fingerprint).await {
-                    Ok(marked) => {
-                        settings_checked = true;
-                        if let Some(marked) = marked {
-                            tracing::info!(marked, "the freshness TTLs or liveness timeouts are new: every live device is swept once");
-                        }
+            match devices::take_sweep_turn(&self.deps.pool, &fingerprint).await {
+                Ok((SweepTurn::Leave { newer }, _)) => {
+                    if leaving.as_ref() != Some(&newer) {
+                        tracing::info!(ours = %fingerprint, %newer, "a replica started later runs other freshness TTLs or liveness timeouts: this replica leaves the sweep to it");
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot compare the sweep settings; retrying before the sweep");
-                        continue;
+                    leaving = Some(newer);
+                    self.metrics.sweeping.set(0);
+                }
+                Ok((SweepTurn::Sweep { .. }, marked)) => {
+                    if leaving.take().is_some() {
+                        tracing::info!("no replica started later with other settings is live: this replica sweeps again");
+                    }
+                    if let Some(marked) = marked {
+                        tracing::info!(marked, "the freshness TTLs or liveness timeouts that sweep are new, or a replica with other ones has gone: every live device is swept once");
+                    }
+                    self.metrics.sweeping.set(1);
+                    if let Err(e) = self.sweep_once().await {
+                        tracing::warn!(error = %e, "sweep failed; next interval retries");
                     }
                 }
-            }
-            if let Err(e) = self.sweep_once().await {
-                tracing::warn!(error = %e, "sweep failed; next interval retries");
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read whose sweep it is; next interval retries");
+                }
             }
             match devices::sweep_behind(&self.deps.pool).await {
                 Ok(secs) => {

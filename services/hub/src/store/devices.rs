@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use fleet_domain::binding::{BindingRow, Resource};
 use fleet_domain::state::{
-    ConditionRow, Deadlines, DeviceRecord, DeviceState, Freshness, Mirrors, Session,
+    sweep_turn, ConditionRow, Deadlines, DeviceRecord, DeviceState, Freshness, Mirrors, Session,
+    SweepSettings, SweepTurn,
 };
 use fleet_domain::*;
 use serde_json::Value;
@@ -1258,34 +1259,43 @@ pub async fn lower_sweep(
     Ok(())
 }
 
-/// When `fingerprint` ([`Deadlines::fingerprint`]) is not the one the
-/// stored `sweep_at` values were computed with, records it and marks every
-/// live device due, so the sweeper computes them all again; returns how
-/// many were marked. The first fingerprint is only recorded: every
-/// `sweep_at` until then was set with it (migration 0023 marked the
-/// devices it found due).
-pub async fn reset_sweep_if_changed(
+/// A sweeper's turn ([`fleet_domain::state::sweep_turn`]) for a replica
+/// whose settings have `fingerprint` ([`Deadlines::fingerprint`]), read and
+/// acted on in one transaction that holds `hub_sweep_settings`: on
+/// [`SweepTurn::Sweep`] with `mark_all` every live device is made due, so
+/// the sweeper computes its `sweep_at` again under these settings, and the
+/// settings are recorded. Returns the turn and how many devices were
+/// marked.
+pub async fn take_sweep_turn(
     pool: &sqlx::PgPool,
     fingerprint: &str,
-) -> Result<Option<u64>, sqlx::Error> {
+) -> Result<(SweepTurn, Option<u64>), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT deadlines FROM hub_sweep_settings FOR UPDATE")
+    let recorded: Option<(String, bool)> =
+        sqlx::query_as("SELECT deadlines, mixed FROM hub_sweep_settings FOR UPDATE")
             .fetch_optional(&mut *tx)
             .await?;
-    if stored.as_deref() == Some(fingerprint) {
-        return Ok(None);
-    }
-    sqlx::query(
-        "INSERT INTO hub_sweep_settings (deadlines) VALUES ($1) \
-         ON CONFLICT (singleton) DO UPDATE SET deadlines = EXCLUDED.deadlines",
+    let (newest, others_live): (Option<String>, bool) = sqlx::query_as(
+        "SELECT (SELECT deadlines FROM hub_replicas \
+                  WHERE expires_at > now() AND deadlines IS NOT NULL \
+                  ORDER BY started_at DESC, replica DESC LIMIT 1), \
+                EXISTS (SELECT 1 FROM hub_replicas \
+                         WHERE expires_at > now() AND deadlines IS DISTINCT FROM $1)",
     )
     .bind(fingerprint)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    let marked = match stored {
-        None => None,
-        Some(_) => Some(
+    let seen = SweepSettings {
+        recorded: recorded.as_ref().map(|(f, mixed)| (f.as_str(), *mixed)),
+        newest: newest.as_deref(),
+        others_live,
+    };
+    let turn = sweep_turn(fingerprint, &seen);
+    let SweepTurn::Sweep { mark_all, mixed } = turn else {
+        return Ok((turn, None));
+    };
+    let marked = if mark_all {
+        Some(
             sqlx::query(
                 "INSERT INTO device_sweep (device_id, sweep_at) \
                  SELECT id, now() FROM devices WHERE deleted_at IS NULL \
@@ -1294,10 +1304,22 @@ pub async fn reset_sweep_if_changed(
             .execute(&mut *tx)
             .await?
             .rows_affected(),
-        ),
+        )
+    } else {
+        None
     };
+    if seen.recorded != Some((fingerprint, mixed)) {
+        sqlx::query(
+            "INSERT INTO hub_sweep_settings (deadlines, mixed) VALUES ($1, $2) \
+             ON CONFLICT (singleton) DO UPDATE SET deadlines = EXCLUDED.deadlines, mixed = EXCLUDED.mixed",
+        )
+        .bind(fingerprint)
+        .bind(mixed)
+        .execute(&mut *tx)
+        .await?;
+    }
     tx.commit().await?;
-    Ok(marked)
+    Ok((turn, marked))
 }
 
 /// The join condition of `devices d` with a key `k(site, key)` of `kind`,

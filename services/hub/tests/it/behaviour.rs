@@ -543,6 +543,32 @@ async fn sweep_at(env: &TestEnv, id: &str) -> Option<chrono::DateTime<Utc>> {
         .flatten()
 }
 
+/// A device quarantined by one OpenStack snapshot, observed at the
+/// returned time, through a hub already running.
+async fn quarantined(env: &TestEnv, name: &str) -> (String, chrono::DateTime<Utc>) {
+    let id = env.create_device("s1", name).await;
+    let t0 = micros(Utc::now());
+    env.publish_snapshot(&openstack_as("s1", name, t0, Node::Maintenance))
+        .await;
+    eventually_field(env, &id, "operational_status", "quarantine").await;
+    (id, t0)
+}
+
+/// An OpenStack TTL whose deadline, for a snapshot observed at `t0`, comes
+/// 2 s after the device was derived: a deadline before that would have
+/// been accounted for already.
+async fn ttl_out_soon_after_derived(
+    env: &TestEnv,
+    id: &str,
+    t0: chrono::DateTime<Utc>,
+) -> Duration {
+    let derived: chrono::DateTime<Utc> =
+        scalar(env, "SELECT derived_at FROM devices WHERE id = $1", id).await;
+    (derived - t0 + chrono::Duration::seconds(2))
+        .to_std()
+        .unwrap()
+}
+
 /// The sweeper reads only devices whose `sweep_at` has passed: a source's
 /// first snapshot brings it to that source's silence, a sweep of a device
 /// nothing is due for sets it again without re-deriving, and a hub
@@ -554,11 +580,7 @@ async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
     let hour = Duration::from_secs(3600);
     env.common.freshness.ttl.insert("openstack".into(), hour);
     let (hub, trigger, task) = start_hub(&env).await;
-    let id = env.create_device("s1", "gpu-sw-01").await;
-    let t0 = micros(Utc::now());
-    env.publish_snapshot(&openstack_as("s1", "gpu-sw-01", t0, Node::Maintenance))
-        .await;
-    eventually_field(&env, &id, "operational_status", "quarantine").await;
+    let (id, t0) = quarantined(&env, "gpu-sw-01").await;
     let silent = t0 + chrono::Duration::from_std(hour).unwrap();
     assert_eq!(
         sweep_at(&env, &id).await,
@@ -584,13 +606,7 @@ async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
     stop(trigger, task).await;
     drop(hub);
 
-    // A TTL whose deadline comes 2 s after the device was derived: a
-    // deadline before that would have been accounted for already.
-    let derived: chrono::DateTime<Utc> =
-        scalar(&env, "SELECT derived_at FROM devices WHERE id = $1", &id).await;
-    let short = (derived - t0 + chrono::Duration::seconds(2))
-        .to_std()
-        .unwrap();
+    let short = ttl_out_soon_after_derived(&env, &id, t0).await;
     env.common.freshness.ttl.insert("openstack".into(), short);
     let hub = RunningHub::start(&env).await;
     eventually_field(&env, &id, "operational_status", "unknown").await;
@@ -598,6 +614,74 @@ async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
     // Swept: no deadline of the source is still to come.
     assert_eq!(sweep_at(&env, &id).await, None);
     hub.stop(env).await;
+}
+
+/// The settings `hub_sweep_settings` holds: the fingerprint and `mixed`.
+async fn sweep_settings(env: &TestEnv) -> (String, bool) {
+    sqlx::query_as("SELECT deadlines, mixed FROM hub_sweep_settings")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+}
+
+/// A rolling change of a TTL (a Deployment's rolling update): while the
+/// replica with the old, longer TTL still runs beside the one started with
+/// a shorter TTL, the old one leaves the sweep to the new one, so a silent
+/// source is noticed by the new deadline (before, the old replica set
+/// `sweep_at` again by its own TTL for every device it looked at first).
+/// When the new replica has gone, the old one sweeps again under its own
+/// settings, and makes every device due once since they changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_rolling_change_of_a_ttl_the_replica_started_later_sweeps() {
+    let mut env = TestEnv::new().await;
+    let hour = Duration::from_secs(3600);
+    env.common.freshness.ttl.insert("openstack".into(), hour);
+    env.hub.replica = "old".into();
+    let (old, old_trigger, old_task) = start_hub(&env).await;
+    let (id, t0) = quarantined(&env, "gpu-roll-01").await;
+    eventually(
+        "the only replica sweeps and records its settings",
+        || async {
+            (old.metrics.sweeping.get() == 1
+                && sweep_settings(&env).await == (old.deadlines.fingerprint(), false))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The new replica's TTL runs out soon; the old one's in an hour.
+    let short = ttl_out_soon_after_derived(&env, &id, t0).await;
+    env.common.freshness.ttl.insert("openstack".into(), short);
+    env.hub.replica = "new".into();
+    let (new, new_trigger, new_task) = start_hub(&env).await;
+    eventually(
+        "the old replica leaves the sweep to the new one",
+        || async {
+            (old.metrics.sweeping.get() == 0 && new.metrics.sweeping.get() == 1).then_some(())
+        },
+    )
+    .await;
+    eventually_field(&env, &id, "operational_status", "unknown").await;
+    assert_eq!(last_operational_cause(&env, &id).await, "sweep");
+    assert_eq!(
+        sweep_settings(&env).await,
+        (new.deadlines.fingerprint(), true),
+        "the new settings, recorded while a replica with the old ones is live"
+    );
+
+    // The new replica stops (its heartbeat row goes with it): the old one is
+    // the newest live again and sweeps under its own settings.
+    stop(new_trigger, new_task).await;
+    drop(new);
+    eventually("the old replica sweeps again", || async {
+        (old.metrics.sweeping.get() == 1
+            && sweep_settings(&env).await == (old.deadlines.fingerprint(), false))
+            .then_some(())
+    })
+    .await;
+    stop(old_trigger, old_task).await;
+    drop(old);
+    env.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,6 +69,60 @@ impl Deadlines {
     }
 }
 
+/// What the hub's settings table (`hub_sweep_settings`) and the live
+/// replicas (`hub_replicas`) say, as one sweep reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepSettings<'a> {
+    /// The fingerprint the `sweep_at` values were last computed under, and
+    /// whether a live replica with other settings (or without any on
+    /// record: a version before them) was seen since: `None` before any
+    /// hub swept.
+    pub recorded: Option<(&'a str, bool)>,
+    /// The settings of the live replica that started last with the
+    /// settings it has (`None`: no live replica has any on record yet).
+    pub newest: Option<&'a str>,
+    /// Whether a live replica runs other settings than this one, or none
+    /// on record.
+    pub others_live: bool,
+}
+
+/// A sweeper's turn, decided from [`SweepSettings`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepTurn {
+    /// A live replica started later with other settings: the sweep is its
+    /// to do. Sweeping by these would set `sweep_at` by deadlines the
+    /// newer settings may have moved earlier.
+    Leave { newer: String },
+    /// Sweep. `mark_all`: first make every live device due, because the
+    /// stored `sweep_at` values may have been computed under other
+    /// settings; `mixed` is recorded with these settings.
+    Sweep { mark_all: bool, mixed: bool },
+}
+
+/// Whose sweep it is during a rolling change of the freshness TTLs or the
+/// liveness timeouts, when replicas with old and new settings run at
+/// once. The replicas with the newest settings sweep, the others leave it
+/// to them; a replica with other settings left from an older start sweeps
+/// again once no newer one is live. Every device is made due once when
+/// the settings that sweep change, and once more when the last replica
+/// with other settings has gone: until then its lanes may have set a
+/// source's first deadline by its own, later, TTL.
+pub fn sweep_turn(own: &str, seen: &SweepSettings<'_>) -> SweepTurn {
+    if let Some(newer) = seen.newest.filter(|n| *n != own) {
+        return SweepTurn::Leave {
+            newer: newer.to_string(),
+        };
+    }
+    let mark_all = match seen.recorded {
+        None => false,
+        Some((fingerprint, mixed)) => fingerprint != own || (mixed && !seen.others_live),
+    };
+    SweepTurn::Sweep {
+        mark_all,
+        mixed: seen.others_live,
+    }
+}
+
 impl DeviceState {
     /// The earliest deadline this state has that `stored` (what the
     /// transaction read) did not, for the write to bring the device's
@@ -269,5 +323,66 @@ mod tests {
         let mut c = deadlines();
         c.lost_after = Duration::minutes(11);
         assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+
+    /// `sweep_turn`: a rolling change of the settings, A (old) to B (new).
+    #[test]
+    fn the_newest_settings_sweep_and_every_device_is_due_after_each_change() {
+        let seen = |recorded: Option<(&'static str, bool)>,
+                    newest: Option<&'static str>,
+                    others_live: bool| SweepSettings {
+            recorded,
+            newest,
+            others_live,
+        };
+        let sweep = |mark_all, mixed| SweepTurn::Sweep { mark_all, mixed };
+        let leave = SweepTurn::Leave { newer: "B".into() };
+        let cases = [
+            // (replica, what it reads, its turn)
+            ("A", seen(None, None, false), sweep(false, false)), // the first hub: records only
+            (
+                "A",
+                seen(Some(("A", false)), Some("A"), false),
+                sweep(false, false),
+            ), // steady
+            (
+                "B",
+                seen(Some(("A", false)), Some("B"), true),
+                sweep(true, true),
+            ), // B starts beside A
+            ("A", seen(Some(("B", true)), Some("B"), true), leave.clone()), // A leaves it to B
+            (
+                "B",
+                seen(Some(("B", true)), Some("B"), true),
+                sweep(false, true),
+            ), // A still live
+            (
+                "B",
+                seen(Some(("B", true)), Some("B"), false),
+                sweep(true, false),
+            ), // A gone: once more
+            (
+                "B",
+                seen(Some(("B", false)), Some("B"), false),
+                sweep(false, false),
+            ), // steady again
+            // B's replicas all died: A is the newest live again.
+            (
+                "A",
+                seen(Some(("B", false)), Some("A"), false),
+                sweep(true, false),
+            ),
+            // A replica of a version without settings on record is live.
+            (
+                "B",
+                seen(Some(("B", false)), Some("B"), true),
+                sweep(false, true),
+            ),
+            // Before this replica's first heartbeat: nobody's settings on record.
+            ("B", seen(Some(("A", false)), None, true), sweep(true, true)),
+        ];
+        for (own, seen, want) in cases {
+            assert_eq!(sweep_turn(own, &seen), want, "{own} reading {seen:?}");
+        }
     }
 }
