@@ -140,7 +140,7 @@ impl Hub {
         )
         .bind(&self.replica)
         .bind(ttl)
-        .bind(self.deadlines.fingerprint())
+        .bind(&self.sweep_settings)
         .execute(&mut *tx)
         .await?;
         // A lease lives as long as its replica's heartbeat: renewing it

@@ -46,6 +46,9 @@ pub struct Hub {
     /// The freshness TTLs and liveness timeouts the hub derives and
     /// sweeps with.
     pub deadlines: Deadlines,
+    /// `deadlines.fingerprint()`, once: the heartbeat carries it and the
+    /// sweeper compares it (`sweeper.rs`).
+    pub sweep_settings: String,
     pub metrics: HubMetrics,
     pub relay_wake: Notify,
     /// Outbox ids a lane is publishing itself.
@@ -101,11 +104,13 @@ impl Hub {
         let deadlines = deadlines(&common.freshness)?;
         let config_partitions = common.nats.partitions;
         let replica = config.replica_name();
+        let sweep_settings = deadlines.fingerprint();
         Ok(Arc::new(Hub {
             common,
             config,
             deps,
             deadlines,
+            sweep_settings,
             metrics: HubMetrics::new(),
             relay_wake: Notify::new(),
             outbox_claims: Default::default(),

@@ -98,12 +98,12 @@ impl Hub {
 
     pub(crate) async fn sweep_loop(self: Arc<Self>, mut shutdown: Shutdown) {
         let every = self.config.sweep_interval.max(Duration::from_millis(100));
-        let fingerprint = self.deadlines.fingerprint();
+        let fingerprint = &self.sweep_settings;
         // The newer settings this replica leaves the sweep to, while it does.
         let mut leaving: Option<String> = None;
         loop {
             tokio::select! { _ = tokio::time::sleep(every) => {}, _ = shutdown.wait() => return }
-            match devices::take_sweep_turn(&self.deps.pool, &fingerprint).await {
+            match devices::take_sweep_turn(&self.deps.pool, fingerprint).await {
                 Ok((SweepTurn::Leave { newer }, _)) => {
                     if leaving.as_ref() != Some(&newer) {
                         tracing::info!(ours = %fingerprint, %newer, "a replica started later runs other freshness TTLs or liveness timeouts: this replica leaves the sweep to it");

@@ -543,6 +543,16 @@ async fn sweep_at(env: &TestEnv, id: &str) -> Option<chrono::DateTime<Utc>> {
         .flatten()
 }
 
+/// A test environment whose OpenStack TTL is an hour.
+async fn with_an_hour_ttl() -> TestEnv {
+    let mut env = TestEnv::new().await;
+    env.common
+        .freshness
+        .ttl
+        .insert("openstack".into(), Duration::from_secs(3600));
+    env
+}
+
 /// A device quarantined by one OpenStack snapshot, observed at the
 /// returned time, through a hub already running.
 async fn quarantined(env: &TestEnv, name: &str) -> (String, chrono::DateTime<Utc>) {
@@ -576,9 +586,8 @@ async fn ttl_out_soon_after_derived(
 /// device due once) instead of waiting for the deadline the old TTL set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_at_follows_the_deadlines_and_a_shorter_ttl_after_a_restart() {
-    let mut env = TestEnv::new().await;
+    let mut env = with_an_hour_ttl().await;
     let hour = Duration::from_secs(3600);
-    env.common.freshness.ttl.insert("openstack".into(), hour);
     let (hub, trigger, task) = start_hub(&env).await;
     let (id, t0) = quarantined(&env, "gpu-sw-01").await;
     let silent = t0 + chrono::Duration::from_std(hour).unwrap();
@@ -633,9 +642,7 @@ async fn sweep_settings(env: &TestEnv) -> (String, bool) {
 /// settings, and makes every device due once since they changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_rolling_change_of_a_ttl_the_replica_started_later_sweeps() {
-    let mut env = TestEnv::new().await;
-    let hour = Duration::from_secs(3600);
-    env.common.freshness.ttl.insert("openstack".into(), hour);
+    let mut env = with_an_hour_ttl().await;
     env.hub.replica = "old".into();
     let (old, old_trigger, old_task) = start_hub(&env).await;
     let (id, t0) = quarantined(&env, "gpu-roll-01").await;
@@ -643,7 +650,7 @@ async fn during_a_rolling_change_of_a_ttl_the_replica_started_later_sweeps() {
         "the only replica sweeps and records its settings",
         || async {
             (old.metrics.sweeping.get() == 1
-                && sweep_settings(&env).await == (old.deadlines.fingerprint(), false))
+                && sweep_settings(&env).await == (old.sweep_settings.clone(), false))
                 .then_some(())
         },
     )
@@ -665,7 +672,7 @@ async fn during_a_rolling_change_of_a_ttl_the_replica_started_later_sweeps() {
     assert_eq!(last_operational_cause(&env, &id).await, "sweep");
     assert_eq!(
         sweep_settings(&env).await,
-        (new.deadlines.fingerprint(), true),
+        (new.sweep_settings.clone(), true),
         "the new settings, recorded while a replica with the old ones is live"
     );
 
@@ -675,7 +682,7 @@ async fn during_a_rolling_change_of_a_ttl_the_replica_started_later_sweeps() {
     drop(new);
     eventually("the old replica sweeps again", || async {
         (old.metrics.sweeping.get() == 1
-            && sweep_settings(&env).await == (old.deadlines.fingerprint(), false))
+            && sweep_settings(&env).await == (old.sweep_settings.clone(), false))
             .then_some(())
     })
     .await;
