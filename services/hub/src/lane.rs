@@ -48,9 +48,14 @@ pub fn channel<T>(capacity: usize) -> (Senders<T>, Inputs<T>) {
 impl<T> Inputs<T> {
     /// The next batch: waits for a first item, then takes up to `max`,
     /// session items before read items, waiting for more until the
-    /// `deadline` the first item gives. Each input's items keep their
-    /// order. `None` once both inputs are closed and empty.
-    pub async fn batch(&mut self, max: usize, deadline: impl Fn(&T) -> Instant) -> Option<Vec<T>> {
+    /// `deadline` the first item gives, asked once, as the first item is
+    /// taken. Each input's items keep their order. `None` once both inputs
+    /// are closed and empty.
+    pub async fn batch(
+        &mut self,
+        max: usize,
+        deadline: impl FnOnce(&T) -> Instant,
+    ) -> Option<Vec<T>> {
         let first = tokio::select! {
             biased;
             Some(i) = self.sessions.recv() => i,
@@ -144,5 +149,33 @@ mod tests {
         // The reads' input is closed: what the other holds is still taken.
         assert_eq!(rx.batch(5, soon).await.unwrap(), vec![(Queue::Sessions, 0)]);
         assert_eq!(rx.batch(5, soon).await, None);
+    }
+
+    /// The hub's `wait` stage runs from the moment the deadline is asked
+    /// for, so it must be asked as the first item is taken, not while an
+    /// idle lane waits for one.
+    #[tokio::test]
+    async fn the_deadline_is_asked_as_the_first_item_is_taken() {
+        let (tx, mut rx) = channel(100);
+        let idle = Duration::from_millis(30);
+        let sent = tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            tx.of(Queue::Reads).send((Queue::Reads, 7)).await.unwrap();
+            tx
+        });
+        let started = Instant::now();
+        let mut asked = None;
+        let batch = rx
+            .batch(5, |first| {
+                asked = Some((*first, Instant::now()));
+                Instant::now()
+            })
+            .await
+            .unwrap();
+        assert_eq!(batch, vec![(Queue::Reads, 7)]);
+        let (first, at) = asked.expect("asked once");
+        assert_eq!(first, (Queue::Reads, 7));
+        assert!(at - started >= idle, "asked before the item existed");
+        drop(sent.await.unwrap());
     }
 }

@@ -320,18 +320,22 @@ impl Hub {
         let linger = self.config.linger;
         let max = self.config.batch_size;
         loop {
-            let opened = std::time::Instant::now();
+            // From taking the first message, not from the lane's idle wait
+            // for it: a lane with nothing to do is not a batch waiting.
+            let mut taken = None;
             // Up to `linger` after the first message was fetched: what
             // queued while the previous batch was applied closes at once.
             let Some(items) = inputs
                 .batch(max, |first| {
+                    taken = Some(std::time::Instant::now());
                     tokio::time::Instant::from_std(first.fetched + linger)
                 })
                 .await
             else {
                 return;
             };
-            self.metrics.stage("wait", opened.elapsed());
+            self.metrics
+                .stage("wait", taken.map_or(Duration::ZERO, |t| t.elapsed()));
             if let Some(age) = items.iter().filter_map(|i| stream_age(&i.msg)).max() {
                 self.metrics.stage("age", age);
             }
