@@ -8,7 +8,7 @@ use std::process::Command;
 
 use crate::support::{admin_url, nats_url};
 
-fn bench(args: &[&str], expect: &str) {
+fn bench(args: &[&str], expect: &str) -> String {
     let base = admin_url();
     let base = base.rsplit_once('/').map_or(base.as_str(), |(b, _)| b);
     let out = Command::new(env!("CARGO_BIN_EXE_fleet"))
@@ -29,12 +29,13 @@ fn bench(args: &[&str], expect: &str) {
         stdout.contains(expect),
         "fleet bench {args:?} reports {expect:?}:\n{stdout}"
     );
+    stdout.into_owned()
 }
 
 #[test]
 fn the_hub_benchmark_runs() {
     let trace = std::env::temp_dir().join(format!("fleet-bench-trace-{}.csv", std::process::id()));
-    bench(
+    let report = bench(
         &[
             "hub",
             "--devices",
@@ -47,6 +48,16 @@ fn the_hub_benchmark_runs() {
             trace.to_str().expect("a UTF-8 temp path"),
         ],
         "| publish -> StatusChanged, the changing mix at half its rate:",
+    );
+    // The floor under the initial load: the spec's rows written alone, a
+    // rate and its share of the raw upsert.
+    let floor = report
+        .lines()
+        .find(|l| l.starts_with("| a first snapshot's rows alone"))
+        .unwrap_or_else(|| panic!("the floor's row is reported:\n{report}"));
+    assert!(
+        floor.contains(" of the raw upsert) |"),
+        "the floor's share of the raw upsert:\n{floor}"
     );
     // One line a flip of each latency phase, in publish order.
     let csv = std::fs::read_to_string(&trace).expect("the latency trace is written");

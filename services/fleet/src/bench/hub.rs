@@ -431,6 +431,9 @@ impl Bench {
         let naive = self.naive(args.naive_conditions).await?;
         eprintln!("bench: raw PostgreSQL batched upsert");
         let raw_pg = self.raw_pg(n).await?;
+        eprintln!("bench: a first snapshot's rows alone, raw");
+        let lanes = self.fresh.config.hub.lanes;
+        let raw_first = self.raw_first_rows(n, lanes).await?;
         eprintln!("bench: raw JetStream publish+consume");
         let raw_js = self.raw_js(n.min(100_000)).await?;
 
@@ -502,6 +505,12 @@ impl Bench {
             changing.cpu_share() * 100.0
         );
         out += &format!(
+            "| hub CPU a snapshot (initial / freshness / changing) | {:.1} / {:.1} / {:.1} us | - |\n",
+            initial.cpu_per_snapshot_us(),
+            fresh.cpu_per_snapshot_us(),
+            changing.cpu_per_snapshot_us()
+        );
+        out += &format!(
             "| rows written per snapshot (initial / freshness / changing) | {:.2} / {:.2} / {:.2} | O(1) for freshness |\n",
             initial.rows_per_snapshot, fresh.rows_per_snapshot, changing.rows_per_snapshot
         );
@@ -519,6 +528,12 @@ impl Bench {
             raw_pg
         );
         out += &format!(
+            "| a first snapshot's rows alone (6 conditions, freshness, device status, 2 lifecycle, 2 outbox), raw on {} connections (the hub's lanes), snapshots/s | {:.0} ({:.3} of the raw upsert) | - |\n",
+            lanes,
+            raw_first,
+            raw_first / raw_pg
+        );
+        out += &format!(
             "| raw JetStream publish+consume, msgs/s | {:.0} | - |\n",
             raw_js
         );
@@ -529,6 +544,10 @@ impl Bench {
         out += &format!(
             "| initial load vs the raw PostgreSQL upsert: whole phase; steady | {} | >= 0.25 |\n",
             share(&initial, raw_pg)
+        );
+        out += &format!(
+            "| initial load vs its rows alone, raw: whole phase; steady | {} | - |\n",
+            share(&initial, raw_first)
         );
         out += &format!(
             "| changing vs the slower raw limit: whole phase; steady | {} | >= 0.35 |\n",
@@ -736,6 +755,120 @@ impl Bench {
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
+    /// The rows a first snapshot of six conditions must write under the
+    /// spec's model (`conditions.md`: one `device_conditions` row a device
+    /// and type), and nothing else: per device six condition rows, a
+    /// freshness row, the device's status `UPDATE` (its indexed status
+    /// columns change, as a birth's do), two lifecycle rows and two outbox
+    /// rows, in batches of 256 devices a transaction on as many connections
+    /// as the hub has lanes, the rows built by the server. No read, no
+    /// derivation, no NATS: an upper bound on the initial load's rate on
+    /// this machine, into copies of the tables (`LIKE ... INCLUDING ALL`,
+    /// their indexes too) that are dropped afterwards. Snapshots/s.
+    async fn raw_first_rows(&self, n: usize, lanes: usize) -> anyhow::Result<f64> {
+        const TABLES: [(&str, &str); 5] = [
+            ("bench_raw_devices", "devices"),
+            ("bench_raw_conditions", "device_conditions"),
+            ("bench_raw_freshness", "device_source_freshness"),
+            ("bench_raw_lifecycle", "device_lifecycle_events"),
+            ("bench_raw_outbox", "outbox"),
+        ];
+        let drop_copies = || async {
+            for (copy, _) in TABLES {
+                sqlx::query(&format!("DROP TABLE {copy}"))
+                    .execute(&self.pool)
+                    .await?;
+            }
+            anyhow::Ok(())
+        };
+        for (copy, of) in TABLES {
+            sqlx::query(&format!("CREATE TABLE {copy} (LIKE {of} INCLUDING ALL)"))
+                .execute(&self.pool)
+                .await?;
+        }
+        // The devices as the initial load found them, statuses unknown.
+        sqlx::query("INSERT INTO bench_raw_devices SELECT * FROM devices")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query(
+            "UPDATE bench_raw_devices SET operational_status = 'unknown', health_status = 'unknown'",
+        )
+        .execute(&self.pool)
+        .await?;
+        sqlx::query("VACUUM (ANALYZE) bench_raw_devices")
+            .execute(&self.pool)
+            .await?;
+        let ids: Vec<String> = (1..=n).map(|g| format!("dev_bench_{g:07}")).collect();
+        let write = |chunk: &[String]| {
+            let chunk = chunk.to_vec();
+            async move {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO bench_raw_conditions (device_id, type, status, reason, message, source, \
+                     condition_of, durable, observed_at, received_at, decisive, last_transition_at) \
+                     SELECT i, t, 'False', '', '', 'openstack', 'operational', false, now(), now(), false, now() \
+                     FROM UNNEST($1::text[]) AS i, UNNEST($2::text[]) AS t",
+                )
+                .bind(&chunk)
+                .bind(&[
+                    "IronicProvisionHealthy",
+                    "IronicMaintenance",
+                    "CustomerReady",
+                    "InstanceAllocated",
+                    "IronicAvailable",
+                    "InMaintenancePool",
+                ][..])
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO bench_raw_freshness (device_id, source, observed_at, digest, settled_version, received_at) \
+                     SELECT i, 'openstack', now(), '\\x00', 1, now() FROM UNNEST($1::text[]) AS i",
+                )
+                .bind(&chunk)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE bench_raw_devices SET operational_status = 'available', health_status = 'healthy', \
+                     version = version + 1, updated_at = now(), derived_at = now() WHERE id = ANY($1)",
+                )
+                .bind(&chunk)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO bench_raw_lifecycle (device_id, kind, value, cause, created_at) \
+                     SELECT i, k, 'available', 'openstack', now() FROM UNNEST($1::text[]) AS i, \
+                     UNNEST(ARRAY['operational', 'health']) AS k",
+                )
+                .bind(&chunk)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO bench_raw_outbox (subject, schema, payload, traceparent) \
+                     SELECT 'fleet.status.' || k || '.bench.' || i, 'fleet.v1.StatusChanged', \
+                     convert_to(repeat('x', 160), 'UTF8'), \
+                     '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' \
+                     FROM UNNEST($1::text[]) AS i, UNNEST(ARRAY['operational', 'conditions']) AS k",
+                )
+                .bind(&chunk)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                anyhow::Ok(())
+            }
+        };
+        let start = Instant::now();
+        let written: anyhow::Result<()> = futures::stream::iter(ids.chunks(256).map(write))
+            .buffer_unordered(lanes.max(1))
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect();
+        let elapsed = start.elapsed();
+        drop_copies().await?;
+        written?;
+        Ok(n as f64 / elapsed.as_secs_f64())
+    }
+
     /// Publish `n` snapshot-sized messages and consume+ack them from a pull
     /// consumer: msgs/s over the whole loop.
     async fn raw_js(&self, n: usize) -> anyhow::Result<f64> {
@@ -834,6 +967,11 @@ impl Phase {
     /// The hub's share of one core while it drained the phase.
     fn cpu_share(&self) -> f64 {
         self.cpu / self.elapsed.as_secs_f64()
+    }
+    /// The hub's CPU time a snapshot, in microseconds: steadier across
+    /// runs than a rate on this shared machine.
+    fn cpu_per_snapshot_us(&self) -> f64 {
+        self.cpu * 1e6 / self.snapshots as f64
     }
     fn rate(&self) -> f64 {
         self.snapshots as f64 / self.elapsed.as_secs_f64()
