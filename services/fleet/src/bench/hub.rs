@@ -798,7 +798,14 @@ impl Bench {
         sqlx::query("VACUUM (ANALYZE) bench_raw_devices")
             .execute(&self.pool)
             .await?;
-        let ids: Vec<String> = (1..=n).map(|g| format!("dev_bench_{g:07}")).collect();
+        let ids: Vec<String> = self.names[..n].iter().map(|m| device_id(m)).collect();
+        // The six types of the bench's own snapshot.
+        let types: Vec<String> = snapshot("gpu-0000001", Utc::now(), false)
+            .conditions
+            .into_iter()
+            .map(|c| c.r#type)
+            .collect();
+        let types = &types;
         let write = |chunk: &[String]| {
             let chunk = chunk.to_vec();
             async move {
@@ -810,14 +817,7 @@ impl Bench {
                      FROM UNNEST($1::text[]) AS i, UNNEST($2::text[]) AS t",
                 )
                 .bind(&chunk)
-                .bind(&[
-                    "IronicProvisionHealthy",
-                    "IronicMaintenance",
-                    "CustomerReady",
-                    "InstanceAllocated",
-                    "IronicAvailable",
-                    "InMaintenancePool",
-                ][..])
+                .bind(types)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(
